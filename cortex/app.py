@@ -1,0 +1,46 @@
+"""The FastAPI app factory: mounts the API routers and error handlers on a
+pool of neurons; nothing else lives here."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from cortex.api import chat, health, models
+from cortex.api.errors import install_error_handlers
+from cortex.config import CortexSettings
+from cortex.middleware import BodyLimit
+from cortex.routing.client import NeuronClient
+from cortex.routing.pool import NeuronPool
+
+
+def create_app(settings: CortexSettings, pool: NeuronPool | None = None) -> FastAPI:
+    """Build the app. A pool may be passed in (tests); otherwise one is made
+    from the configured neuron addresses and started with the app."""
+    pool = pool or NeuronPool(
+        [NeuronClient(address) for address in settings.neurons],
+        expected_models=settings.models,
+        poll_interval_s=settings.poll_interval_s,
+        request_timeout_s=settings.request_timeout_s,
+        max_retries=settings.max_retries,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await pool.start()
+        try:
+            yield
+        finally:
+            await pool.stop()
+
+    app = FastAPI(title="neuraxis cortex", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.pool = pool
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.include_router(chat.router)
+    app.include_router(models.router)
+    app.include_router(health.router)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    return app

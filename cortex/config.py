@@ -1,0 +1,35 @@
+"""cortex's settings (TOML file, NEURAXIS_CORTEX_* environment, flags)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class CortexSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NEURAXIS_CORTEX_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    # Static mode: the neurons' gRPC addresses (host:port).
+    neurons: list[str] = Field(default_factory=list)
+    # Models that must have a ready neuron for /readyz to pass. Empty: any
+    # ready neuron will do.
+    models: list[str] = Field(default_factory=list)
+    # gRPC deadline for one generation, in seconds.
+    request_timeout_s: float = Field(600.0, gt=0)
+    # How often each neuron's Info is polled to learn readiness and models.
+    poll_interval_s: float = Field(1.0, gt=0)
+    # Attempts on other neurons when one fails before the first token.
+    max_retries: int = Field(2, ge=0)
+    # Largest accepted request body; larger ones get 413.
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+
+    @field_validator("neurons")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        for address in value:
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"neuron address '{address}' is not host:port")
+        return value

@@ -1,0 +1,71 @@
+"""ASGI middleware that guards the edge.
+
+BodyLimit counts the bytes of a request body as they arrive, so that a
+chunked upload with no Content-Length cannot grow past the limit either.
+Once the limit is passed, whatever the app answers is replaced by a 413."""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cortex.api.errors import error_envelope
+from neuraxis.errors import RequestTooLargeError, mapping_for
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        received = 0
+        too_large = False
+        answered = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    too_large = True
+                    raise _TooLarge()
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal answered
+            if not too_large:
+                await send(message)
+            elif message["type"] == "http.response.start" and not answered:
+                answered = True
+                await self._send_413(send)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except _TooLarge:
+            if not answered:
+                await self._send_413(send)
+
+    async def _send_413(self, send: Send) -> None:
+        error = RequestTooLargeError(
+            f"The request body is larger than the limit of {self.max_bytes} bytes."
+        )
+        payload = error_envelope(error).model_dump_json().encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": mapping_for(error).http_status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+
+class _TooLarge(Exception):
+    pass

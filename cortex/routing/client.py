@@ -1,0 +1,94 @@
+"""A gRPC client for one neuron, speaking neuraxis's own types and errors.
+
+The only cortex module that touches grpc: it turns a failed call into the
+typed error the neuron raised (or UnavailableError when the neuron could not
+be reached), and cancels the call when its caller stops reading, which
+aborts the request in the neuron's engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from neuraxis.errors import (
+    ERROR_METADATA_KEY,
+    PARAM_METADATA_KEY,
+    NeuraxisError,
+    UnavailableError,
+    from_grpc,
+)
+from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
+
+_CHANNEL_OPTIONS = [
+    # Notice a neuron that vanished without closing its connection.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    # Reconnect quickly after a neuron restarts.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+
+
+class NeuronClient:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel: grpc.aio.Channel | None = None
+        self._stub_: pb_grpc.NeuronStub | None = None
+
+    @property
+    def _stub(self) -> pb_grpc.NeuronStub:
+        # A grpc.aio channel belongs to the event loop it was made in, so it
+        # is made on first use, inside the server's loop.
+        if self._stub_ is None:
+            self._channel = grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+            self._stub_ = pb_grpc.NeuronStub(self._channel)
+        return self._stub_
+
+    async def info(self, timeout: float) -> pb.InfoResponse:
+        try:
+            return await self._stub.Info(pb.InfoRequest(), timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise self._translate(e) from None
+
+    async def load(self, timeout: float) -> pb.LoadResponse:
+        try:
+            return await self._stub.Load(pb.LoadRequest(), timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise self._translate(e) from None
+
+    async def generate(
+        self, request: pb.GenerateRequest, timeout: float
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        call = self._stub.Generate(request, timeout=timeout)
+        try:
+            async for response in call:
+                yield response
+        except grpc.aio.AioRpcError as e:
+            raise self._translate(e) from None
+        finally:
+            # A no-op when the call has finished; otherwise the caller went
+            # away and the neuron must stop generating.
+            call.cancel()
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+
+    def _translate(self, error: grpc.aio.AioRpcError) -> NeuraxisError:
+        code = error.code()
+        metadata = dict(error.trailing_metadata() or ())
+        kind = metadata.get(ERROR_METADATA_KEY)
+        if code == grpc.StatusCode.UNAVAILABLE and kind is None:
+            return UnavailableError(f"neuron {self.address} is unreachable")
+        param = metadata.get(PARAM_METADATA_KEY)
+        return from_grpc(
+            code.name,
+            error.details() or "",
+            str(kind) if kind is not None else None,
+            str(param) if param is not None else None,
+        )

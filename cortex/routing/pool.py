@@ -1,0 +1,146 @@
+"""The neurons cortex can route to, what each serves, and how busy it is.
+
+In static mode the pool is a configured list of addresses. A background task
+polls every neuron's Info to learn which are ready and which models they
+serve; a neuron that fails a request with UNAVAILABLE is taken out at once
+and comes back with its next good poll. Requests go to the ready neuron with
+the fewest outstanding requests, counted from the moment of dispatch. A
+request whose neuron fails before the first token is retried elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from neuraxis.errors import (
+    InternalError,
+    ModelNotFoundError,
+    NeuraxisError,
+    UnavailableError,
+)
+from neuraxis.v1 import neuron_pb2 as pb
+from cortex.routing.client import NeuronClient
+
+log = logging.getLogger("neuraxis.cortex")
+
+
+@dataclass
+class NeuronState:
+    client: NeuronClient
+    ready: bool = False
+    ever_seen: bool = False  # answered Info at least once
+    models: dict[str, pb.ModelInfo] = field(default_factory=dict)
+    outstanding: int = 0
+
+
+class NeuronPool:
+    def __init__(
+        self,
+        clients: list[NeuronClient],
+        expected_models: list[str],
+        poll_interval_s: float,
+        request_timeout_s: float,
+        max_retries: int,
+    ) -> None:
+        self._states = [NeuronState(c) for c in clients]
+        self._expected = list(expected_models)
+        self._poll_interval = poll_interval_s
+        self._timeout = request_timeout_s
+        self._max_retries = max_retries
+        self._rotation = itertools.count()
+        self._poller: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.refresh()
+        self._poller = asyncio.create_task(self._poll_forever())
+
+    async def stop(self) -> None:
+        if self._poller:
+            self._poller.cancel()
+        await asyncio.gather(*(s.client.close() for s in self._states), return_exceptions=True)
+
+    async def refresh(self) -> None:
+        await asyncio.gather(*(self._refresh_one(s) for s in self._states))
+
+    def served_models(self) -> dict[str, pb.ModelInfo]:
+        """Models that at least one ready neuron serves right now."""
+        out: dict[str, pb.ModelInfo] = {}
+        for state in self._states:
+            if state.ready:
+                for model_id, info in state.models.items():
+                    out.setdefault(model_id, info)
+        return out
+
+    def missing_models(self) -> list[str]:
+        """Expected models with no ready neuron (all of them if none is ready)."""
+        served = self.served_models()
+        if not self._expected:
+            return [] if served else ["(any model)"]
+        return [m for m in self._expected if m not in served]
+
+    async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
+        tried: set[int] = set()
+        while True:
+            index = self._pick(request.model, tried)
+            state = self._states[index]
+            state.outstanding += 1
+            started = False
+            try:
+                async for response in state.client.generate(request, self._timeout):
+                    started = True
+                    yield response
+                return
+            except (UnavailableError, InternalError) as e:
+                if started or len(tried) >= self._max_retries:
+                    raise
+                tried.add(index)
+                if isinstance(e, UnavailableError):
+                    state.ready = False
+                log.warning(
+                    "request %s failed on %s before its first token (%s); retrying",
+                    request.request_id, state.client.address, e.message,
+                )
+            finally:
+                state.outstanding -= 1
+
+    def _pick(self, model: str, exclude: set[int]) -> int:
+        candidates = [
+            i for i, s in enumerate(self._states)
+            if s.ready and model in s.models and i not in exclude
+        ]
+        if candidates:
+            # Fewest outstanding; ties rotate so that equal neurons share work.
+            start = next(self._rotation)
+            n = len(self._states)
+            return min(candidates, key=lambda i: (self._states[i].outstanding, (i - start) % n))
+        known = model in self._expected or any(model in s.models for s in self._states)
+        loading = any(not s.ever_seen for s in self._states)
+        if known or loading:
+            raise UnavailableError(
+                f"No neuron serving '{model}' is ready; try again shortly.", retry_after=2
+            )
+        raise ModelNotFoundError(f"The model '{model}' does not exist.")
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll_interval)
+            await self.refresh()
+
+    async def _refresh_one(self, state: NeuronState) -> None:
+        try:
+            info = await state.client.info(timeout=max(self._poll_interval, 1.0))
+        except NeuraxisError as e:
+            if state.ready:
+                log.warning("neuron %s is not answering: %s", state.client.address, e.message)
+            state.ready = False
+            return
+        if info.ready and not state.ready:
+            log.info("neuron %s ready: %s", state.client.address, ", ".join(m.id for m in info.models))
+        state.ever_seen = True
+        state.ready = info.ready
+        if info.ready:
+            state.models = {m.id: m for m in info.models}

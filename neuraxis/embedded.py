@@ -1,0 +1,173 @@
+"""`neuraxis up`: the embedded default on one machine.
+
+Prepares the bundled chat model, starts a neuron (vLLM on the CPU) and cortex
+as child processes, waits until cortex is ready, prints how to call it, and on
+Ctrl-C or SIGTERM stops everything it started. Each child runs in its own
+process group (so the terminal's Ctrl-C reaches only this supervisor, which
+stops the children in order) and is told by the kernel to exit if the
+supervisor dies without cleaning up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from neuron.models.bundled import DEFAULT_CHAT_MODEL
+from neuron.models.prepare import PrepareError, default_cache_dir, prepare_all
+
+READY_TIMEOUT_S = 900.0
+STOP_TIMEOUT_S = 40.0
+
+
+@dataclass(frozen=True)
+class EmbeddedOptions:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    neuron_port: int = 50051
+    cache_dir: Path | None = None
+    kv_cache_gib: float = 1.0
+    max_model_len: int | None = None
+
+
+class _Stop(Exception):
+    pass
+
+
+def run_embedded(options: EmbeddedOptions) -> int:
+    cache_dir = options.cache_dir or default_cache_dir()
+    try:
+        prepare_all(cache_dir, [DEFAULT_CHAT_MODEL], _say)
+    except PrepareError as e:
+        print(f"neuraxis: {e}", file=sys.stderr)
+        return 1
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        raise _Stop()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        neuron_cmd = [
+            "neuron", "serve", "--host", "127.0.0.1", "--port", str(options.neuron_port),
+            "--model", DEFAULT_CHAT_MODEL, "--cache-dir", str(cache_dir),
+            "--kv-cache-gib", str(options.kv_cache_gib),
+        ]
+        if options.max_model_len:
+            neuron_cmd += ["--max-model-len", str(options.max_model_len)]
+        _say(f"starting neuron on 127.0.0.1:{options.neuron_port} (vLLM CPU engine, ~30 s)")
+        children.append(_spawn(neuron_cmd))
+        _say(f"starting cortex on {options.host}:{options.port}")
+        children.append(
+            _spawn([
+                "cortex", "--host", options.host, "--port", str(options.port),
+                "--neuron", f"127.0.0.1:{options.neuron_port}", "--model", DEFAULT_CHAT_MODEL,
+            ])
+        )
+        base = f"http://{options.host}:{options.port}"
+        _wait_ready(base, children)
+        _print_banner(base)
+        while all(c.poll() is None for c in children):
+            time.sleep(0.5)
+        dead = next(c for c in children if c.poll() is not None)
+        print(f"neuraxis: a child process exited (code {dead.returncode}); stopping", file=sys.stderr)
+        return 1
+    except _Stop:
+        _say("stopping")
+        return 0
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # cortex first, so that it stops taking requests before the neuron goes.
+        for child in reversed(children):
+            _stop(child)
+        _say("stopped")
+
+
+def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "neuraxis.cli", *args],
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
+
+
+def _die_with_parent() -> None:
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the child and wait for it to drain; then kill whatever is left
+    of its process group (vLLM's engine core runs there)."""
+    pgid = child.pid  # the child leads its own session and group
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pass
+    deadline = time.monotonic() + 10
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    child.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_ready(base: str, children: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for child in children:
+            if child.poll() is not None:
+                raise SystemExit(f"neuraxis: a child process exited during start-up (code {child.returncode})")
+        try:
+            with urllib.request.urlopen(f"{base}/readyz", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"neuraxis: not ready after {READY_TIMEOUT_S:.0f} s")
+
+
+def _print_banner(base: str) -> None:
+    print(
+        f"""
+neuraxis is ready: an OpenAI-compatible API at {base}/v1 (model {DEFAULT_CHAT_MODEL})
+
+  curl {base}/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{{"model": "{DEFAULT_CHAT_MODEL}", "messages": [{{"role": "user", "content": "What is the capital of France?"}}]}}'
+
+Press Ctrl-C to stop.
+""",
+        flush=True,
+    )
+
+
+def _say(line: str) -> None:
+    print(f"neuraxis: {line}", flush=True)

@@ -1,0 +1,133 @@
+"""The errors a client can see, written down once.
+
+    NeuraxisError
+    ├── InvalidRequestError        400 invalid_request_error          INVALID_ARGUMENT
+    │   ├── ContextLengthExceeded  400 ... context_length_exceeded    INVALID_ARGUMENT
+    │   └── RequestTooLargeError   413 ... request_too_large          RESOURCE_EXHAUSTED
+    ├── NotFoundError              404 invalid_request_error          NOT_FOUND
+    │   └── ModelNotFoundError     404 ... model_not_found            NOT_FOUND
+    ├── UnavailableError           503 server_error, Retry-After      UNAVAILABLE
+    ├── DeadlineExceededError      504 server_error timeout           DEADLINE_EXCEEDED
+    └── InternalError              500 server_error                   INTERNAL
+
+`ERROR_TABLE` is the one place that maps each kind to its HTTP status, its
+OpenAI error type and code, and its gRPC status. The neuron raises these,
+aborts the gRPC call with the mapped status and names the kind in the trailing
+metadata key `neuraxis-error`; cortex turns the status back into the same class
+(`from_grpc`) and renders it as the OpenAI error envelope. The table has no
+grpc dependency so that cortex's API layer can use it without one; gRPC codes
+are named by their enum member names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ERROR_METADATA_KEY = "neuraxis-error"
+PARAM_METADATA_KEY = "neuraxis-param"
+
+
+class NeuraxisError(Exception):
+    """Base of every error that reaches a client; `kind` names it on the wire."""
+
+    kind = "internal"
+    default_param: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param if param is not None else self.default_param
+
+
+class InvalidRequestError(NeuraxisError):
+    kind = "invalid_request"
+
+
+class ContextLengthExceededError(InvalidRequestError):
+    kind = "context_length_exceeded"
+    default_param = "messages"
+
+
+class RequestTooLargeError(InvalidRequestError):
+    kind = "request_too_large"
+
+
+class NotFoundError(NeuraxisError):
+    kind = "not_found"
+
+
+class ModelNotFoundError(NotFoundError):
+    kind = "model_not_found"
+    default_param = "model"
+
+
+class UnavailableError(NeuraxisError):
+    """No replica can take the request now; retrying later may work."""
+
+    kind = "unavailable"
+
+    def __init__(self, message: str, *, retry_after: int = 1, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.retry_after = retry_after
+
+
+class DeadlineExceededError(NeuraxisError):
+    kind = "deadline_exceeded"
+
+
+class InternalError(NeuraxisError):
+    kind = "internal"
+
+
+@dataclass(frozen=True)
+class ErrorMapping:
+    http_status: int
+    openai_type: str
+    openai_code: str | None
+    grpc_code: str  # a grpc.StatusCode member name
+
+
+ERROR_TABLE: dict[type[NeuraxisError], ErrorMapping] = {
+    InvalidRequestError: ErrorMapping(400, "invalid_request_error", None, "INVALID_ARGUMENT"),
+    ContextLengthExceededError: ErrorMapping(
+        400, "invalid_request_error", "context_length_exceeded", "INVALID_ARGUMENT"
+    ),
+    RequestTooLargeError: ErrorMapping(
+        413, "invalid_request_error", "request_too_large", "RESOURCE_EXHAUSTED"
+    ),
+    NotFoundError: ErrorMapping(404, "invalid_request_error", None, "NOT_FOUND"),
+    ModelNotFoundError: ErrorMapping(404, "invalid_request_error", "model_not_found", "NOT_FOUND"),
+    UnavailableError: ErrorMapping(503, "server_error", "service_unavailable", "UNAVAILABLE"),
+    DeadlineExceededError: ErrorMapping(504, "server_error", "timeout", "DEADLINE_EXCEEDED"),
+    InternalError: ErrorMapping(500, "server_error", "internal_error", "INTERNAL"),
+}
+
+_BY_KIND: dict[str, type[NeuraxisError]] = {cls.kind: cls for cls in ERROR_TABLE}
+# When the peer named no kind (it is not a neuron, or it crashed), the status
+# code alone decides.
+_BY_GRPC_CODE: dict[str, type[NeuraxisError]] = {
+    "INVALID_ARGUMENT": InvalidRequestError,
+    "OUT_OF_RANGE": InvalidRequestError,
+    "NOT_FOUND": NotFoundError,
+    "UNAVAILABLE": UnavailableError,
+    "RESOURCE_EXHAUSTED": UnavailableError,
+    "DEADLINE_EXCEEDED": DeadlineExceededError,
+}
+
+
+def mapping_for(error: NeuraxisError) -> ErrorMapping:
+    for cls in type(error).__mro__:
+        if cls in ERROR_TABLE:
+            return ERROR_TABLE[cls]  # type: ignore[index]
+    raise AssertionError(f"{type(error).__name__} is not in ERROR_TABLE")
+
+
+def from_grpc(
+    grpc_code: str, message: str, kind: str | None, param: str | None
+) -> NeuraxisError:
+    """Rebuild the typed error a neuron raised from its gRPC status."""
+    cls = _BY_KIND.get(kind or "") or _BY_GRPC_CODE.get(grpc_code, InternalError)
+    if cls is InternalError:
+        # The neuron's internal detail stays in the neuron's log.
+        return InternalError("the model server failed while handling the request")
+    return cls(message, param=param or None)

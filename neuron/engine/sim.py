@@ -1,0 +1,90 @@
+"""A simulated engine with configurable timing and faults.
+
+An honest test double for what does not need a real model: routing, failover,
+gateway overhead and error paths in tests and benchmarks. It produces words
+("tok0 tok1 ..."), counts a token per word and a prompt token per
+whitespace-separated word of the messages. Never the default engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from neuraxis.errors import InternalError, ModelNotFoundError
+from neuron.engine.base import (
+    Delta,
+    Engine,
+    EngineLoad,
+    EngineRequest,
+    FinishReason,
+    ServedModel,
+    Usage,
+    check_context,
+)
+from neuron.models.bundled import ModelTask
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    served_id: str = "sim-model"
+    max_context_length: int = 4096
+    ttft_s: float = 0.01
+    itl_s: float = 0.005
+    default_tokens: int = 16
+    # After this many tokens the request fails with an internal error (a
+    # crashing engine); 0 means never.
+    fail_after_tokens: int = 0
+
+
+class SimEngine(Engine):
+    def __init__(self, options: SimOptions) -> None:
+        self._options = options
+        self._running = 0
+        self._model = ServedModel(
+            id=options.served_id,
+            max_context_length=options.max_context_length,
+            task=ModelTask.GENERATE,
+            created=int(time.time()),
+        )
+
+    @property
+    def description(self) -> str:
+        return "sim"
+
+    async def start(self) -> None:
+        return None
+
+    def models(self) -> list[ServedModel]:
+        return [self._model]
+
+    def load(self) -> EngineLoad:
+        return EngineLoad(running=self._running, waiting=0)
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
+        if request.model != self._model.id:
+            raise ModelNotFoundError(f"The model '{request.model}' does not exist on this neuron.")
+        opts = self._options
+        prompt_tokens = sum(len(m.content.split()) for m in request.messages)
+        wanted = request.sampling.max_tokens or opts.default_tokens
+        max_tokens = min(check_context(self._model, prompt_tokens, wanted), wanted)
+        self._running += 1
+        try:
+            await asyncio.sleep(opts.ttft_s)
+            for i in range(max_tokens):
+                if opts.fail_after_tokens and i == opts.fail_after_tokens:
+                    raise InternalError("simulated engine failure")
+                if i:
+                    await asyncio.sleep(opts.itl_s)
+                text = f"tok{i}" if i == 0 else f" tok{i}"
+                if i < max_tokens - 1:
+                    yield Delta(text=text)
+            usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=max_tokens)
+            yield Delta(text=text, finish_reason=FinishReason.LENGTH, usage=usage)
+        finally:
+            self._running -= 1
+
+    async def shutdown(self) -> None:
+        return None

@@ -1,0 +1,80 @@
+"""`neuraxis neuron serve`: build the configured engine and serve it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from neuraxis.v1 import neuron_pb2 as pb
+from neuron.config import NeuronSettings
+from neuron.engine.base import Engine
+from neuron.models.bundled import BUNDLED_MODELS, ModelTask
+from neuron.models.prepare import default_cache_dir, prepare
+
+log = logging.getLogger("neuraxis.neuron")
+
+
+def build_engine(settings: NeuronSettings) -> Engine:
+    if settings.engine == "sim":
+        from neuron.engine.sim import SimEngine, SimOptions
+
+        return SimEngine(
+            SimOptions(
+                served_id=settings.served_id or "sim-model",
+                max_context_length=settings.max_model_len or 4096,
+                ttft_s=settings.sim_ttft_s,
+                itl_s=settings.sim_itl_s,
+                fail_after_tokens=settings.sim_fail_after_tokens,
+            )
+        )
+    from neuron.engine.vllm import VllmEngine, VllmOptions
+
+    path, served_id, task = resolve_model(settings)
+    return VllmEngine(
+        VllmOptions(
+            served_id=served_id,
+            model_path=path,
+            task=task,
+            dtype=settings.dtype,
+            max_model_len=settings.max_model_len,
+            kv_cache_gib=settings.kv_cache_gib,
+        )
+    )
+
+
+def resolve_model(settings: NeuronSettings) -> tuple[Path, str, ModelTask]:
+    """A bundled model id is prepared into the cache; anything else is a path."""
+    bundled = BUNDLED_MODELS.get(settings.model)
+    if bundled is not None:
+        cache = settings.cache_dir or default_cache_dir()
+        path = prepare(cache, bundled, lambda line: log.info("%s", line))
+        return path, settings.served_id or bundled.served_id, bundled.task
+    path = Path(settings.model).expanduser()
+    if not (path / "config.json").is_file():
+        known = ", ".join(sorted(BUNDLED_MODELS))
+        raise SystemExit(
+            f"neuron: model '{settings.model}' is neither a bundled model ({known}) "
+            "nor a model directory with a config.json"
+        )
+    return path, settings.served_id or path.name, ModelTask.GENERATE
+
+
+def run(settings: NeuronSettings) -> int:
+    from neuron.server import serve
+
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    engine = build_engine(settings)
+    asyncio.run(
+        serve(
+            engine,
+            host=settings.host,
+            port=settings.port,
+            generation=pb.GPU_GENERATION_CPU,
+            drain_timeout_s=settings.drain_timeout_s,
+        )
+    )
+    return 0

