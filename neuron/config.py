@@ -31,4 +31,4 @@ class NeuronSettings(BaseSettings):
     # Simulated engine only (tests and benchmarks).
     sim_ttft_s: float = Field(0.01, ge=0)
     sim_itl_s: float = Field(0.005, ge=0)
-    sim_fail_after_tokens: int = Field(0, ge=0)
+    sim_fail_after_tokens: int | None = Field(None, ge=0)

@@ -84,10 +84,10 @@ class NeuronPool:
 
     async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
         tried: set[int] = set()
+        index = self._pick(request.model, tried)
         while True:
-            index = self._pick(request.model, tried)
             state = self._states[index]
-            state.outstanding += 1
+            state.outstanding += 1  # counted at dispatch, not at the first token
             started = False
             try:
                 async for response in state.client.generate(request, self._timeout):
@@ -95,17 +95,28 @@ class NeuronPool:
                     yield response
                 return
             except (UnavailableError, InternalError) as e:
-                if started or len(tried) >= self._max_retries:
-                    raise
-                tried.add(index)
                 if isinstance(e, UnavailableError):
                     state.ready = False
-                log.warning(
-                    "request %s failed on %s before its first token (%s); retrying",
-                    request.request_id, state.client.address, e.message,
+                tried.add(index)
+                retry = None if started or len(tried) > self._max_retries else self._alternative(
+                    request.model, tried
                 )
+                if retry is None:
+                    raise
+                log.warning(
+                    "request %s failed on %s before its first token (%s); retrying on %s",
+                    request.request_id, state.client.address, e.message,
+                    self._states[retry].client.address,
+                )
+                index = retry
             finally:
                 state.outstanding -= 1
+
+    def _alternative(self, model: str, exclude: set[int]) -> int | None:
+        try:
+            return self._pick(model, exclude)
+        except NeuraxisError:
+            return None
 
     def _pick(self, model: str, exclude: set[int]) -> int:
         candidates = [

@@ -35,8 +35,8 @@ class SimOptions:
     itl_s: float = 0.005
     default_tokens: int = 16
     # After this many tokens the request fails with an internal error (a
-    # crashing engine); 0 means never.
-    fail_after_tokens: int = 0
+    # crashing engine); None means never, 0 fails before the first token.
+    fail_after_tokens: int | None = None
 
 
 class SimEngine(Engine):
@@ -73,8 +73,9 @@ class SimEngine(Engine):
         self._running += 1
         try:
             await asyncio.sleep(opts.ttft_s)
+            text = ""
             for i in range(max_tokens):
-                if opts.fail_after_tokens and i == opts.fail_after_tokens:
+                if i == opts.fail_after_tokens:
                     raise InternalError("simulated engine failure")
                 if i:
                     await asyncio.sleep(opts.itl_s)

@@ -1,0 +1,108 @@
+"""Session-wide real processes: the embedded default (`neuraxis up`: a vLLM CPU
+neuron with SmolLM2 and cortex), started once because the engine takes ~30 s,
+and a cortex in front of two simulated neurons for failure paths."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from openai import OpenAI
+
+from tests.procs import Proc, free_port, wait_http_ready
+
+MODEL = "smollm2-135m-instruct"
+ENGINE_START_TIMEOUT_S = 600
+
+
+@dataclass
+class Stack:
+    base_url: str
+    neuron_address: str
+    proc: Proc
+
+    def client(self) -> OpenAI:
+        return OpenAI(
+            base_url=f"{self.base_url}/v1",
+            api_key="unused",
+            max_retries=0,
+            _strict_response_validation=True,
+        )
+
+
+@pytest.fixture(scope="session")
+def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def stack(logs_dir: Path) -> Iterator[Stack]:
+    port, neuron_port = free_port(), free_port()
+    proc = Proc(
+        ["up", "--port", str(port), "--neuron-port", str(neuron_port)], logs_dir / "up.log"
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http_ready(proc, f"{base}/readyz", ENGINE_START_TIMEOUT_S)
+        yield Stack(base_url=base, neuron_address=f"127.0.0.1:{neuron_port}", proc=proc)
+    finally:
+        proc.stop()
+
+
+@dataclass
+class SimStack:
+    base_url: str
+    healthy_model: str
+    failing_model: str
+    crashing_model: str
+
+    def client(self) -> OpenAI:
+        return OpenAI(
+            base_url=f"{self.base_url}/v1",
+            api_key="unused",
+            max_retries=0,
+            _strict_response_validation=True,
+        )
+
+
+@pytest.fixture(scope="session")
+def sim_stack(logs_dir: Path) -> Iterator[SimStack]:
+    """cortex with three simulated neurons: one healthy, one whose engine fails
+    after three tokens, one that fails before the first token; plus an address
+    where nothing listens (a dead neuron) for a configured model."""
+    procs: list[Proc] = []
+    neurons: list[str] = []
+    specs = [
+        ("sim-ok", []),
+        ("sim-midstream-fail", ["--sim-fail-after-tokens", "3"]),
+        ("sim-crash", ["--sim-fail-after-tokens", "0"]),
+    ]
+    try:
+        for served_id, extra in specs:
+            port = free_port()
+            neurons += ["--neuron", f"127.0.0.1:{port}"]
+            procs.append(
+                Proc(
+                    ["neuron", "serve", "--engine", "sim", "--port", str(port),
+                     "--served-id", served_id, *extra],
+                    logs_dir / f"{served_id}.log",
+                )
+            )
+        dead = f"127.0.0.1:{free_port()}"
+        port = free_port()
+        cortex = Proc(
+            ["cortex", "--port", str(port), *neurons, "--neuron", dead,
+             "--model", "sim-ok", "--model", "sim-dead"],
+            logs_dir / "sim-cortex.log",
+        )
+        procs.append(cortex)
+        base = f"http://127.0.0.1:{port}"
+        # /readyz stays 503 (sim-dead never comes); wait for the live models.
+        for served_id, _ in specs:
+            wait_http_ready(cortex, f"{base}/v1/models/{served_id}", 60)
+        yield SimStack(base, "sim-ok", "sim-midstream-fail", "sim-crash")
+    finally:
+        for p in procs:
+            p.stop()

@@ -1,0 +1,81 @@
+"""Starting and stopping the real processes the integration tests drive."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # No model hub here: everything loads from the prepared cache.
+    env["HF_HUB_OFFLINE"] = "1"
+    env["TRANSFORMERS_OFFLINE"] = "1"
+    return env
+
+
+class Proc:
+    """A `neuraxis ...` child in its own process group, logging to a file."""
+
+    def __init__(self, args: list[str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop())
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "neuraxis.cli", *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=child_env(),
+            cwd=REPO,
+            start_new_session=True,
+        )
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        if self.alive():
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        code = self.popen.wait()
+        self._log.close()
+        return code
+
+
+def wait_http_ready(proc: Proc, url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"process exited early:\n{proc.log_tail()}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} not ready after {timeout} s:\n{proc.log_tail()}")

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+
+from neuraxis.errors import (
+    ERROR_TABLE,
+    ContextLengthExceededError,
+    DeadlineExceededError,
+    InternalError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    NeuraxisError,
+    NotFoundError,
+    UnavailableError,
+    from_grpc,
+    mapping_for,
+)
+
+
+def test_every_error_class_has_a_distinct_kind_and_a_mapping() -> None:
+    kinds = [cls.kind for cls in ERROR_TABLE]
+    assert len(kinds) == len(set(kinds))
+    for cls in ERROR_TABLE:
+        assert mapping_for(cls("x")) is ERROR_TABLE[cls]
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "type_", "code", "grpc_code"),
+    [
+        (InvalidRequestError("x"), 400, "invalid_request_error", None, "INVALID_ARGUMENT"),
+        (ContextLengthExceededError("x"), 400, "invalid_request_error", "context_length_exceeded", "INVALID_ARGUMENT"),
+        (ModelNotFoundError("x"), 404, "invalid_request_error", "model_not_found", "NOT_FOUND"),
+        (UnavailableError("x"), 503, "server_error", "service_unavailable", "UNAVAILABLE"),
+        (DeadlineExceededError("x"), 504, "server_error", "timeout", "DEADLINE_EXCEEDED"),
+        (InternalError("x"), 500, "server_error", "internal_error", "INTERNAL"),
+    ],
+)
+def test_table(error: NeuraxisError, status: int, type_: str, code: str | None, grpc_code: str) -> None:
+    m = mapping_for(error)
+    assert (m.http_status, m.openai_type, m.openai_code, m.grpc_code) == (status, type_, code, grpc_code)
+
+
+def test_default_params() -> None:
+    assert ModelNotFoundError("x").param == "model"
+    assert ContextLengthExceededError("x").param == "messages"
+    assert InvalidRequestError("x", param="temperature").param == "temperature"
+
+
+def test_from_grpc_prefers_the_named_kind() -> None:
+    e = from_grpc("INVALID_ARGUMENT", "too long", "context_length_exceeded", "messages")
+    assert type(e) is ContextLengthExceededError and e.message == "too long" and e.param == "messages"
+    e = from_grpc("NOT_FOUND", "nope", "model_not_found", None)
+    assert type(e) is ModelNotFoundError and e.param == "model"
+
+
+def test_from_grpc_falls_back_to_the_status_code() -> None:
+    assert type(from_grpc("INVALID_ARGUMENT", "bad", None, None)) is InvalidRequestError
+    assert type(from_grpc("NOT_FOUND", "x", None, None)) is NotFoundError
+    assert type(from_grpc("UNAVAILABLE", "x", None, None)) is UnavailableError
+    assert type(from_grpc("DEADLINE_EXCEEDED", "x", None, None)) is DeadlineExceededError
+
+
+def test_internal_details_do_not_leak() -> None:
+    e = from_grpc("INTERNAL", "Traceback (most recent call last): ...", None, None)
+    assert type(e) is InternalError and "Traceback" not in e.message
+    assert type(from_grpc("UNKNOWN", "boom", None, None)) is InternalError
