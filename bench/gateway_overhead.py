@@ -50,10 +50,16 @@ class Run:
         return self.tokens / self.wall_s
 
 
-async def _via_cortex(client: httpx.AsyncClient, base: str, prompt: str, max_tokens: int) -> tuple[float, int]:
+async def _via_cortex(
+    client: httpx.AsyncClient, base: str, prompt: str, max_tokens: int
+) -> tuple[float, int]:
     body = {
-        "model": MODEL, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-        "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True},
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
     }
     started = time.perf_counter()
     ttft = None
@@ -74,7 +80,8 @@ async def _via_cortex(client: httpx.AsyncClient, base: str, prompt: str, max_tok
 
 async def _via_grpc(stub: pb_grpc.NeuronStub, prompt: str, max_tokens: int) -> tuple[float, int]:
     request = pb.GenerateRequest(
-        request_id=f"bench-{uuid.uuid4().hex}", model=MODEL,
+        request_id=f"bench-{uuid.uuid4().hex}",
+        model=MODEL,
         messages=[pb.ChatMessage(role="user", content=prompt)],
         sampling=pb.SamplingParams(max_tokens=max_tokens, temperature=0),
     )
@@ -90,7 +97,9 @@ async def _via_grpc(stub: pb_grpc.NeuronStub, prompt: str, max_tokens: int) -> t
     return ttft, tokens
 
 
-async def _run(path: str, concurrency: int, requests: int, max_tokens: int, base: str, neuron: str) -> Run:
+async def _run(
+    path: str, concurrency: int, requests: int, max_tokens: int, base: str, neuron: str
+) -> Run:
     semaphore = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as http:
         channel = grpc.aio.insecure_channel(neuron)
@@ -111,8 +120,15 @@ async def _run(path: str, concurrency: int, requests: int, max_tokens: int, base
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per concurrency (each runs both paths twice)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="A/B rounds per concurrency (each runs both paths twice)",
+    )
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--out", type=Path, default=Path("bench/results/gateway_overhead.json"))
@@ -138,9 +154,12 @@ def main() -> int:
                 for path in order + order[::-1]:
                     run = asyncio.run(_run(path, c, requests, args.max_tokens, base, neuron))
                     runs[path].append(run)
-                    print(f"  c={c:<2} {path:<6} ttft p50 {statistics.median(run.ttfts) * 1000:7.1f} ms"
-                          f"  {run.tokens_per_s:6.1f} tok/s  ({run.tokens} tokens in {run.wall_s:.1f} s)",
-                          flush=True)
+                    ttft_ms = statistics.median(run.ttfts) * 1000
+                    print(
+                        f"  c={c:<2} {path:<6} ttft p50 {ttft_ms:7.1f} ms  "
+                        f"{run.tokens_per_s:6.1f} tok/s  ({run.tokens} tokens, {run.wall_s:.1f} s)",
+                        flush=True,
+                    )
             for path, rs in runs.items():
                 summary[f"c{c}_{path}"] = {
                     "ttft_p50_ms": statistics.median(statistics.median(x.ttfts) for x in rs) * 1000,
@@ -155,15 +174,18 @@ def main() -> int:
     for c in args.concurrency:
         for path in ("grpc", "cortex"):
             s = summary[f"c{c}_{path}"]
-            print(f"| {c} | {'direct gRPC' if path == 'grpc' else 'cortex HTTP'} | {s['ttft_p50_ms']:.1f} | {s['tokens_per_s']:.1f} |")
+            name = "direct gRPC" if path == "grpc" else "cortex HTTP"
+            print(f"| {c} | {name} | {s['ttft_p50_ms']:.1f} | {s['tokens_per_s']:.1f} |")
     print()
     for c in args.concurrency:
         g, h = summary[f"c{c}_grpc"], summary[f"c{c}_cortex"]
         ratio = h["tokens_per_s"] / g["tokens_per_s"]
         added = h["ttft_p50_ms"] - g["ttft_p50_ms"]
         summary[f"c{c}_ratio"] = {"tokens_per_s_ratio": ratio, "ttft_added_ms": added}
-        print(f"concurrency {c}: cortex keeps {ratio * 100:.1f}% of direct tokens/s "
-              f"(target >= 97%), adds {added:+.1f} ms to median TTFT (target < 5 ms)")
+        print(
+            f"concurrency {c}: cortex keeps {ratio * 100:.1f}% of direct tokens/s "
+            f"(target >= 97%), adds {added:+.1f} ms to median TTFT (target < 5 ms)"
+        )
     args.out.write_text(json.dumps(summary, indent=2))
     return 0
 

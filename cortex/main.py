@@ -13,7 +13,9 @@ from cortex.config import CortexSettings
 
 def run(settings: CortexSettings) -> int:
     logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     app = create_app(settings)
     uvicorn.run(

@@ -32,7 +32,7 @@ class BodyLimit:
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
                     too_large = True
-                    raise _TooLarge()
+                    raise _TooLargeError()
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -45,7 +45,7 @@ class BodyLimit:
 
         try:
             await self.app(scope, limited_receive, guarded_send)
-        except _TooLarge:
+        except _TooLargeError:
             if not answered:
                 await self._send_413(send)
 
@@ -67,5 +67,5 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": payload})
 
 
-class _TooLarge(Exception):
+class _TooLargeError(Exception):
     pass

@@ -9,4 +9,3 @@ DONE = b"data: [DONE]\n\n"
 
 def data_frame(payload: str) -> bytes:
     return b"data: " + payload.encode() + b"\n\n"
-

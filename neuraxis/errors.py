@@ -118,13 +118,11 @@ _BY_GRPC_CODE: dict[str, type[NeuraxisError]] = {
 def mapping_for(error: NeuraxisError) -> ErrorMapping:
     for cls in type(error).__mro__:
         if cls in ERROR_TABLE:
-            return ERROR_TABLE[cls]  # type: ignore[index]
+            return ERROR_TABLE[cls]
     raise AssertionError(f"{type(error).__name__} is not in ERROR_TABLE")
 
 
-def from_grpc(
-    grpc_code: str, message: str, kind: str | None, param: str | None
-) -> NeuraxisError:
+def from_grpc(grpc_code: str, message: str, kind: str | None, param: str | None) -> NeuraxisError:
     """Rebuild the typed error a neuron raised from its gRPC status."""
     cls = _BY_KIND.get(kind or "") or _BY_GRPC_CODE.get(grpc_code, InternalError)
     if cls is InternalError:

@@ -46,10 +46,11 @@ def load_settings(cls: type[S], toml_path: Path | None, overrides: dict[str, Any
 
     _WithToml.__name__ = cls.__name__
     try:
-        return _WithToml(**given)  # type: ignore[no-any-return]
+        return _WithToml(**given)
     except ValidationError as e:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(file)'}: {err['msg']}" for err in e.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or '(file)'}: {err['msg']}"
+            for err in e.errors()
         )
         where = f" in {toml_path}" if toml_path else ""
         raise SettingsError(f"invalid configuration{where}: {problems}") from None

@@ -65,7 +65,9 @@ def run(settings: NeuronSettings) -> int:
     from neuron.server import serve
 
     logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     engine = build_engine(settings)
     asyncio.run(

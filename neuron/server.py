@@ -43,7 +43,7 @@ _TASK_TO_PB = {ModelTask.GENERATE: pb.MODEL_TASK_GENERATE, ModelTask.EMBED: pb.M
 
 
 class NeuronServicer(pb_grpc.NeuronServicer):
-    def __init__(self, engine: Engine, generation: pb.GpuGeneration.ValueType) -> None:
+    def __init__(self, engine: Engine, generation: pb.GpuGeneration) -> None:
         self._engine = engine
         self._generation = generation
         self.ready = False
@@ -143,14 +143,14 @@ async def serve(
     engine: Engine,
     host: str,
     port: int,
-    generation: pb.GpuGeneration.ValueType,
+    generation: pb.GpuGeneration,
     drain_timeout_s: float,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then drain: stop accepting calls, let
     in-flight ones finish for up to drain_timeout_s, and stop the engine."""
     server = grpc.aio.server()
     servicer = NeuronServicer(engine, generation)
-    pb_grpc.add_NeuronServicer_to_server(servicer, server)
+    pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):

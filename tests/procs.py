@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from neuraxis.process import stop_process_group
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -52,17 +54,7 @@ class Proc:
         return self.popen.poll() is None
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        if self.alive():
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        code = self.popen.wait()
+        code = stop_process_group(self.popen, sig, timeout)
         self._log.close()
         return code
 

@@ -53,9 +53,7 @@ def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.Gene
         presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty,
     )
-    messages = [
-        pb.ChatMessage(role=m.role, content=m.text(), name=m.name) for m in body.messages
-    ]
+    messages = [pb.ChatMessage(role=m.role, content=m.text(), name=m.name) for m in body.messages]
     return pb.GenerateRequest(
         request_id=request_id, model=body.model, messages=messages, sampling=sampling
     )

@@ -32,7 +32,10 @@ def error_envelope(error: NeuraxisError) -> ErrorEnvelope:
     mapping = mapping_for(error)
     return ErrorEnvelope(
         error=ErrorBody(
-            message=error.message, type=mapping.openai_type, param=error.param, code=mapping.openai_code
+            message=error.message,
+            type=mapping.openai_type,
+            param=error.param,
+            code=mapping.openai_code,
         )
     )
 
@@ -97,4 +100,6 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)
-        return error_response(InternalError("The server had an error while processing your request."))
+        return error_response(
+            InternalError("The server had an error while processing your request.")
+        )

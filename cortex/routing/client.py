@@ -46,18 +46,20 @@ class NeuronClient:
         # is made on first use, inside the server's loop.
         if self._stub_ is None:
             self._channel = grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
-            self._stub_ = pb_grpc.NeuronStub(self._channel)
+            self._stub_ = pb_grpc.NeuronStub(self._channel)  # type: ignore[no-untyped-call]
         return self._stub_
 
     async def info(self, timeout: float) -> pb.InfoResponse:
         try:
-            return await self._stub.Info(pb.InfoRequest(), timeout=timeout)
+            info: pb.InfoResponse = await self._stub.Info(pb.InfoRequest(), timeout=timeout)
+            return info
         except grpc.aio.AioRpcError as e:
             raise self._translate(e) from None
 
     async def load(self, timeout: float) -> pb.LoadResponse:
         try:
-            return await self._stub.Load(pb.LoadRequest(), timeout=timeout)
+            load: pb.LoadResponse = await self._stub.Load(pb.LoadRequest(), timeout=timeout)
+            return load
         except grpc.aio.AioRpcError as e:
             raise self._translate(e) from None
 

@@ -16,6 +16,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from cortex.routing.client import NeuronClient
 from neuraxis.errors import (
     InternalError,
     ModelNotFoundError,
@@ -23,7 +24,6 @@ from neuraxis.errors import (
     UnavailableError,
 )
 from neuraxis.v1 import neuron_pb2 as pb
-from cortex.routing.client import NeuronClient
 
 log = logging.getLogger("neuraxis.cortex")
 
@@ -98,14 +98,18 @@ class NeuronPool:
                 if isinstance(e, UnavailableError):
                     state.ready = False
                 tried.add(index)
-                retry = None if started or len(tried) > self._max_retries else self._alternative(
-                    request.model, tried
+                retry = (
+                    None
+                    if started or len(tried) > self._max_retries
+                    else self._alternative(request.model, tried)
                 )
                 if retry is None:
                     raise
                 log.warning(
                     "request %s failed on %s before its first token (%s); retrying on %s",
-                    request.request_id, state.client.address, e.message,
+                    request.request_id,
+                    state.client.address,
+                    e.message,
                     self._states[retry].client.address,
                 )
                 index = retry
@@ -120,7 +124,8 @@ class NeuronPool:
 
     def _pick(self, model: str, exclude: set[int]) -> int:
         candidates = [
-            i for i, s in enumerate(self._states)
+            i
+            for i, s in enumerate(self._states)
             if s.ready and model in s.models and i not in exclude
         ]
         if candidates:
@@ -150,7 +155,9 @@ class NeuronPool:
             state.ready = False
             return
         if info.ready and not state.ready:
-            log.info("neuron %s ready: %s", state.client.address, ", ".join(m.id for m in info.models))
+            log.info(
+                "neuron %s ready: %s", state.client.address, ", ".join(m.id for m in info.models)
+            )
         state.ever_seen = True
         state.ready = info.ready
         if info.ready:

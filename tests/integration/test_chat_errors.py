@@ -49,13 +49,23 @@ def test_invalid_temperature_names_its_param(stack: Stack) -> None:
         ({"model": MODEL, "messages": HELLO, "max_tokens": 0}, "max_tokens"),
         ({"model": MODEL, "messages": HELLO, "top_p": 1.5}, "top_p"),
         ({"model": MODEL, "messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
-        ({"model": MODEL, "messages": HELLO, "stream_options": {"include_usage": True}}, "stream_options"),
+        (
+            {"model": MODEL, "messages": HELLO, "stream_options": {"include_usage": True}},
+            "stream_options",
+        ),
         ({"model": MODEL, "messages": HELLO, "tools": [{"type": "function"}]}, "tools"),
         ({"model": MODEL, "messages": HELLO, "n": 2}, "n"),
         ({"model": MODEL, "messages": HELLO, "bogus_option": 1}, "bogus_option"),
         (
-            {"model": MODEL, "messages": [{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
+            {
+                "model": MODEL,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}],
+                    }
+                ],
+            },
             "messages[0].content",
         ),
     ],
@@ -108,14 +118,14 @@ def test_unexpected_failure_is_500_without_stack_trace(sim_stack: SimStack) -> N
     assert r.status_code == 500
     error = _envelope(r)
     assert error["type"] == "server_error"
-    assert "Traceback" not in r.text and "File \"" not in r.text
+    assert "Traceback" not in r.text and 'File "' not in r.text
 
 
 def test_failure_after_stream_start_ends_with_error_chunk_and_done(sim_stack: SimStack) -> None:
     body = {"model": sim_stack.failing_model, "messages": HELLO, "stream": True, "max_tokens": 10}
     with httpx.stream("POST", f"{sim_stack.base_url}/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
-        events = [line[len("data: "):] for line in r.iter_lines() if line.startswith("data: ")]
+        events = [line[len("data: ") :] for line in r.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
     assert error["type"] == "server_error" and error["message"]
@@ -133,7 +143,10 @@ def test_failure_after_stream_start_ends_with_error_chunk_and_done(sim_stack: Si
 def test_healthy_sim_neuron_streams_to_the_end(sim_stack: SimStack) -> None:
     chunks = list(
         sim_stack.client().chat.completions.create(
-            model=sim_stack.healthy_model, messages=HELLO, stream=True, max_tokens=4  # type: ignore[arg-type]
+            model=sim_stack.healthy_model,
+            messages=HELLO,
+            stream=True,
+            max_tokens=4,  # type: ignore[arg-type]
         )
     )
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "tok0 tok1 tok2 tok3"
@@ -141,7 +154,10 @@ def test_healthy_sim_neuron_streams_to_the_end(sim_stack: SimStack) -> None:
 
 
 def test_oversized_body_is_413(sim_stack: SimStack) -> None:
-    huge = {"model": sim_stack.healthy_model, "messages": [{"role": "user", "content": "x" * (17 * 1024 * 1024)}]}
+    huge = {
+        "model": sim_stack.healthy_model,
+        "messages": [{"role": "user", "content": "x" * (17 * 1024 * 1024)}],
+    }
     r = httpx.post(f"{sim_stack.base_url}/v1/chat/completions", json=huge, timeout=30)
     assert r.status_code == 413
     assert _envelope(r)["code"] == "request_too_large"

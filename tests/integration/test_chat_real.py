@@ -18,7 +18,9 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 def test_capital_of_france(stack: Stack) -> None:
     completion = stack.client().chat.completions.create(
-        model=MODEL, messages=QUESTION, temperature=0  # type: ignore[arg-type]
+        model=MODEL,
+        messages=QUESTION,
+        temperature=0,  # type: ignore[arg-type]
     )
     assert "Paris" in (completion.choices[0].message.content or "")
     assert completion.choices[0].finish_reason == "stop"
@@ -27,7 +29,10 @@ def test_capital_of_france(stack: Stack) -> None:
 
 def test_capital_of_france_streamed(stack: Stack) -> None:
     stream = stack.client().chat.completions.create(
-        model=MODEL, messages=QUESTION, temperature=0, stream=True  # type: ignore[arg-type]
+        model=MODEL,
+        messages=QUESTION,
+        temperature=0,
+        stream=True,  # type: ignore[arg-type]
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -42,7 +47,13 @@ def test_capital_of_france_streamed(stack: Stack) -> None:
 def test_streamed_text_equals_non_streamed_for_same_seed(stack: Stack) -> None:
     client = stack.client()
     messages = [{"role": "user", "content": "Tell me a short story about a cat."}]
-    args = {"model": MODEL, "messages": messages, "temperature": 1.0, "seed": 1234, "max_tokens": 40}
+    args = {
+        "model": MODEL,
+        "messages": messages,
+        "temperature": 1.0,
+        "seed": 1234,
+        "max_tokens": 40,
+    }
     whole = client.chat.completions.create(**args)  # type: ignore[call-overload]
     streamed = "".join(
         c.choices[0].delta.content or ""
@@ -56,7 +67,10 @@ def test_streamed_text_equals_non_streamed_for_same_seed(stack: Stack) -> None:
 def test_usage_adds_up(stack: Stack) -> None:
     client = stack.client()
     whole = client.chat.completions.create(
-        model=MODEL, messages=QUESTION, temperature=0, max_tokens=5  # type: ignore[arg-type]
+        model=MODEL,
+        messages=QUESTION,
+        temperature=0,
+        max_tokens=5,  # type: ignore[arg-type]
     )
     usage = whole.usage
     assert usage is not None
@@ -68,8 +82,12 @@ def test_usage_adds_up(stack: Stack) -> None:
 
     chunks = list(
         client.chat.completions.create(
-            model=MODEL, messages=QUESTION, temperature=0, max_tokens=5,  # type: ignore[arg-type]
-            stream=True, stream_options={"include_usage": True},
+            model=MODEL,
+            messages=QUESTION,
+            temperature=0,
+            max_tokens=5,  # type: ignore[arg-type]
+            stream=True,
+            stream_options={"include_usage": True},
         )
     )
     assert all(c.usage is None for c in chunks[:-1])
@@ -97,7 +115,10 @@ def _wait_idle(address: str, timeout: float = 10) -> pb.LoadResponse:
 def test_client_disconnect_aborts_generation_in_engine(stack: Stack) -> None:
     assert _wait_idle(stack.neuron_address).running == 0
     body = {
-        "model": MODEL, "stream": True, "max_tokens": 2000, "temperature": 1.0,
+        "model": MODEL,
+        "stream": True,
+        "max_tokens": 2000,
+        "temperature": 1.0,
         "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
     }
     with httpx.stream("POST", f"{stack.base_url}/v1/chat/completions", json=body, timeout=60) as r:

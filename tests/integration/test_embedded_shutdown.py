@@ -16,14 +16,19 @@ from tests.procs import Proc, free_port, wait_http_ready
 @pytest.mark.parametrize("sig", [signal.SIGINT])
 def test_up_serves_then_stops_everything(logs_dir, sig: int) -> None:  # type: ignore[no-untyped-def]
     port = free_port()
-    proc = Proc(["up", "--port", str(port), "--neuron-port", str(free_port())], logs_dir / "up2.log")
+    proc = Proc(
+        ["up", "--port", str(port), "--neuron-port", str(free_port())], logs_dir / "up2.log"
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         wait_http_ready(proc, f"{base}/readyz", ENGINE_START_TIMEOUT_S)
         r = httpx.post(
             f"{base}/v1/chat/completions",
-            json={"model": MODEL, "temperature": 0,
-                  "messages": [{"role": "user", "content": "What is the capital of France?"}]},
+            json={
+                "model": MODEL,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            },
             timeout=60,
         )
         assert "Paris" in r.json()["choices"][0]["message"]["content"]

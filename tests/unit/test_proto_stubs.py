@@ -14,14 +14,21 @@ GENERATED = ["neuron_pb2.py", "neuron_pb2.pyi", "neuron_pb2_grpc.py"]
 def test_stubs_are_up_to_date(tmp_path: Path) -> None:
     subprocess.run(
         [
-            sys.executable, "-m", "grpc_tools.protoc", f"-I{REPO / 'proto'}",
-            f"--python_out={tmp_path}", f"--pyi_out={tmp_path}", f"--grpc_python_out={tmp_path}",
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{REPO / 'proto'}",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
             str(REPO / "proto/neuraxis/v1/neuron.proto"),
         ],
         check=True,
     )
     stale = [
-        name for name in GENERATED
-        if (tmp_path / "neuraxis/v1" / name).read_bytes() != (REPO / "neuraxis/v1" / name).read_bytes()
+        name
+        for name in GENERATED
+        if (tmp_path / "neuraxis/v1" / name).read_bytes()
+        != (REPO / "neuraxis/v1" / name).read_bytes()
     ]
     assert not stale, f"out of date with neuron.proto: {stale}; run `make proto`"

@@ -42,7 +42,8 @@ class ScriptedPool:
 
 
 DONE = pb.GenerateResponse(
-    text="!", finish_reason=pb.FINISH_REASON_STOP,
+    text="!",
+    finish_reason=pb.FINISH_REASON_STOP,
     usage=pb.Usage(prompt_tokens=3, completion_tokens=2, cached_prompt_tokens=1),
 )
 SCRIPT: list[pb.GenerateResponse | NeuraxisError] = [pb.GenerateResponse(text="Hi"), DONE]
@@ -62,17 +63,29 @@ def client() -> Iterator[TestClient]:
 
 
 def test_translation_to_internal_request() -> None:
-    body = ChatCompletionRequest.model_validate({
-        "model": "m",
-        "messages": [
-            {"role": "developer", "content": "Be kind."},
-            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-        ],
-        "max_completion_tokens": 7, "max_tokens": 99, "temperature": 0.5, "stop": "x", "seed": 3,
-    })
+    body = ChatCompletionRequest.model_validate(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "developer", "content": "Be kind."},
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                },
+            ],
+            "max_completion_tokens": 7,
+            "max_tokens": 99,
+            "temperature": 0.5,
+            "stop": "x",
+            "seed": 3,
+        }
+    )
     req = to_generate_request(body, "id-1")
     assert req.request_id == "id-1" and req.model == "m"
-    assert [(m.role, m.content) for m in req.messages] == [("developer", "Be kind."), ("user", "ab")]
+    assert [(m.role, m.content) for m in req.messages] == [
+        ("developer", "Be kind."),
+        ("user", "ab"),
+    ]
     assert req.sampling.max_tokens == 7  # max_completion_tokens wins
     assert req.sampling.temperature == 0.5 and list(req.sampling.stop) == ["x"]
     assert req.sampling.seed == 3
@@ -89,39 +102,60 @@ def test_unsupported_field_is_rejected_with_param() -> None:
 
 
 def test_non_streamed_answer(client: TestClient) -> None:
-    r = client.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+    r = client.post(
+        "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    )
     assert r.status_code == 200
     body = r.json()
     assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
     assert r.headers["x-request-id"] == body["id"]
-    assert body["choices"] == [{
-        "index": 0, "message": {"role": "assistant", "content": "Hi!", "refusal": None},
-        "logprobs": None, "finish_reason": "stop",
-    }]
+    assert body["choices"] == [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Hi!", "refusal": None},
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ]
     assert body["usage"] == {
-        "prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
+        "prompt_tokens": 3,
+        "completion_tokens": 2,
+        "total_tokens": 5,
         "prompt_tokens_details": {"cached_tokens": 1},
     }
 
 
 def _events(text: str) -> list[str]:
-    return [line[len("data: "):] for line in text.split("\n\n") if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in text.split("\n\n") if line.startswith("data: ")]
 
 
 def test_stream_shape_with_usage(client: TestClient) -> None:
-    r = client.post("/v1/chat/completions", json={
-        "model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True,
-        "stream_options": {"include_usage": True},
-    })
+    r = client.post(
+        "/v1/chat/completions",
+        json={
+            "model": "m",
+            "messages": [{"role": "user", "content": "x"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert r.headers["content-type"].startswith("text/event-stream")
     events = _events(r.text)
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert [c["choices"][0]["delta"] if c["choices"] else None for c in chunks] == [
-        {"role": "assistant", "content": ""}, {"content": "Hi"}, {"content": "!"}, {}, None,
+        {"role": "assistant", "content": ""},
+        {"content": "Hi"},
+        {"content": "!"},
+        {},
+        None,
     ]
     assert [c["choices"][0]["finish_reason"] if c["choices"] else "-" for c in chunks] == [
-        None, None, None, "stop", "-",
+        None,
+        None,
+        None,
+        "stop",
+        "-",
     ]
     assert len({c["id"] for c in chunks}) == 1 and len({c["created"] for c in chunks}) == 1
     assert all(c["usage"] is None for c in chunks[:-1])
@@ -129,9 +163,14 @@ def test_stream_shape_with_usage(client: TestClient) -> None:
 
 
 def test_stream_without_usage_has_no_usage_key(client: TestClient) -> None:
-    r = client.post("/v1/chat/completions", json={
-        "model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True,
-    })
+    r = client.post(
+        "/v1/chat/completions",
+        json={
+            "model": "m",
+            "messages": [{"role": "user", "content": "x"}],
+            "stream": True,
+        },
+    )
     chunks = [json.loads(e) for e in _events(r.text)[:-1]]
     assert all("usage" not in c for c in chunks)
 
@@ -139,9 +178,14 @@ def test_stream_without_usage_has_no_usage_key(client: TestClient) -> None:
 def test_error_before_first_token_gets_its_status() -> None:
     c, _ = _client([UnavailableError("busy", retry_after=3)])
     with c:
-        r = c.post("/v1/chat/completions", json={
-            "model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True,
-        })
+        r = c.post(
+            "/v1/chat/completions",
+            json={
+                "model": "m",
+                "messages": [{"role": "user", "content": "x"}],
+                "stream": True,
+            },
+        )
     assert r.status_code == 503 and r.headers["retry-after"] == "3"
     assert r.json()["error"]["code"] == "service_unavailable"
 
@@ -149,9 +193,14 @@ def test_error_before_first_token_gets_its_status() -> None:
 def test_error_mid_stream_ends_with_error_chunk_then_done() -> None:
     c, _ = _client([pb.GenerateResponse(text="Hi"), UnavailableError("neuron lost")])
     with c:
-        r = c.post("/v1/chat/completions", json={
-            "model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True,
-        })
+        r = c.post(
+            "/v1/chat/completions",
+            json={
+                "model": "m",
+                "messages": [{"role": "user", "content": "x"}],
+                "stream": True,
+            },
+        )
     events = _events(r.text)
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["error"]["message"] == "neuron lost"

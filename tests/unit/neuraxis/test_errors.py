@@ -28,16 +28,29 @@ def test_every_error_class_has_a_distinct_kind_and_a_mapping() -> None:
     ("error", "status", "type_", "code", "grpc_code"),
     [
         (InvalidRequestError("x"), 400, "invalid_request_error", None, "INVALID_ARGUMENT"),
-        (ContextLengthExceededError("x"), 400, "invalid_request_error", "context_length_exceeded", "INVALID_ARGUMENT"),
+        (
+            ContextLengthExceededError("x"),
+            400,
+            "invalid_request_error",
+            "context_length_exceeded",
+            "INVALID_ARGUMENT",
+        ),
         (ModelNotFoundError("x"), 404, "invalid_request_error", "model_not_found", "NOT_FOUND"),
         (UnavailableError("x"), 503, "server_error", "service_unavailable", "UNAVAILABLE"),
         (DeadlineExceededError("x"), 504, "server_error", "timeout", "DEADLINE_EXCEEDED"),
         (InternalError("x"), 500, "server_error", "internal_error", "INTERNAL"),
     ],
 )
-def test_table(error: NeuraxisError, status: int, type_: str, code: str | None, grpc_code: str) -> None:
+def test_table(
+    error: NeuraxisError, status: int, type_: str, code: str | None, grpc_code: str
+) -> None:
     m = mapping_for(error)
-    assert (m.http_status, m.openai_type, m.openai_code, m.grpc_code) == (status, type_, code, grpc_code)
+    assert (m.http_status, m.openai_type, m.openai_code, m.grpc_code) == (
+        status,
+        type_,
+        code,
+        grpc_code,
+    )
 
 
 def test_default_params() -> None:
@@ -48,7 +61,9 @@ def test_default_params() -> None:
 
 def test_from_grpc_prefers_the_named_kind() -> None:
     e = from_grpc("INVALID_ARGUMENT", "too long", "context_length_exceeded", "messages")
-    assert type(e) is ContextLengthExceededError and e.message == "too long" and e.param == "messages"
+    assert (
+        type(e) is ContextLengthExceededError and e.message == "too long" and e.param == "messages"
+    )
     e = from_grpc("NOT_FOUND", "nope", "model_not_found", None)
     assert type(e) is ModelNotFoundError and e.param == "model"
 

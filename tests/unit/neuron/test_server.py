@@ -38,15 +38,20 @@ async def served() -> AsyncIterator[tuple[SimEngine, NeuronClient]]:
     await server.stop(None)
 
 
-def _request(content: str = "hello there", max_tokens: int = 5, model: str = "m") -> pb.GenerateRequest:
+def _request(
+    content: str = "hello there", max_tokens: int = 5, model: str = "m"
+) -> pb.GenerateRequest:
     return pb.GenerateRequest(
-        request_id="r1", model=model,
+        request_id="r1",
+        model=model,
         messages=[pb.ChatMessage(role="user", content=content)],
         sampling=pb.SamplingParams(max_tokens=max_tokens),
     )
 
 
-async def test_generate_streams_deltas_then_finish_and_usage(served: tuple[SimEngine, NeuronClient]) -> None:
+async def test_generate_streams_deltas_then_finish_and_usage(
+    served: tuple[SimEngine, NeuronClient],
+) -> None:
     _, client = served
     responses = [r async for r in client.generate(_request(), timeout=10)]
     assert "".join(r.text for r in responses) == "tok0 tok1 tok2 tok3 tok4"
@@ -64,7 +69,9 @@ async def test_unknown_model_is_model_not_found(served: tuple[SimEngine, NeuronC
 
 async def test_prompt_over_context_names_the_limits(served: tuple[SimEngine, NeuronClient]) -> None:
     _, client = served
-    with pytest.raises(ContextLengthExceededError, match="maximum context length is 1024 tokens") as info:
+    with pytest.raises(
+        ContextLengthExceededError, match="maximum context length is 1024 tokens"
+    ) as info:
         [r async for r in client.generate(_request(content="word " * 2000), timeout=10)]
     assert info.value.param == "messages"
 
