@@ -26,7 +26,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/neuraxis up
 
+# Lint and type checks first (a minute at most), then the unit and the
+# real-process integration tests.
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -p no:cacheprovider
 
 unit: $(STAMP)
