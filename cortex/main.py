@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-
 import uvicorn
 
 from cortex.app import create_app
 from cortex.config import CortexSettings
+from neuraxis.logs import configure_logging
 
 
 def run(settings: CortexSettings) -> int:
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    configure_logging()
     app = create_app(settings)
     uvicorn.run(
         app,

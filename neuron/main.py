@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from pathlib import Path
 
+from neuraxis.logs import configure_logging
 from neuraxis.v1 import neuron_pb2 as pb
 from neuron.config import NeuronSettings
 from neuron.engine.base import Engine
@@ -64,11 +64,7 @@ def resolve_model(settings: NeuronSettings) -> tuple[Path, str, ModelTask]:
 def run(settings: NeuronSettings) -> int:
     from neuron.server import serve
 
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    configure_logging()
     engine = build_engine(settings)
     asyncio.run(
         serve(

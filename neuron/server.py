@@ -10,6 +10,7 @@ operators can tell "loading" from "down".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator
@@ -54,6 +55,8 @@ class NeuronServicer(pb_grpc.NeuronServicer):
         try:
             if not self.ready:
                 raise UnavailableError("the neuron is still loading its model")
+            if not self._engine.healthy():
+                raise UnavailableError("the neuron's engine has died")
             async for delta in self._engine.generate(_engine_request(request)):
                 yield _response(delta)
         except NeuraxisError as e:
@@ -70,6 +73,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     async def Info(  # noqa: N802
         self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
     ) -> pb.InfoResponse:
+        ready = self.ready and self._engine.healthy()
         models = [
             pb.ModelInfo(
                 id=m.id,
@@ -77,13 +81,13 @@ class NeuronServicer(pb_grpc.NeuronServicer):
                 task=_TASK_TO_PB[m.task],
                 created=m.created,
             )
-            for m in (self._engine.models() if self.ready else [])
+            for m in (self._engine.models() if ready else [])
         ]
         return pb.InfoResponse(
             models=models,
             engine=self._engine.description,
             generation=self._generation,
-            ready=self.ready,
+            ready=ready,
         )
 
     async def Load(  # noqa: N802
@@ -139,6 +143,21 @@ async def _abort(context: grpc.aio.ServicerContext, error: NeuraxisError) -> Non
     await context.abort(code, error.message, trailing_metadata=metadata)
 
 
+async def _watch_engine(
+    engine: Engine, health_servicer: health.aio.HealthServicer, stop: asyncio.Event
+) -> None:
+    """Until stopped, report NOT_SERVING once the engine has died, so that
+    health checks and cortex stop sending it requests."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+        if not stop.is_set() and not engine.healthy():
+            log.error("the engine has died; reporting NOT_SERVING")
+            for name in ("", SERVICE_NAME):
+                await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+            await stop.wait()
+
+
 async def serve(
     engine: Engine,
     host: str,
@@ -175,7 +194,7 @@ async def serve(
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         models = ", ".join(m.id for m in engine.models())
         log.info("neuron ready on %s:%d serving %s (%s)", host, bound, models, engine.description)
-        await stopper
+        await _watch_engine(engine, health_servicer, stop)
     log.info("neuron stopping: draining for up to %.0f s", drain_timeout_s)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace=drain_timeout_s)

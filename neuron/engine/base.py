@@ -102,6 +102,10 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def load(self) -> EngineLoad: ...
 
+    def healthy(self) -> bool:
+        """False once the engine has died and can serve nothing more."""
+        return True
+
     @abc.abstractmethod
     async def shutdown(self) -> None: ...
 

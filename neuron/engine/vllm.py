@@ -96,12 +96,15 @@ class VllmEngine(Engine):
         # step that drops an aborted request.
         return EngineLoad(running=self._stats.running, waiting=self._stats.waiting)
 
+    def healthy(self) -> bool:
+        return self._llm is not None and not self._llm.errored
+
     async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
         from vllm.exceptions import VLLMValidationError
         from vllm.v1.engine.exceptions import EngineDeadError
 
         model = self._served(request.model)
-        if self._llm.errored:
+        if not self.healthy():
             raise UnavailableError("the engine has stopped; the neuron must be restarted")
         prompt_ids = self._render(request)
         max_tokens = check_context(model, len(prompt_ids), request.sampling.max_tokens)

@@ -17,6 +17,16 @@ MODEL = "smollm2-135m-instruct"
 ENGINE_START_TIMEOUT_S = 600
 
 
+def strict_client(base_url: str) -> OpenAI:
+    """The judge of wire-exactness: the pinned SDK in strict validation mode."""
+    return OpenAI(
+        base_url=f"{base_url}/v1",
+        api_key="unused",
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+
+
 @dataclass
 class Stack:
     base_url: str
@@ -24,12 +34,7 @@ class Stack:
     proc: Proc
 
     def client(self) -> OpenAI:
-        return OpenAI(
-            base_url=f"{self.base_url}/v1",
-            api_key="unused",
-            max_retries=0,
-            _strict_response_validation=True,
-        )
+        return strict_client(self.base_url)
 
 
 @pytest.fixture(scope="session")
@@ -57,12 +62,7 @@ class SimStack:
     crashing_model: str
 
     def client(self) -> OpenAI:
-        return OpenAI(
-            base_url=f"{self.base_url}/v1",
-            api_key="unused",
-            max_retries=0,
-            _strict_response_validation=True,
-        )
+        return strict_client(self.base_url)
 
 
 @pytest.fixture(scope="session")

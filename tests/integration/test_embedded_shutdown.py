@@ -1,23 +1,30 @@
-"""`neuraxis up` answers through the whole stack and, on Ctrl-C (SIGINT) or
-SIGTERM, leaves no process behind — vLLM's engine core included."""
+"""`neuraxis up` answers through the whole stack; when vLLM's engine core dies
+the neuron answers UNAVAILABLE (and cortex 503); and on Ctrl-C (SIGINT) it
+leaves no process behind, the engine's processes included."""
 
 from __future__ import annotations
 
 import signal
+import time
+from pathlib import Path
 
+import grpc
 import httpx
 import psutil
 import pytest
 
+from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
 from tests.integration.conftest import ENGINE_START_TIMEOUT_S, MODEL
 from tests.procs import Proc, free_port, wait_http_ready
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT])
-def test_up_serves_then_stops_everything(logs_dir, sig: int) -> None:  # type: ignore[no-untyped-def]
-    port = free_port()
+def test_up_serves_then_stops_everything(logs_dir: Path, sig: int) -> None:
+    port, neuron_port = free_port(), free_port()
+    neuron = f"127.0.0.1:{neuron_port}"
     proc = Proc(
-        ["up", "--port", str(port), "--neuron-port", str(free_port())], logs_dir / "up2.log"
+        ["up", "--port", str(port), "--neuron-port", str(neuron_port)], logs_dir / "up2.log"
     )
     try:
         base = f"http://127.0.0.1:{port}"
@@ -37,6 +44,34 @@ def test_up_serves_then_stops_everything(logs_dir, sig: int) -> None:  # type: i
         assert len(tree) >= 3
         names = " ".join(" ".join(p.cmdline()) for p in tree)
         assert "neuron" in names and "cortex" in names
+
+        # Kill the engine core: the neuron must say UNAVAILABLE, not hang.
+        engine_core = [p for p in tree if "EngineCore" in " ".join(p.cmdline()) + p.name()]
+        assert engine_core, [p.cmdline() for p in tree]
+        engine_core[0].kill()
+        request = pb.GenerateRequest(
+            request_id="after-engine-death",
+            model=MODEL,
+            messages=[pb.ChatMessage(role="user", content="Hello")],
+        )
+        with grpc.insecure_channel(neuron) as channel:
+            stub = pb_grpc.NeuronStub(channel)
+            code = None
+            for _ in range(50):
+                try:
+                    list(stub.Generate(request, timeout=10))
+                except grpc.RpcError as e:
+                    code = e.code()
+                    break
+                time.sleep(0.2)
+        assert code == grpc.StatusCode.UNAVAILABLE
+        r = httpx.post(
+            f"{base}/v1/chat/completions",
+            json={"model": MODEL, "messages": [{"role": "user", "content": "Hello"}]},
+            timeout=60,
+        )
+        assert r.status_code == 503 and "retry-after" in r.headers
+
         proc.popen.send_signal(sig)
         assert proc.popen.wait(timeout=90) == 0
         _, alive = psutil.wait_procs(tree, timeout=10)

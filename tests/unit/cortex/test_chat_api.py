@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -101,10 +102,13 @@ def test_unsupported_field_is_rejected_with_param() -> None:
     assert info.value.param == "logprobs"
 
 
+def _chat(client: TestClient, **extra: object) -> httpx.Response:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], **extra}
+    return client.post("/v1/chat/completions", json=body)
+
+
 def test_non_streamed_answer(client: TestClient) -> None:
-    r = client.post(
-        "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]}
-    )
+    r = _chat(client)
     assert r.status_code == 200
     body = r.json()
     assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
@@ -130,15 +134,7 @@ def _events(text: str) -> list[str]:
 
 
 def test_stream_shape_with_usage(client: TestClient) -> None:
-    r = client.post(
-        "/v1/chat/completions",
-        json={
-            "model": "m",
-            "messages": [{"role": "user", "content": "x"}],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        },
-    )
+    r = _chat(client, stream=True, stream_options={"include_usage": True})
     assert r.headers["content-type"].startswith("text/event-stream")
     events = _events(r.text)
     assert events[-1] == "[DONE]"
@@ -163,14 +159,7 @@ def test_stream_shape_with_usage(client: TestClient) -> None:
 
 
 def test_stream_without_usage_has_no_usage_key(client: TestClient) -> None:
-    r = client.post(
-        "/v1/chat/completions",
-        json={
-            "model": "m",
-            "messages": [{"role": "user", "content": "x"}],
-            "stream": True,
-        },
-    )
+    r = _chat(client, stream=True)
     chunks = [json.loads(e) for e in _events(r.text)[:-1]]
     assert all("usage" not in c for c in chunks)
 
@@ -178,14 +167,7 @@ def test_stream_without_usage_has_no_usage_key(client: TestClient) -> None:
 def test_error_before_first_token_gets_its_status() -> None:
     c, _ = _client([UnavailableError("busy", retry_after=3)])
     with c:
-        r = c.post(
-            "/v1/chat/completions",
-            json={
-                "model": "m",
-                "messages": [{"role": "user", "content": "x"}],
-                "stream": True,
-            },
-        )
+        r = _chat(c, stream=True)
     assert r.status_code == 503 and r.headers["retry-after"] == "3"
     assert r.json()["error"]["code"] == "service_unavailable"
 
@@ -193,14 +175,7 @@ def test_error_before_first_token_gets_its_status() -> None:
 def test_error_mid_stream_ends_with_error_chunk_then_done() -> None:
     c, _ = _client([pb.GenerateResponse(text="Hi"), UnavailableError("neuron lost")])
     with c:
-        r = c.post(
-            "/v1/chat/completions",
-            json={
-                "model": "m",
-                "messages": [{"role": "user", "content": "x"}],
-                "stream": True,
-            },
-        )
+        r = _chat(c, stream=True)
     events = _events(r.text)
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["error"]["message"] == "neuron lost"

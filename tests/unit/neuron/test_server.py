@@ -5,6 +5,7 @@ the wire, cancellation and deadlines."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import grpc
@@ -23,19 +24,27 @@ from neuron.engine.sim import SimEngine, SimOptions
 from neuron.server import NeuronServicer
 
 
-@pytest.fixture
-async def served() -> AsyncIterator[tuple[SimEngine, NeuronClient]]:
-    engine = SimEngine(SimOptions(served_id="m", max_context_length=1024, itl_s=0.02))
+@contextlib.asynccontextmanager
+async def _serve(engine: SimEngine) -> AsyncIterator[NeuronClient]:
     server = grpc.aio.server()
     servicer = NeuronServicer(engine, pb.GPU_GENERATION_CPU)
     servicer.ready = True
-    pb_grpc.add_NeuronServicer_to_server(servicer, server)
+    pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     client = NeuronClient(f"127.0.0.1:{port}")
-    yield engine, client
-    await client.close()
-    await server.stop(None)
+    try:
+        yield client
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[SimEngine, NeuronClient]]:
+    engine = SimEngine(SimOptions(served_id="m", max_context_length=1024, itl_s=0.02))
+    async with _serve(engine) as client:
+        yield engine, client
 
 
 def _request(
@@ -102,18 +111,8 @@ async def test_deadline_is_honoured(served: tuple[SimEngine, NeuronClient]) -> N
 
 async def test_engine_failure_is_internal_without_details() -> None:
     engine = SimEngine(SimOptions(served_id="m", fail_after_tokens=0))
-    server = grpc.aio.server()
-    servicer = NeuronServicer(engine, pb.GPU_GENERATION_CPU)
-    servicer.ready = True
-    pb_grpc.add_NeuronServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    client = NeuronClient(f"127.0.0.1:{port}")
-    try:
+    async with _serve(engine) as client:
         with pytest.raises(InternalError):
             [r async for r in client.generate(_request(), timeout=10)]
         info = await client.info(timeout=5)
         assert info.ready and info.engine == "sim" and [m.id for m in info.models] == ["m"]
-    finally:
-        await client.close()
-        await server.stop(None)
