@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.errors import error_envelope
 from cortex.routing.pool import NeuronPool
 from cortex.schemas.chat import (
@@ -95,10 +96,10 @@ async def create_chat_completion(
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         chunks = _stream(first, stream, request_id, created, body.model, include_usage)
         return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
-    return JSONResponse(
-        (await _complete(first, stream, request_id, created, body.model)).model_dump(),
-        headers=headers,
+    completion = await cancel_on_disconnect(
+        request, _complete(first, stream, request_id, created, body.model)
     )
+    return JSONResponse(completion.model_dump(), headers=headers)
 
 
 async def _complete(

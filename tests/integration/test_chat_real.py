@@ -138,6 +138,20 @@ def test_client_disconnect_aborts_generation_in_engine(stack: Stack) -> None:
     assert (load.running, load.waiting) == (0, 0)
 
 
+def test_non_streamed_request_is_aborted_when_the_client_leaves(stack: Stack) -> None:
+    assert _wait_idle(stack.neuron_address).running == 0
+    body = {
+        "model": MODEL,
+        "max_tokens": 2000,
+        "temperature": 1.0,
+        "messages": [{"role": "user", "content": "Write a very long essay about rivers."}],
+    }
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{stack.base_url}/v1/chat/completions", json=body, timeout=1.5)
+    load = _wait_idle(stack.neuron_address)
+    assert (load.running, load.waiting) == (0, 0)
+
+
 def test_grpc_deadline_is_honoured(stack: Stack) -> None:
     request = pb.GenerateRequest(
         request_id="deadline-test",
