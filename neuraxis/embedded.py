@@ -149,7 +149,7 @@ def _wait_ready(base: str, children: list[subprocess.Popen[bytes]]) -> None:
 def _print_banner(base: str) -> None:
     question = "What is the capital of France?"
     message = f'{{"role": "user", "content": "{question}"}}'
-    body = f'{{"model": "{DEFAULT_CHAT_MODEL}", "messages": [{message}]}}'
+    body = f'{{"model": "{DEFAULT_CHAT_MODEL}", "temperature": 0, "messages": [{message}]}}'
     print(
         f"""
 neuraxis is ready: an OpenAI-compatible API at {base}/v1 (model {DEFAULT_CHAT_MODEL})
