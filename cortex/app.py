@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from cortex.api import chat, health, models
+from cortex.api import chat, completions, embeddings, health, models
 from cortex.api.errors import install_error_handlers
 from cortex.config import CortexSettings
 from cortex.middleware import BodyLimit
@@ -40,6 +40,8 @@ def create_app(settings: CortexSettings, pool: NeuronPool | None = None) -> Fast
     app.state.settings = settings
     install_error_handlers(app)
     app.include_router(chat.router)
+    app.include_router(completions.router)
+    app.include_router(embeddings.router)
     app.include_router(models.router)
     app.include_router(health.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -33,11 +33,17 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--host", default="127.0.0.1", help="cortex HTTP address (default 127.0.0.1)")
     up.add_argument("--port", type=int, default=8080, help="cortex HTTP port (default 8080)")
     up.add_argument(
-        "--neuron-port", type=int, default=50051, help="neuron gRPC port (default 50051)"
+        "--neuron-port", type=int, default=50051, help="chat neuron gRPC port (default 50051)"
+    )
+    up.add_argument(
+        "--embedding-port",
+        type=int,
+        default=50052,
+        help="embedding neuron gRPC port (default 50052)",
     )
     up.add_argument("--cache-dir", type=Path, help="model cache (default ~/.cache/neuraxis)")
     up.add_argument(
-        "--kv-cache-gib", type=float, default=1.0, help="KV cache size in GiB (default 1)"
+        "--kv-cache-gib", type=int, default=1, help="KV cache size in whole GiB (default 1)"
     )
     up.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
 
@@ -75,9 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--engine", choices=["vllm", "sim"], help="engine (default vllm)")
     serve.add_argument("--model", help="bundled model id or model directory")
     serve.add_argument("--served-id", help="the model id clients ask for")
+    serve.add_argument("--task", choices=["generate", "embed"], help="what a model directory does")
+    serve.add_argument("--tool-parser", help="vLLM tool parser for tool_choice auto")
     serve.add_argument("--cache-dir", type=Path, help="model cache directory")
     serve.add_argument("--max-model-len", type=int, help="context length")
-    serve.add_argument("--kv-cache-gib", type=float, help="KV cache size in GiB")
+    serve.add_argument("--kv-cache-gib", type=int, help="KV cache size in whole GiB")
     serve.add_argument("--sim-ttft-s", type=float, help="sim engine: time to first token")
     serve.add_argument("--sim-itl-s", type=float, help="sim engine: time between tokens")
     serve.add_argument(
@@ -112,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                     host=args.host,
                     port=args.port,
                     neuron_port=args.neuron_port,
+                    embedding_port=args.embedding_port,
                     cache_dir=args.cache_dir,
                     kv_cache_gib=args.kv_cache_gib,
                     max_model_len=args.max_model_len,
@@ -133,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                 "engine",
                 "model",
                 "served_id",
+                "task",
+                "tool_parser",
                 "cache_dir",
                 "max_model_len",
                 "kv_cache_gib",

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 
 from neuraxis.process import stop_process_group
-from neuron.models.bundled import DEFAULT_CHAT_MODEL
+from neuron.models.bundled import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
 from neuron.models.prepare import PrepareError, default_cache_dir, prepare_all
 
 READY_TIMEOUT_S = 900.0
@@ -34,8 +34,9 @@ class EmbeddedOptions:
     host: str = "127.0.0.1"
     port: int = 8080
     neuron_port: int = 50051
+    embedding_port: int = 50052
     cache_dir: Path | None = None
-    kv_cache_gib: float = 1.0
+    kv_cache_gib: int = 1
     max_model_len: int | None = None
 
 
@@ -46,7 +47,7 @@ class _StopRequestedError(Exception):
 def run_embedded(options: EmbeddedOptions) -> int:
     cache_dir = options.cache_dir or default_cache_dir()
     try:
-        prepare_all(cache_dir, [DEFAULT_CHAT_MODEL], _say)
+        prepare_all(cache_dir, [DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL], _say)
     except PrepareError as e:
         print(f"neuraxis: {e}", file=sys.stderr)
         return 1
@@ -58,40 +59,26 @@ def run_embedded(options: EmbeddedOptions) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     children: list[subprocess.Popen[bytes]] = []
     try:
-        neuron_cmd = [
-            "neuron",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(options.neuron_port),
-            "--model",
-            DEFAULT_CHAT_MODEL,
-            "--cache-dir",
-            str(cache_dir),
-            "--kv-cache-gib",
-            str(options.kv_cache_gib),
-        ]
-        if options.max_model_len:
-            neuron_cmd += ["--max-model-len", str(options.max_model_len)]
-        _say(f"starting neuron on 127.0.0.1:{options.neuron_port} (vLLM CPU engine, ~30 s)")
-        children.append(_spawn(neuron_cmd))
-        _say(f"starting cortex on {options.host}:{options.port}")
-        children.append(
-            _spawn(
-                [
-                    "cortex",
-                    "--host",
-                    options.host,
-                    "--port",
-                    str(options.port),
-                    "--neuron",
-                    f"127.0.0.1:{options.neuron_port}",
-                    "--model",
-                    DEFAULT_CHAT_MODEL,
-                ]
-            )
+        chat_cmd = _neuron_cmd(
+            DEFAULT_CHAT_MODEL, options.neuron_port, options.kv_cache_gib, cache_dir
         )
+        if options.max_model_len:
+            chat_cmd += ["--max-model-len", str(options.max_model_len)]
+        # Pooling needs no room for generated tokens: the smallest KV cache.
+        embed_cmd = _neuron_cmd(DEFAULT_EMBEDDING_MODEL, options.embedding_port, 1, cache_dir)
+        _say(
+            f"starting neurons on 127.0.0.1:{options.neuron_port} ({DEFAULT_CHAT_MODEL}) and "
+            f"127.0.0.1:{options.embedding_port} ({DEFAULT_EMBEDDING_MODEL}): vLLM CPU, ~40 s"
+        )
+        children.append(_spawn(chat_cmd))
+        children.append(_spawn(embed_cmd))
+        _say(f"starting cortex on {options.host}:{options.port}")
+        cortex_cmd = ["cortex", "--host", options.host, "--port", str(options.port)]
+        for port in (options.neuron_port, options.embedding_port):
+            cortex_cmd += ["--neuron", f"127.0.0.1:{port}"]
+        for model in (DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL):
+            cortex_cmd += ["--model", model]
+        children.append(_spawn(cortex_cmd))
         base = f"http://{options.host}:{options.port}"
         _wait_ready(base, children)
         _print_banner(base)
@@ -112,6 +99,23 @@ def run_embedded(options: EmbeddedOptions) -> int:
         for child in reversed(children):
             stop_process_group(child, timeout_s=STOP_TIMEOUT_S)
         _say("stopped")
+
+
+def _neuron_cmd(model: str, port: int, kv_cache_gib: int, cache_dir: Path) -> list[str]:
+    return [
+        "neuron",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        model,
+        "--cache-dir",
+        str(cache_dir),
+        "--kv-cache-gib",
+        str(kv_cache_gib),
+    ]
 
 
 def _spawn(args: list[str]) -> subprocess.Popen[bytes]:

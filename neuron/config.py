@@ -20,12 +20,17 @@ class NeuronSettings(BaseSettings):
     # A bundled model's id (prepared into the cache on start) or a model
     # directory on disk.
     model: str = DEFAULT_CHAT_MODEL
+    # For a model directory: what it does (bundled models know their task).
+    task: Literal["generate", "embed"] = "generate"
     # The id clients ask for; defaults to the bundled id or the directory name.
     served_id: str | None = None
     cache_dir: Path | None = None
     max_model_len: int | None = Field(None, ge=16)
-    kv_cache_gib: float = Field(1.0, gt=0)
+    # The CPU backend takes whole GiB (VLLM_CPU_KVCACHE_SPACE).
+    kv_cache_gib: int = Field(1, ge=1)
     dtype: str = "float32"
+    # vLLM tool parser for tool_choice "auto"; defaults to the bundled model's.
+    tool_parser: str | None = None
     # Seconds in-flight requests get to finish when the neuron is stopped.
     drain_timeout_s: float = Field(30.0, ge=0)
     # Simulated engine only (tests and benchmarks).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from neuraxis.logs import configure_logging
@@ -31,26 +32,37 @@ def build_engine(settings: NeuronSettings) -> Engine:
         )
     from neuron.engine.vllm import VllmEngine, VllmOptions
 
-    path, served_id, task = resolve_model(settings)
+    model = resolve_model(settings)
     return VllmEngine(
         VllmOptions(
-            served_id=served_id,
-            model_path=path,
-            task=task,
+            served_id=model.served_id,
+            model_path=model.path,
+            task=model.task,
             dtype=settings.dtype,
             max_model_len=settings.max_model_len,
             kv_cache_gib=settings.kv_cache_gib,
+            tool_parser=settings.tool_parser or model.tool_parser,
         )
     )
 
 
-def resolve_model(settings: NeuronSettings) -> tuple[Path, str, ModelTask]:
+@dataclass(frozen=True)
+class ResolvedModel:
+    path: Path
+    served_id: str
+    task: ModelTask
+    tool_parser: str | None
+
+
+def resolve_model(settings: NeuronSettings) -> ResolvedModel:
     """A bundled model id is prepared into the cache; anything else is a path."""
     bundled = BUNDLED_MODELS.get(settings.model)
     if bundled is not None:
         cache = settings.cache_dir or default_cache_dir()
         path = prepare(cache, bundled, lambda line: log.info("%s", line))
-        return path, settings.served_id or bundled.served_id, bundled.task
+        return ResolvedModel(
+            path, settings.served_id or bundled.served_id, bundled.task, bundled.tool_parser
+        )
     path = Path(settings.model).expanduser()
     if not (path / "config.json").is_file():
         known = ", ".join(sorted(BUNDLED_MODELS))
@@ -58,7 +70,8 @@ def resolve_model(settings: NeuronSettings) -> tuple[Path, str, ModelTask]:
             f"neuron: model '{settings.model}' is neither a bundled model ({known}) "
             "nor a model directory with a config.json"
         )
-    return path, settings.served_id or path.name, ModelTask.GENERATE
+    task = ModelTask.EMBED if settings.task == "embed" else ModelTask.GENERATE
+    return ResolvedModel(path, settings.served_id or path.name, task, None)
 
 
 def run(settings: NeuronSettings) -> int:

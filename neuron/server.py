@@ -28,19 +28,12 @@ from neuraxis.errors import (
 )
 from neuraxis.v1 import neuron_pb2 as pb
 from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
-from neuron.engine.base import Delta, Engine, EngineRequest, FinishReason, Message, Sampling
-from neuron.models.bundled import ModelTask
+from neuron import convert
+from neuron.engine.base import Engine
 
 log = logging.getLogger("neuraxis.neuron")
 
 SERVICE_NAME = "neuraxis.v1.Neuron"
-
-_FINISH_TO_PB = {
-    FinishReason.STOP: pb.FINISH_REASON_STOP,
-    FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
-    FinishReason.ABORT: pb.FINISH_REASON_ABORT,
-}
-_TASK_TO_PB = {ModelTask.GENERATE: pb.MODEL_TASK_GENERATE, ModelTask.EMBED: pb.MODEL_TASK_EMBED}
 
 
 class NeuronServicer(pb_grpc.NeuronServicer):
@@ -57,8 +50,8 @@ class NeuronServicer(pb_grpc.NeuronServicer):
                 raise UnavailableError("the neuron is still loading its model")
             if not self._engine.healthy():
                 raise UnavailableError("the neuron's engine has died")
-            async for delta in self._engine.generate(_engine_request(request)):
-                yield _response(delta)
+            async for output in self._engine.generate(convert.engine_request(request)):
+                yield convert.generate_response(output)
         except NeuraxisError as e:
             await _abort(context, e)
         except asyncio.CancelledError:
@@ -70,19 +63,32 @@ class NeuronServicer(pb_grpc.NeuronServicer):
             log.exception("request %s failed", request.request_id)
             await _abort(context, InternalError("internal error in the neuron"))
 
+    async def Embed(  # noqa: N802
+        self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EmbedResponse:
+        try:
+            if not self.ready or not self._engine.healthy():
+                raise UnavailableError("the neuron is not ready")
+            result = await self._engine.embed(convert.embed_request(request))
+        except NeuraxisError as e:
+            await _abort(context, e)
+            raise AssertionError("unreachable") from None
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("embed request %s failed", request.request_id)
+            await _abort(context, InternalError("internal error in the neuron"))
+            raise AssertionError("unreachable") from None
+        return pb.EmbedResponse(
+            embeddings=[pb.Embedding(values=v) for v in result.embeddings],
+            prompt_tokens=result.prompt_tokens,
+        )
+
     async def Info(  # noqa: N802
         self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
     ) -> pb.InfoResponse:
         ready = self.ready and self._engine.healthy()
-        models = [
-            pb.ModelInfo(
-                id=m.id,
-                max_context_length=m.max_context_length,
-                task=_TASK_TO_PB[m.task],
-                created=m.created,
-            )
-            for m in (self._engine.models() if ready else [])
-        ]
+        models = [convert.model_info(m) for m in (self._engine.models() if ready else [])]
         return pb.InfoResponse(
             models=models,
             engine=self._engine.description,
@@ -95,44 +101,6 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     ) -> pb.LoadResponse:
         load = self._engine.load()
         return pb.LoadResponse(running=load.running, waiting=load.waiting)
-
-
-def _engine_request(request: pb.GenerateRequest) -> EngineRequest:
-    s = request.sampling
-    sampling = Sampling(
-        max_tokens=s.max_tokens if s.HasField("max_tokens") else None,
-        temperature=s.temperature if s.HasField("temperature") else None,
-        top_p=s.top_p if s.HasField("top_p") else None,
-        top_k=s.top_k if s.HasField("top_k") else None,
-        seed=s.seed if s.HasField("seed") else None,
-        stop=tuple(s.stop),
-        presence_penalty=s.presence_penalty if s.HasField("presence_penalty") else None,
-        frequency_penalty=s.frequency_penalty if s.HasField("frequency_penalty") else None,
-    )
-    messages = tuple(
-        Message(role=m.role, content=m.content, name=m.name if m.HasField("name") else None)
-        for m in request.messages
-    )
-    return EngineRequest(
-        request_id=request.request_id, model=request.model, messages=messages, sampling=sampling
-    )
-
-
-def _response(delta: Delta) -> pb.GenerateResponse:
-    if delta.finish_reason is None:
-        return pb.GenerateResponse(text=delta.text)
-    usage = delta.usage
-    return pb.GenerateResponse(
-        text=delta.text,
-        finish_reason=_FINISH_TO_PB[delta.finish_reason],
-        usage=pb.Usage(
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            cached_prompt_tokens=usage.cached_prompt_tokens,
-        )
-        if usage
-        else None,
-    )
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: NeuraxisError) -> None:

@@ -4,13 +4,16 @@ chat completion or as chat.completion.chunk events."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from cortex.api.choices import ChoiceState, collect, finish_reason, logprobs_out, usage_of
 from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.errors import error_envelope
 from cortex.routing.pool import NeuronPool
@@ -21,31 +24,33 @@ from cortex.schemas.chat import (
     ChatCompletionRequest,
     Choice,
     ChunkChoice,
-    CompletionUsage,
-    PromptTokensDetails,
+    FunctionCallOut,
+    NamedToolChoice,
+    ToolCallOut,
 )
+from cortex.schemas.common import ChoiceLogprobs, stop_list
 from cortex.sse import DONE, data_frame
-from neuraxis.errors import InternalError, InvalidRequestError, NeuraxisError, UnavailableError
+from neuraxis.errors import InternalError, InvalidRequestError, NeuraxisError
 from neuraxis.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 
-_FINISH = {pb.FINISH_REASON_STOP: "stop", pb.FINISH_REASON_LENGTH: "length"}
+_TOOL_MODES = {
+    "none": pb.TOOL_CHOICE_MODE_NONE,
+    "auto": pb.TOOL_CHOICE_MODE_AUTO,
+    "required": pb.TOOL_CHOICE_MODE_REQUIRED,
+}
+_FORMATS = {
+    "text": pb.RESPONSE_FORMAT_KIND_TEXT,
+    "json_object": pb.RESPONSE_FORMAT_KIND_JSON_OBJECT,
+    "json_schema": pb.RESPONSE_FORMAT_KIND_JSON_SCHEMA,
+}
 
 
 def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.GenerateRequest:
-    unsupported = body.unsupported_field()
-    if unsupported:
-        raise InvalidRequestError(
-            f"'{unsupported}' is not supported by this server yet.", param=unsupported
-        )
-    if body.stream_options is not None and not body.stream:
-        raise InvalidRequestError(
-            "The 'stream_options' parameter is only allowed when 'stream' is true.",
-            param="stream_options",
-        )
+    _check(body)
     sampling = pb.SamplingParams(
-        stop=body.stop_list(),
+        stop=stop_list(body.stop),
         max_tokens=body.max_completion_tokens or body.max_tokens,
         temperature=body.temperature,
         top_p=body.top_p,
@@ -53,29 +58,74 @@ def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.Gene
         seed=body.seed,
         presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty,
+        n=body.n,
+        logprobs=(body.top_logprobs or 0) if body.logprobs else None,
     )
-    messages = [pb.ChatMessage(role=m.role, content=m.text(), name=m.name) for m in body.messages]
-    return pb.GenerateRequest(
-        request_id=request_id, model=body.model, messages=messages, sampling=sampling
+    messages = [
+        pb.ChatMessage(
+            role=m.role,
+            content=m.text(),
+            name=m.name,
+            tool_calls=[
+                pb.ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
+                for c in m.tool_calls or []
+            ],
+            tool_call_id=m.tool_call_id,
+        )
+        for m in body.messages
+    ]
+    tools = [
+        pb.Tool(
+            name=t.function.name,
+            description=t.function.description or "",
+            parameters_json=json.dumps(t.function.parameters) if t.function.parameters else "",
+            strict=bool(t.function.strict),
+        )
+        for t in body.tools or []
+    ]
+    request = pb.GenerateRequest(
+        request_id=request_id, model=body.model, messages=messages, sampling=sampling, tools=tools
     )
+    if isinstance(body.tool_choice, NamedToolChoice):
+        request.tool_choice.mode = pb.TOOL_CHOICE_MODE_NAMED
+        request.tool_choice.name = body.tool_choice.function.name
+    elif body.tool_choice is not None:
+        request.tool_choice.mode = _TOOL_MODES[body.tool_choice]
+    if body.response_format is not None:
+        request.response_format.kind = _FORMATS[body.response_format.type]
+        schema = body.response_format.json_schema
+        if schema is not None and schema.schema_ is not None:
+            request.response_format.schema_json = json.dumps(schema.schema_)
+    return request
 
 
-def finish_reason(response: pb.GenerateResponse) -> str:
-    reason = _FINISH.get(response.finish_reason)
-    if reason is None:
-        # The engine aborted the request (e.g. it was shutting down).
-        raise UnavailableError("The model server aborted the request; please retry.")
-    return reason
-
-
-def usage_of(response: pb.GenerateResponse) -> CompletionUsage:
-    u = response.usage
-    return CompletionUsage(
-        prompt_tokens=u.prompt_tokens,
-        completion_tokens=u.completion_tokens,
-        total_tokens=u.prompt_tokens + u.completion_tokens,
-        prompt_tokens_details=PromptTokensDetails(cached_tokens=u.cached_prompt_tokens),
-    )
+def _check(body: ChatCompletionRequest) -> None:
+    """Rules that span fields, with the field to blame."""
+    unsupported = body.unsupported_field()
+    if unsupported:
+        raise InvalidRequestError(
+            f"'{unsupported}' is not supported by this server.", param=unsupported
+        )
+    if body.stream_options is not None and not body.stream:
+        raise InvalidRequestError(
+            "The 'stream_options' parameter is only allowed when 'stream' is true.",
+            param="stream_options",
+        )
+    if body.top_logprobs is not None and not body.logprobs:
+        raise InvalidRequestError(
+            "'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs"
+        )
+    if body.tool_choice is not None and not body.tools:
+        raise InvalidRequestError(
+            "'tool_choice' is only allowed when 'tools' are specified.", param="tool_choice"
+        )
+    if isinstance(body.tool_choice, NamedToolChoice):
+        names = {t.function.name for t in body.tools or []}
+        if body.tool_choice.function.name not in names:
+            raise InvalidRequestError(
+                f"tool_choice names '{body.tool_choice.function.name}', which is not in 'tools'.",
+                param="tool_choice",
+            )
 
 
 @router.post("/v1/chat/completions", response_model=None)
@@ -85,6 +135,7 @@ async def create_chat_completion(
     pool: NeuronPool = request.app.state.pool
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     internal = to_generate_request(body, request_id)
+    pool.check_task(body.model, pb.MODEL_TASK_GENERATE, "/v1/chat/completions")
     created = int(time.time())
     stream = pool.generate(internal)
     # Wait for the first message before answering, so that errors raised
@@ -94,77 +145,129 @@ async def create_chat_completion(
     headers = {"X-Request-Id": request_id}
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        chunks = _stream(first, stream, request_id, created, body.model, include_usage)
+        forced = internal.tool_choice.mode in (
+            pb.TOOL_CHOICE_MODE_REQUIRED,
+            pb.TOOL_CHOICE_MODE_NAMED,
+        )
+        chunks = _stream(
+            first,
+            stream,
+            _Chunker(request_id, created, body.model, include_usage),
+            body.n or 1,
+            forced,
+        )
         return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
-    completion = await cancel_on_disconnect(
-        request, _complete(first, stream, request_id, created, body.model)
+    states, usage = await cancel_on_disconnect(request, collect(first, stream))
+    completion = ChatCompletion(
+        id=request_id,
+        created=created,
+        model=body.model,
+        choices=[
+            _choice(index, state, bool(body.logprobs)) for index, state in sorted(states.items())
+        ],
+        usage=usage_of(usage),
     )
     return JSONResponse(completion.model_dump(), headers=headers)
 
 
-async def _complete(
-    first: pb.GenerateResponse,
-    rest: AsyncIterator[pb.GenerateResponse],
-    request_id: str,
-    created: int,
-    model: str,
-) -> ChatCompletion:
-    parts = [first.text]
-    last = first
-    while last.finish_reason == pb.FINISH_REASON_UNSPECIFIED:
-        last = await anext(rest)
-        parts.append(last.text)
-    return ChatCompletion(
-        id=request_id,
-        created=created,
-        model=model,
-        choices=[
-            Choice(
-                index=0,
-                message=AssistantMessage(content="".join(parts)),
-                finish_reason=finish_reason(last),
-            )
-        ],
-        usage=usage_of(last),
+def _choice(index: int, state: ChoiceState, with_logprobs: bool) -> Choice:
+    calls = [
+        ToolCallOut(id=c.id, function=FunctionCallOut(name=c.name, arguments="".join(c.arguments)))
+        for _, c in sorted(state.calls.items())
+    ]
+    text = "".join(state.text)
+    return Choice(
+        index=index,
+        message=AssistantMessage(
+            content=text if text or not calls else None, tool_calls=calls or None
+        ),
+        logprobs=ChoiceLogprobs(content=logprobs_out(state.logprobs)) if with_logprobs else None,
+        finish_reason=finish_reason(state.finish),
     )
+
+
+class _Chunker:
+    """Frames chat.completion.chunk events that share one id and created."""
+
+    def __init__(self, request_id: str, created: int, model: str, include_usage: bool) -> None:
+        self._base = {"id": request_id, "created": created, "model": model}
+        self.include_usage = include_usage
+        # With include_usage every chunk carries "usage": null; without it the
+        # key is left out, as OpenAI does.
+        self._exclude = None if include_usage else {"usage"}
+
+    def choice(
+        self,
+        index: int,
+        delta: dict[str, Any],
+        finish: str | None = None,
+        logprobs: list[pb.TokenLogprob] | None = None,
+    ) -> bytes:
+        choice = ChunkChoice(
+            index=index,
+            delta=delta,
+            finish_reason=finish,
+            logprobs=ChoiceLogprobs(content=logprobs_out(logprobs)) if logprobs else None,
+        )
+        chunk = ChatCompletionChunk(**self._base, choices=[choice])  # type: ignore[arg-type]
+        return data_frame(chunk.model_dump_json(exclude=self._exclude))
+
+    def usage(self, usage: pb.Usage) -> bytes:
+        chunk = ChatCompletionChunk(**self._base, choices=[], usage=usage_of(usage))  # type: ignore[arg-type]
+        return data_frame(chunk.model_dump_json())
+
+
+def _tool_call_deltas(call: pb.ToolCallDelta) -> list[dict[str, Any]]:
+    """A call's first delta carries id, type and name with empty arguments;
+    argument fragments follow in their own deltas."""
+    out: list[dict[str, Any]] = []
+    if call.id:
+        out.append(
+            {
+                "tool_calls": [
+                    {
+                        "index": call.index,
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": ""},
+                    }
+                ]
+            }
+        )
+    if call.arguments:
+        out.append(
+            {"tool_calls": [{"index": call.index, "function": {"arguments": call.arguments}}]}
+        )
+    return out
 
 
 async def _stream(
     first: pb.GenerateResponse,
     rest: AsyncIterator[pb.GenerateResponse],
-    request_id: str,
-    created: int,
-    model: str,
-    include_usage: bool,
+    chunker: _Chunker,
+    n: int,
+    forced_tools: bool,
 ) -> AsyncIterator[bytes]:
-    exclude = None if include_usage else {"usage"}
-
-    def chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
-        c = ChatCompletionChunk(
-            id=request_id,
-            created=created,
-            model=model,
-            choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish)],
-        )
-        # With include_usage every chunk carries "usage": null; without it the
-        # key is left out, as OpenAI does.
-        return data_frame(c.model_dump_json(exclude=exclude))
-
-    yield chunk({"role": "assistant", "content": ""})
+    for index in range(n):
+        yield chunker.choice(index, {"role": "assistant", "content": None if forced_tools else ""})
     response = first
     try:
         while True:
-            if response.text:
-                yield chunk({"content": response.text})
-            if response.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
+            for delta in response.choices:
+                if delta.text or delta.logprobs:
+                    yield chunker.choice(
+                        delta.index, {"content": delta.text}, logprobs=list(delta.logprobs)
+                    )
+                for call in delta.tool_calls:
+                    for piece in _tool_call_deltas(call):
+                        yield chunker.choice(delta.index, piece)
+                if delta.finish_reason:
+                    yield chunker.choice(delta.index, {}, finish_reason(delta.finish_reason))
+            if response.HasField("usage"):
                 break
             response = await anext(rest)
-        yield chunk({}, finish_reason(response))
-        if include_usage:
-            final = ChatCompletionChunk(
-                id=request_id, created=created, model=model, choices=[], usage=usage_of(response)
-            )
-            yield data_frame(final.model_dump_json())
+        if chunker.include_usage:
+            yield chunker.usage(response.usage)
     except NeuraxisError as e:
         yield data_frame(error_envelope(e).model_dump_json())
     except StopAsyncIteration:

@@ -12,8 +12,19 @@ from neuraxis.v1 import neuron_pb2 as pb
 router = APIRouter()
 
 
+ENDPOINTS = {
+    pb.MODEL_TASK_GENERATE: ["/v1/chat/completions", "/v1/completions"],
+    pb.MODEL_TASK_EMBED: ["/v1/embeddings"],
+}
+
+
 def _card(info: pb.ModelInfo) -> ModelCard:
-    return ModelCard(id=info.id, created=info.created, max_context_length=info.max_context_length)
+    return ModelCard(
+        id=info.id,
+        created=info.created,
+        max_context_length=info.max_context_length,
+        endpoints=ENDPOINTS.get(info.task, []),
+    )
 
 
 @router.get("/v1/models")

@@ -56,6 +56,13 @@ class NeuronClient:
         except grpc.aio.AioRpcError as e:
             raise self._translate(e) from None
 
+    async def embed(self, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse:
+        try:
+            response: pb.EmbedResponse = await self._stub.Embed(request, timeout=timeout)
+            return response
+        except grpc.aio.AioRpcError as e:
+            raise self._translate(e) from None
+
     async def load(self, timeout: float) -> pb.LoadResponse:
         try:
             load: pb.LoadResponse = await self._stub.Load(pb.LoadRequest(), timeout=timeout)

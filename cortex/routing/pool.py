@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from cortex.routing.client import NeuronClient
 from neuraxis.errors import (
     InternalError,
+    InvalidRequestError,
     ModelNotFoundError,
     NeuraxisError,
     UnavailableError,
@@ -82,6 +83,19 @@ class NeuronPool:
             return [] if served else ["(any model)"]
         return [m for m in self._expected if m not in served]
 
+    def check_task(self, model: str, task: pb.ModelTask, endpoint: str) -> None:
+        """Reject, with the models that can, a request for a model that cannot
+        serve the endpoint (a chat model asked to embed, and the reverse)."""
+        info = self.served_models().get(model)
+        if info is None or info.task == task:
+            return  # unknown models are routed and answered with 404 or 503
+        able = sorted(m.id for m in self.served_models().values() if m.task == task)
+        raise InvalidRequestError(
+            f"The model '{model}' cannot serve {endpoint}. Models that can: "
+            f"{', '.join(able) or 'none right now'}.",
+            param="model",
+        )
+
     async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
         tried: set[int] = set()
         index = self._pick(request.model, tried)
@@ -95,26 +109,50 @@ class NeuronPool:
                     yield response
                 return
             except (UnavailableError, InternalError) as e:
-                if isinstance(e, UnavailableError):
-                    state.ready = False
-                tried.add(index)
-                retry = (
-                    None
-                    if started or len(tried) > self._max_retries
-                    else self._alternative(request.model, tried)
-                )
-                if retry is None:
-                    raise
-                log.warning(
-                    "request %s failed on %s before its first token (%s); retrying on %s",
-                    request.request_id,
-                    state.client.address,
-                    e.message,
-                    self._states[retry].client.address,
-                )
-                index = retry
+                index = self._retry_or_raise(request, index, e, tried, started)
             finally:
                 state.outstanding -= 1
+
+    async def embed(self, request: pb.EmbedRequest) -> pb.EmbedResponse:
+        tried: set[int] = set()
+        index = self._pick(request.model, tried)
+        while True:
+            state = self._states[index]
+            state.outstanding += 1
+            try:
+                return await state.client.embed(request, self._timeout)
+            except (UnavailableError, InternalError) as e:
+                index = self._retry_or_raise(request, index, e, tried, started=False)
+            finally:
+                state.outstanding -= 1
+
+    def _retry_or_raise(
+        self,
+        request: pb.GenerateRequest | pb.EmbedRequest,
+        index: int,
+        error: UnavailableError | InternalError,
+        tried: set[int],
+        started: bool,
+    ) -> int:
+        """The neuron to retry on after a failure, or raise the failure: only
+        before anything reached the client, and a bounded number of times."""
+        state = self._states[index]
+        if isinstance(error, UnavailableError):
+            state.ready = False
+        tried.add(index)
+        retry = None
+        if not started and len(tried) <= self._max_retries:
+            retry = self._alternative(request.model, tried)
+        if retry is None:
+            raise error
+        log.warning(
+            "request %s failed on %s before its first token (%s); retrying on %s",
+            request.request_id,
+            state.client.address,
+            error.message,
+            self._states[retry].client.address,
+        )
+        return retry
 
     def _alternative(self, model: str, exclude: set[int]) -> int | None:
         try:

@@ -5,27 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# Request fields that OpenAI defines but this server does not serve yet: a
-# client that sets them gets a 400 naming the field rather than an answer that
+from cortex.schemas.common import ChoiceLogprobs, CompletionUsage, Stop
+
+# Request fields that OpenAI defines but this server does not serve: a client
+# that sets them gets a 400 naming the field rather than an answer that
 # silently ignores it.
 UNSUPPORTED_FIELDS = (
-    "tools",
-    "tool_choice",
-    "functions",
-    "function_call",
-    "response_format",
-    "logprobs",
-    "top_logprobs",
-    "logit_bias",
-    "audio",
-    "modalities",
-    "prediction",
-    "web_search_options",
-    "reasoning_effort",
-    "parallel_tool_calls",
-)
+    "functions", "function_call", "logit_bias", "audio", "modalities", "prediction",
+    "web_search_options", "reasoning_effort",
+)  # fmt: skip
 
 
 class TextPart(BaseModel):
@@ -34,12 +24,26 @@ class TextPart(BaseModel):
     text: str
 
 
+class FunctionCallIn(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallIn(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
 class ChatMessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+    refusal: str | None = None
 
     @field_validator("content", mode="before")
     @classmethod
@@ -54,10 +58,64 @@ class ChatMessageIn(BaseModel):
                     )
         return value
 
+    @model_validator(mode="after")
+    def _content_rules(self) -> ChatMessageIn:
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a 'tool' message needs the 'tool_call_id' it answers")
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("'content' is required unless an assistant message has tool_calls")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry 'tool_calls'")
+        return self
+
     def text(self) -> str:
+        if self.content is None:
+            return ""
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+
+class FunctionDef(BaseModel):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormatIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormatIn:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("'json_schema' is required when type is 'json_schema'")
+        return self
 
 
 class StreamOptions(BaseModel):
@@ -78,66 +136,62 @@ class ChatCompletionRequest(BaseModel):
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None
     top_k: Annotated[int, Field(ge=-1)] | None = None  # a vLLM extension
-    n: Annotated[int, Field(ge=1, le=1)] | None = None
+    n: Annotated[int, Field(ge=1, le=16)] | None = None
     seed: int | None = None
-    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
+    stop: Stop = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormatIn | None = None
     user: str | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None
 
-    tools: Any = None
-    tool_choice: Any = None
     functions: Any = None
     function_call: Any = None
-    response_format: Any = None
-    logprobs: Any = None
-    top_logprobs: Any = None
     logit_bias: Any = None
     audio: Any = None
     modalities: Any = None
     prediction: Any = None
     web_search_options: Any = None
     reasoning_effort: Any = None
-    parallel_tool_calls: Any = None
 
     def unsupported_field(self) -> str | None:
-        """The first field that is set but not served yet, if any."""
+        """The first field that is set but not served, if any."""
         for name in UNSUPPORTED_FIELDS:
             value = getattr(self, name)
             if value is not None and value is not False:
                 return name
         return None
 
-    def stop_list(self) -> list[str]:
-        if self.stop is None:
-            return []
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str
 
 
-class PromptTokensDetails(BaseModel):
-    cached_tokens: int
-
-
-class CompletionUsage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    prompt_tokens_details: PromptTokensDetails
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
 
 
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
     refusal: None = None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class Choice(BaseModel):
     index: int
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: str
 
 
@@ -153,9 +207,10 @@ class ChatCompletion(BaseModel):
 
 class ChunkChoice(BaseModel):
     index: int
-    # Only the keys that change: {"role", "content"} first, then {"content"}.
-    delta: dict[str, str]
-    logprobs: None = None
+    # Only the keys that change: {"role", "content"} first, then {"content"}
+    # or {"tool_calls"}; {} on the finishing chunk.
+    delta: dict[str, Any]
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None = None
 
 

@@ -13,6 +13,8 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "neuraxis"
     max_context_length: int
+    # The API endpoints this model serves (a neuraxis extension).
+    endpoints: list[str]
 
 
 class ModelList(BaseModel):

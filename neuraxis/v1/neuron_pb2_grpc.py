@@ -39,6 +39,11 @@ class NeuronStub:
                 request_serializer=neuraxis_dot_v1_dot_neuron__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=neuraxis_dot_v1_dot_neuron__pb2.GenerateResponse.FromString,
                 _registered_method=True)
+        self.Embed = channel.unary_unary(
+                '/neuraxis.v1.Neuron/Embed',
+                request_serializer=neuraxis_dot_v1_dot_neuron__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=neuraxis_dot_v1_dot_neuron__pb2.EmbedResponse.FromString,
+                _registered_method=True)
         self.Info = channel.unary_unary(
                 '/neuraxis.v1.Neuron/Info',
                 request_serializer=neuraxis_dot_v1_dot_neuron__pb2.InfoRequest.SerializeToString,
@@ -58,6 +63,13 @@ class NeuronServicer:
         """Streams the generation of one request. Cancelling the call aborts the
         request in the engine. Errors end the call with a gRPC status and the
         trailing metadata key "neuraxis-error" naming the error kind.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Embed(self, request, context):
+        """Embeds a batch of inputs with a pooling model.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -84,6 +96,11 @@ def add_NeuronServicer_to_server(servicer, server):
                     servicer.Generate,
                     request_deserializer=neuraxis_dot_v1_dot_neuron__pb2.GenerateRequest.FromString,
                     response_serializer=neuraxis_dot_v1_dot_neuron__pb2.GenerateResponse.SerializeToString,
+            ),
+            'Embed': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embed,
+                    request_deserializer=neuraxis_dot_v1_dot_neuron__pb2.EmbedRequest.FromString,
+                    response_serializer=neuraxis_dot_v1_dot_neuron__pb2.EmbedResponse.SerializeToString,
             ),
             'Info': grpc.unary_unary_rpc_method_handler(
                     servicer.Info,
@@ -123,6 +140,33 @@ class Neuron:
             '/neuraxis.v1.Neuron/Generate',
             neuraxis_dot_v1_dot_neuron__pb2.GenerateRequest.SerializeToString,
             neuraxis_dot_v1_dot_neuron__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Embed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/neuraxis.v1.Neuron/Embed',
+            neuraxis_dot_v1_dot_neuron__pb2.EmbedRequest.SerializeToString,
+            neuraxis_dot_v1_dot_neuron__pb2.EmbedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,7 +12,9 @@ import abc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
+from neuraxis.errors import ContextLengthExceededError, InvalidRequestError
 from neuron.models.bundled import ModelTask
 
 
@@ -20,6 +22,14 @@ class FinishReason(Enum):
     STOP = "stop"
     LENGTH = "length"
     ABORT = "abort"
+    TOOL_CALLS = "tool_calls"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,41 @@ class Message:
     role: str
     content: str
     name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+    strict: bool = False
+
+
+class ToolChoiceMode(Enum):
+    NONE = "none"
+    AUTO = "auto"
+    REQUIRED = "required"
+    NAMED = "named"
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    mode: ToolChoiceMode = ToolChoiceMode.AUTO
+    name: str = ""
+
+
+class ResponseFormatKind(Enum):
+    TEXT = "text"
+    JSON_OBJECT = "json_object"
+    JSON_SCHEMA = "json_schema"
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    kind: ResponseFormatKind = ResponseFormatKind.TEXT
+    schema: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -39,14 +84,21 @@ class Sampling:
     stop: tuple[str, ...] = ()
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    n: int = 1
+    logprobs: int | None = None  # None: no logprobs; k: k alternatives per token
 
 
 @dataclass(frozen=True)
 class EngineRequest:
     request_id: str
     model: str
-    messages: tuple[Message, ...]
+    messages: tuple[Message, ...] = ()
     sampling: Sampling = field(default_factory=Sampling)
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    response_format: ResponseFormat = field(default_factory=ResponseFormat)
+    # A raw prompt (legacy completions) instead of messages: no chat template.
+    prompt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,12 +109,59 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class Delta:
-    """A piece of output. The last one of a request has finish_reason and usage."""
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: bytes
 
-    text: str
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    bytes: bytes
+    top: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    index: int
+    id: str = ""  # the first delta of a call carries its id and name
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(frozen=True)
+class ChoiceDelta:
+    index: int
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()
     finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True)
+class Output:
+    """A step of a request: the choices that advanced. The last output of a
+    request carries usage, and every choice has finished by then."""
+
+    choices: tuple[ChoiceDelta, ...]
     usage: Usage | None = None
+
+
+@dataclass(frozen=True)
+class EmbedRequest:
+    request_id: str
+    model: str
+    inputs: tuple[str | tuple[int, ...], ...]
+    dimensions: int | None = None
+
+
+@dataclass(frozen=True)
+class EmbedResult:
+    embeddings: list[list[float]]
+    prompt_tokens: int
 
 
 @dataclass(frozen=True)
@@ -71,6 +170,8 @@ class ServedModel:
     max_context_length: int
     task: ModelTask
     created: int
+    auto_tool_choice: bool = False
+    supports_dimensions: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,9 +196,12 @@ class Engine(abc.ABC):
     def models(self) -> list[ServedModel]: ...
 
     @abc.abstractmethod
-    def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
+    def generate(self, request: EngineRequest) -> AsyncIterator[Output]:
         """Stream the request's output. Closing or cancelling the iterator
         aborts the request in the engine."""
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        raise wrong_task(request.model, ModelTask.GENERATE)
 
     @abc.abstractmethod
     def load(self) -> EngineLoad: ...
@@ -116,8 +220,6 @@ def check_context(model: ServedModel, prompt_tokens: int, max_tokens: int | None
     Shared by every engine so that the limits and the message are the same
     whichever engine serves the model.
     """
-    from neuraxis.errors import ContextLengthExceededError
-
     limit = model.max_context_length
     wanted = prompt_tokens + (max_tokens or 1)
     if prompt_tokens >= limit or wanted > limit:
@@ -128,3 +230,18 @@ def check_context(model: ServedModel, prompt_tokens: int, max_tokens: int | None
             "Please reduce the length of the messages or completion."
         )
     return max_tokens if max_tokens is not None else limit - prompt_tokens
+
+
+def wrong_task(model_id: str, task: ModelTask) -> InvalidRequestError:
+    """The error for asking a model for what it cannot do."""
+    if task is ModelTask.GENERATE:
+        return InvalidRequestError(
+            f"The model '{model_id}' generates text and cannot embed; use an embedding "
+            "model with /v1/embeddings.",
+            param="model",
+        )
+    return InvalidRequestError(
+        f"The model '{model_id}' is an embedding model and cannot generate text; use it "
+        "with /v1/embeddings.",
+        param="model",
+    )

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 from neuraxis.errors import InternalError, ModelNotFoundError
 from neuron.engine.base import (
-    Delta,
+    ChoiceDelta,
     Engine,
     EngineLoad,
     EngineRequest,
     FinishReason,
+    Output,
     ServedModel,
     Usage,
     check_context,
@@ -63,27 +64,35 @@ class SimEngine(Engine):
     def load(self) -> EngineLoad:
         return EngineLoad(running=self._running, waiting=0)
 
-    async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
+    async def generate(self, request: EngineRequest) -> AsyncIterator[Output]:
         if request.model != self._model.id:
             raise ModelNotFoundError(f"The model '{request.model}' does not exist on this neuron.")
         opts = self._options
-        prompt_tokens = sum(len(m.content.split()) for m in request.messages)
+        text_in = (
+            request.prompt
+            if request.prompt is not None
+            else " ".join(m.content for m in request.messages)
+        )
+        prompt_tokens = len(text_in.split())
         wanted = request.sampling.max_tokens or opts.default_tokens
         max_tokens = min(check_context(self._model, prompt_tokens, wanted), wanted)
+        n = request.sampling.n
         self._running += 1
         try:
             await asyncio.sleep(opts.ttft_s)
-            text = ""
             for i in range(max_tokens):
                 if i == opts.fail_after_tokens:
                     raise InternalError("simulated engine failure")
                 if i:
                     await asyncio.sleep(opts.itl_s)
                 text = f"tok{i}" if i == 0 else f" tok{i}"
-                if i < max_tokens - 1:
-                    yield Delta(text=text)
-            usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=max_tokens)
-            yield Delta(text=text, finish_reason=FinishReason.LENGTH, usage=usage)
+                last = i == max_tokens - 1
+                finish = FinishReason.LENGTH if last else None
+                choices = tuple(
+                    ChoiceDelta(index=c, text=text, finish_reason=finish) for c in range(n)
+                )
+                usage = Usage(prompt_tokens, max_tokens * n) if last else None
+                yield Output(choices=choices, usage=usage)
         finally:
             self._running -= 1
 

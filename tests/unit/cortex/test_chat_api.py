@@ -34,6 +34,9 @@ class ScriptedPool:
     def missing_models(self) -> list[str]:
         return []
 
+    def check_task(self, model: str, task: int, endpoint: str) -> None:
+        assert task == pb.MODEL_TASK_GENERATE
+
     async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
         self.requests.append(request)
         for item in self.script:
@@ -42,12 +45,15 @@ class ScriptedPool:
             yield item
 
 
+def _text(text: str) -> pb.GenerateResponse:
+    return pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text=text)])
+
+
 DONE = pb.GenerateResponse(
-    text="!",
-    finish_reason=pb.FINISH_REASON_STOP,
+    choices=[pb.ChoiceDelta(index=0, text="!", finish_reason=pb.FINISH_REASON_STOP)],
     usage=pb.Usage(prompt_tokens=3, completion_tokens=2, cached_prompt_tokens=1),
 )
-SCRIPT: list[pb.GenerateResponse | NeuraxisError] = [pb.GenerateResponse(text="Hi"), DONE]
+SCRIPT: list[pb.GenerateResponse | NeuraxisError] = [_text("Hi"), DONE]
 
 
 def _client(script: list[pb.GenerateResponse | NeuraxisError]) -> tuple[TestClient, ScriptedPool]:
@@ -95,11 +101,11 @@ def test_translation_to_internal_request() -> None:
 
 def test_unsupported_field_is_rejected_with_param() -> None:
     body = ChatCompletionRequest.model_validate(
-        {"model": "m", "messages": [{"role": "user", "content": "a"}], "logprobs": True}
+        {"model": "m", "messages": [{"role": "user", "content": "a"}], "logit_bias": {"1": 2}}
     )
     with pytest.raises(InvalidRequestError) as info:
         to_generate_request(body, "id")
-    assert info.value.param == "logprobs"
+    assert info.value.param == "logit_bias"
 
 
 def _chat(client: TestClient, **extra: object) -> httpx.Response:
@@ -116,7 +122,7 @@ def test_non_streamed_answer(client: TestClient) -> None:
     assert body["choices"] == [
         {
             "index": 0,
-            "message": {"role": "assistant", "content": "Hi!", "refusal": None},
+            "message": {"role": "assistant", "content": "Hi!", "refusal": None, "tool_calls": None},
             "logprobs": None,
             "finish_reason": "stop",
         }
@@ -173,7 +179,7 @@ def test_error_before_first_token_gets_its_status() -> None:
 
 
 def test_error_mid_stream_ends_with_error_chunk_then_done() -> None:
-    c, _ = _client([pb.GenerateResponse(text="Hi"), UnavailableError("neuron lost")])
+    c, _ = _client([_text("Hi"), UnavailableError("neuron lost")])
     with c:
         r = _chat(c, stream=True)
     events = _events(r.text)

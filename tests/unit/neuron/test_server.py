@@ -63,10 +63,12 @@ async def test_generate_streams_deltas_then_finish_and_usage(
 ) -> None:
     _, client = served
     responses = [r async for r in client.generate(_request(), timeout=10)]
-    assert "".join(r.text for r in responses) == "tok0 tok1 tok2 tok3 tok4"
-    assert all(r.finish_reason == pb.FINISH_REASON_UNSPECIFIED for r in responses[:-1])
+    deltas = [c for r in responses for c in r.choices]
+    assert "".join(d.text for d in deltas) == "tok0 tok1 tok2 tok3 tok4"
+    assert all(d.finish_reason == pb.FINISH_REASON_UNSPECIFIED for d in deltas[:-1])
+    assert deltas[-1].finish_reason == pb.FINISH_REASON_LENGTH
     last = responses[-1]
-    assert last.finish_reason == pb.FINISH_REASON_LENGTH
+    assert last.HasField("usage") and not any(r.HasField("usage") for r in responses[:-1])
     assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (2, 5)
 
 

@@ -1,0 +1,68 @@
+"""POST /v1/embeddings: inputs as text or token arrays, floats or base64."""
+
+from __future__ import annotations
+
+import base64
+import struct
+import uuid
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from cortex.api.disconnect import cancel_on_disconnect
+from cortex.routing.pool import NeuronPool
+from cortex.schemas.embeddings import EmbeddingData, EmbeddingList, EmbeddingRequest, EmbeddingUsage
+from neuraxis.errors import InvalidRequestError
+from neuraxis.v1 import neuron_pb2 as pb
+
+router = APIRouter()
+
+
+def to_embed_request(body: EmbeddingRequest, request_id: str) -> pb.EmbedRequest:
+    inputs = [
+        pb.EmbedInput(text=item)
+        if isinstance(item, str)
+        else pb.EmbedInput(tokens=pb.TokenIds(ids=item))
+        for item in body.inputs()
+    ]
+    return pb.EmbedRequest(
+        request_id=request_id, model=body.model, inputs=inputs, dimensions=body.dimensions
+    )
+
+
+def encode_base64(values: list[float]) -> str:
+    """OpenAI's base64 encoding: little-endian float32s."""
+    return base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode()
+
+
+@router.post("/v1/embeddings")
+async def create_embeddings(body: EmbeddingRequest, request: Request) -> JSONResponse:
+    pool: NeuronPool = request.app.state.pool
+    request_id = f"embd-{uuid.uuid4().hex}"
+    internal = to_embed_request(body, request_id)
+    pool.check_task(body.model, pb.MODEL_TASK_EMBED, "/v1/embeddings")
+    if body.dimensions is not None:
+        info = pool.served_models().get(body.model)
+        if info is not None and not info.supports_dimensions:
+            raise InvalidRequestError(
+                f"The model '{body.model}' does not support the 'dimensions' parameter.",
+                param="dimensions",
+            )
+    response = await cancel_on_disconnect(request, pool.embed(internal))
+    data = [
+        EmbeddingData(
+            index=i,
+            embedding=encode_base64(list(e.values))
+            if body.encoding_format == "base64"
+            else list(e.values),
+        )
+        for i, e in enumerate(response.embeddings)
+    ]
+    result = EmbeddingList(
+        data=data,
+        model=body.model,
+        usage=EmbeddingUsage(
+            prompt_tokens=response.prompt_tokens, total_tokens=response.prompt_tokens
+        ),
+    )
+    return JSONResponse(result.model_dump(), headers={"X-Request-Id": request_id})

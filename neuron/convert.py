@@ -1,0 +1,176 @@
+"""Translation between the neuraxis.v1 protobuf messages and the engine's own
+types, in both directions. Pure functions, no I/O."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from neuraxis.errors import InvalidRequestError
+from neuraxis.v1 import neuron_pb2 as pb
+from neuron.engine.base import (
+    EmbedRequest,
+    EngineRequest,
+    FinishReason,
+    Message,
+    Output,
+    ResponseFormat,
+    ResponseFormatKind,
+    Sampling,
+    ServedModel,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceMode,
+)
+from neuron.models.bundled import ModelTask
+
+_FINISH_TO_PB = {
+    FinishReason.STOP: pb.FINISH_REASON_STOP,
+    FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
+    FinishReason.ABORT: pb.FINISH_REASON_ABORT,
+    FinishReason.TOOL_CALLS: pb.FINISH_REASON_TOOL_CALLS,
+}
+_TASK_TO_PB = {ModelTask.GENERATE: pb.MODEL_TASK_GENERATE, ModelTask.EMBED: pb.MODEL_TASK_EMBED}
+_TOOL_MODE = {
+    pb.TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.AUTO,
+    pb.TOOL_CHOICE_MODE_NONE: ToolChoiceMode.NONE,
+    pb.TOOL_CHOICE_MODE_AUTO: ToolChoiceMode.AUTO,
+    pb.TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode.REQUIRED,
+    pb.TOOL_CHOICE_MODE_NAMED: ToolChoiceMode.NAMED,
+}
+_FORMAT_KIND = {
+    pb.RESPONSE_FORMAT_KIND_UNSPECIFIED: ResponseFormatKind.TEXT,
+    pb.RESPONSE_FORMAT_KIND_TEXT: ResponseFormatKind.TEXT,
+    pb.RESPONSE_FORMAT_KIND_JSON_OBJECT: ResponseFormatKind.JSON_OBJECT,
+    pb.RESPONSE_FORMAT_KIND_JSON_SCHEMA: ResponseFormatKind.JSON_SCHEMA,
+}
+
+
+def _optional(message: Any, name: str) -> Any:
+    return getattr(message, name) if message.HasField(name) else None
+
+
+def _json(text: str, param: str) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise InvalidRequestError(f"{param} is not valid JSON: {e}", param=param) from None
+    if not isinstance(value, dict):
+        raise InvalidRequestError(f"{param} must be a JSON object", param=param)
+    return value
+
+
+def engine_request(request: pb.GenerateRequest) -> EngineRequest:
+    s = request.sampling
+    sampling = Sampling(
+        max_tokens=_optional(s, "max_tokens"),
+        temperature=_optional(s, "temperature"),
+        top_p=_optional(s, "top_p"),
+        top_k=_optional(s, "top_k"),
+        seed=_optional(s, "seed"),
+        stop=tuple(s.stop),
+        presence_penalty=_optional(s, "presence_penalty"),
+        frequency_penalty=_optional(s, "frequency_penalty"),
+        n=s.n if s.HasField("n") else 1,
+        logprobs=_optional(s, "logprobs"),
+    )
+    messages = tuple(
+        Message(
+            role=m.role,
+            content=m.content,
+            name=_optional(m, "name"),
+            tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in m.tool_calls),
+            tool_call_id=_optional(m, "tool_call_id"),
+        )
+        for m in request.messages
+    )
+    tools = tuple(
+        Tool(
+            name=t.name,
+            description=t.description,
+            parameters=_json(t.parameters_json, "tools.parameters"),
+            strict=t.strict,
+        )
+        for t in request.tools
+    )
+    fmt = request.response_format
+    return EngineRequest(
+        request_id=request.request_id,
+        model=request.model,
+        messages=messages,
+        sampling=sampling,
+        tools=tools,
+        tool_choice=ToolChoice(_TOOL_MODE[request.tool_choice.mode], request.tool_choice.name),
+        response_format=ResponseFormat(
+            _FORMAT_KIND[fmt.kind], _json(fmt.schema_json, "response_format.json_schema")
+        ),
+        prompt=_optional(request, "prompt"),
+    )
+
+
+def generate_response(output: Output) -> pb.GenerateResponse:
+    choices = [
+        pb.ChoiceDelta(
+            index=c.index,
+            text=c.text,
+            reasoning=c.reasoning,
+            tool_calls=[
+                pb.ToolCallDelta(index=t.index, id=t.id, name=t.name, arguments=t.arguments)
+                for t in c.tool_calls
+            ],
+            logprobs=[
+                pb.TokenLogprob(
+                    token=lp.token,
+                    logprob=lp.logprob,
+                    bytes=lp.bytes,
+                    top=[
+                        pb.TopLogprob(token=t.token, logprob=t.logprob, bytes=t.bytes)
+                        for t in lp.top
+                    ],
+                )
+                for lp in c.logprobs
+            ],
+            finish_reason=_FINISH_TO_PB[c.finish_reason]
+            if c.finish_reason
+            else pb.FINISH_REASON_UNSPECIFIED,
+        )
+        for c in output.choices
+    ]
+    usage = output.usage
+    if usage is None:
+        return pb.GenerateResponse(choices=choices)
+    return pb.GenerateResponse(
+        choices=choices,
+        usage=pb.Usage(
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_prompt_tokens=usage.cached_prompt_tokens,
+        ),
+    )
+
+
+def embed_request(request: pb.EmbedRequest) -> EmbedRequest:
+    inputs: list[str | tuple[int, ...]] = []
+    for item in request.inputs:
+        kind = item.WhichOneof("kind")
+        inputs.append(item.text if kind == "text" else tuple(item.tokens.ids))
+    return EmbedRequest(
+        request_id=request.request_id,
+        model=request.model,
+        inputs=tuple(inputs),
+        dimensions=_optional(request, "dimensions"),
+    )
+
+
+def model_info(model: ServedModel) -> pb.ModelInfo:
+    return pb.ModelInfo(
+        id=model.id,
+        max_context_length=model.max_context_length,
+        task=_TASK_TO_PB[model.task],
+        created=model.created,
+        auto_tool_choice=model.auto_tool_choice,
+        supports_dimensions=model.supports_dimensions,
+    )

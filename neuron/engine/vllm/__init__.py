@@ -1,0 +1,3 @@
+from neuron.engine.vllm.engine import VllmEngine, VllmOptions
+
+__all__ = ["VllmEngine", "VllmOptions"]

