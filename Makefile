@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck proto proto-check bench install clean
+.PHONY: run test unit lint typecheck proto proto-check bench bench-embeddings install clean
 
 install: $(STAMP)
 
@@ -50,6 +50,10 @@ proto-check: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.gateway_overhead
+	$(PY) -m bench.embeddings_throughput
+
+bench-embeddings: $(STAMP)
+	$(PY) -m bench.embeddings_throughput
 
 clean:
 	rm -rf $(VENV)

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -71,3 +72,22 @@ def wait_http_ready(proc: Proc, url: str, timeout: float) -> None:
             pass
         time.sleep(0.5)
     raise RuntimeError(f"{url} not ready after {timeout} s:\n{proc.log_tail()}")
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A running `neuraxis up` on free ports."""
+
+    proc: Proc
+    base_url: str
+    neuron_address: str
+    embedding_address: str
+
+
+def start_up(log_path: Path) -> Embedded:
+    port, neuron_port, embedding_port = free_port(), free_port(), free_port()
+    args = ["up", "--port", str(port), "--neuron-port", str(neuron_port)]
+    proc = Proc([*args, "--embedding-port", str(embedding_port)], log_path)
+    return Embedded(
+        proc, f"http://127.0.0.1:{port}", f"127.0.0.1:{neuron_port}", f"127.0.0.1:{embedding_port}"
+    )

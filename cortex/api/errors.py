@@ -9,6 +9,7 @@ envelope. Nothing here ever puts a stack trace in a body.
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +27,8 @@ from neuraxis.errors import (
 )
 
 log = logging.getLogger("neuraxis.cortex")
+
+_FIELD_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 def error_envelope(error: NeuraxisError) -> ErrorEnvelope:
@@ -76,8 +79,10 @@ def validation_error(exc: RequestValidationError) -> NeuraxisError:
 
 
 def _is_type_tag(part: str) -> bool:
-    # pydantic adds the union member's type to the location ("str", "list[...]").
-    return part in {"str", "int", "float", "bool"} or part.startswith(("list[", "function-"))
+    # pydantic puts the union member it tried into the location ("str",
+    # "constrained-str", "literal['a','b']", "NamedToolChoice"); OpenAI's
+    # field names are snake_case identifiers.
+    return not _FIELD_NAME.match(part) or part in {"str", "int", "float", "bool", "dict", "list"}
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from tests.procs import Proc, free_port, wait_http_ready
+from tests.procs import Proc, free_port, start_up, wait_http_ready
 
 MODEL = "smollm2-135m-instruct"
+EMBEDDING_MODEL = "all-minilm-l6-v2"
 ENGINE_START_TIMEOUT_S = 600
 
 
@@ -31,6 +32,7 @@ def strict_client(base_url: str) -> OpenAI:
 class Stack:
     base_url: str
     neuron_address: str
+    embedding_address: str
     proc: Proc
 
     def client(self) -> OpenAI:
@@ -44,12 +46,16 @@ def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def stack(logs_dir: Path) -> Iterator[Stack]:
-    port, neuron_port = free_port(), free_port()
-    proc = Proc(["up", "--port", str(port), "--neuron-port", str(neuron_port)], logs_dir / "up.log")
-    base = f"http://127.0.0.1:{port}"
+    up = start_up(logs_dir / "up.log")
+    proc, base = up.proc, up.base_url
     try:
         wait_http_ready(proc, f"{base}/readyz", ENGINE_START_TIMEOUT_S)
-        yield Stack(base_url=base, neuron_address=f"127.0.0.1:{neuron_port}", proc=proc)
+        yield Stack(
+            base_url=base,
+            neuron_address=up.neuron_address,
+            embedding_address=up.embedding_address,
+            proc=proc,
+        )
     finally:
         proc.stop()
 

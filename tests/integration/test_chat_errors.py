@@ -53,8 +53,9 @@ def test_invalid_temperature_names_its_param(stack: Stack) -> None:
             {"model": MODEL, "messages": HELLO, "stream_options": {"include_usage": True}},
             "stream_options",
         ),
-        ({"model": MODEL, "messages": HELLO, "tools": [{"type": "function"}]}, "tools"),
-        ({"model": MODEL, "messages": HELLO, "n": 2}, "n"),
+        ({"model": MODEL, "messages": HELLO, "tools": [{"type": "function"}]}, "tools[0].function"),
+        ({"model": MODEL, "messages": HELLO, "n": 0}, "n"),
+        ({"model": MODEL, "messages": HELLO, "logit_bias": {"1": 1}}, "logit_bias"),
         ({"model": MODEL, "messages": HELLO, "bogus_option": 1}, "bogus_option"),
         (
             {

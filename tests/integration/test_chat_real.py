@@ -11,7 +11,7 @@ import pytest
 
 from neuraxis.v1 import neuron_pb2 as pb
 from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
-from tests.integration.conftest import MODEL, Stack
+from tests.integration.conftest import EMBEDDING_MODEL, MODEL, Stack
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -184,7 +184,14 @@ def test_neuron_info(stack: Stack) -> None:
 def test_models_endpoints(stack: Stack) -> None:
     client = stack.client()
     models = client.models.list()
-    assert [m.id for m in models.data] == [MODEL]
+    assert sorted(m.id for m in models.data) == sorted([MODEL, EMBEDDING_MODEL])
+    for m in models.data:
+        assert m.owned_by == "neuraxis" and m.created > 0
+    endpoints = {m.id: m.model_extra["endpoints"] for m in models.data if m.model_extra}
+    assert endpoints == {
+        MODEL: ["/v1/chat/completions", "/v1/completions"],
+        EMBEDDING_MODEL: ["/v1/embeddings"],
+    }
     assert client.models.retrieve(MODEL).id == MODEL
     assert httpx.get(f"{stack.base_url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{stack.base_url}/readyz").status_code == 200

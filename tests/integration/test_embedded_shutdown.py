@@ -46,8 +46,11 @@ def test_up_serves_then_stops_everything(logs_dir: Path, sig: int) -> None:
         assert "neuron" in names and "cortex" in names
 
         # Kill the engine core: the neuron must say UNAVAILABLE, not hang.
-        engine_core = [p for p in tree if "EngineCore" in " ".join(p.cmdline()) + p.name()]
-        assert engine_core, [p.cmdline() for p in tree]
+        chat_neuron = next(p for p in tree if "serve" in p.cmdline() and MODEL in p.cmdline())
+        engine_core = [
+            p for p in chat_neuron.children() if "EngineCore" in " ".join(p.cmdline()) + p.name()
+        ]
+        assert engine_core, [p.cmdline() for p in chat_neuron.children()]
         engine_core[0].kill()
         request = pb.GenerateRequest(
             request_id="after-engine-death",

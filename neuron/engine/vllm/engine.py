@@ -8,6 +8,7 @@ types and errors.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
@@ -187,15 +188,18 @@ class VllmEngine(Engine):
                     param="input",
                 )
         params = PoolingParams(task="embed", dimensions=request.dimensions)
+
+        async def one(i: int, ids: list[int]) -> Any:
+            final = None
+            async for out in self._llm.encode(
+                {"prompt_token_ids": ids}, params, request_id=f"{request.request_id}-{i}"
+            ):
+                final = out
+            return final
+
         try:
-            results = []
-            for i, ids in enumerate(prompts):
-                final = None
-                async for out in self._llm.encode(
-                    {"prompt_token_ids": ids}, params, request_id=f"{request.request_id}-{i}"
-                ):
-                    final = out
-                results.append(final)
+            # All inputs at once, so that the engine batches them.
+            results = await asyncio.gather(*(one(i, ids) for i, ids in enumerate(prompts)))
         except EngineDeadError:
             raise UnavailableError("the engine died while serving the request") from None
         # One pooled vector per input (flattened: some poolers keep a batch axis).
