@@ -27,7 +27,18 @@ from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
 from tests.procs import start_up, wait_http_ready
 
 MODEL = "all-minilm-l6-v2"
-WORDS = "cat dog kitten river mountain engine carburetor violin apple storm".split()
+WORDS = [
+    "cat",
+    "dog",
+    "kitten",
+    "river",
+    "mountain",
+    "engine",
+    "carburetor",
+    "violin",
+    "apple",
+    "storm",
+]
 
 
 def _inputs(batch: int, offset: int) -> list[str]:
