@@ -31,6 +31,8 @@ class NeuronSettings(BaseSettings):
     dtype: str = "float32"
     # vLLM tool parser for tool_choice "auto"; defaults to the bundled model's.
     tool_parser: str | None = None
+    # vLLM reasoning parser (e.g. "deepseek_r1") for models that think aloud.
+    reasoning_parser: str | None = None
     # Seconds in-flight requests get to finish when the neuron is stopped.
     drain_timeout_s: float = Field(30.0, ge=0)
     # Simulated engine only (tests and benchmarks).

@@ -42,6 +42,7 @@ def build_engine(settings: NeuronSettings) -> Engine:
             max_model_len=settings.max_model_len,
             kv_cache_gib=settings.kv_cache_gib,
             tool_parser=settings.tool_parser or model.tool_parser,
+            reasoning_parser=settings.reasoning_parser,
         )
     )
 

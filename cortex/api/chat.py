@@ -176,11 +176,14 @@ def _choice(index: int, state: ChoiceState, with_logprobs: bool) -> Choice:
         for _, c in sorted(state.calls.items())
     ]
     text = "".join(state.text)
+    message = AssistantMessage(
+        content=text if text or not calls else None,
+        tool_calls=calls or None,
+        reasoning_content="".join(state.reasoning) or None,
+    )
     return Choice(
         index=index,
-        message=AssistantMessage(
-            content=text if text or not calls else None, tool_calls=calls or None
-        ),
+        message=message,
         logprobs=ChoiceLogprobs(content=logprobs_out(state.logprobs)) if with_logprobs else None,
         finish_reason=finish_reason(state.finish),
     )
@@ -254,6 +257,8 @@ async def _stream(
     try:
         while True:
             for delta in response.choices:
+                if delta.reasoning:
+                    yield chunker.choice(delta.index, {"reasoning_content": delta.reasoning})
                 if delta.text or delta.logprobs:
                     yield chunker.choice(
                         delta.index, {"content": delta.text}, logprobs=list(delta.logprobs)

@@ -66,6 +66,7 @@ class ChoiceState:
     """Everything one choice has produced so far."""
 
     text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
     calls: dict[int, CallState] = field(default_factory=dict)
     logprobs: list[pb.TokenLogprob] = field(default_factory=list)
     finish: pb.FinishReason = pb.FINISH_REASON_UNSPECIFIED
@@ -73,6 +74,8 @@ class ChoiceState:
     def add(self, delta: pb.ChoiceDelta) -> None:
         if delta.text:
             self.text.append(delta.text)
+        if delta.reasoning:
+            self.reasoning.append(delta.reasoning)
         for call in delta.tool_calls:
             state = self.calls.setdefault(call.index, CallState())
             state.id = state.id or call.id

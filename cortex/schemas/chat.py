@@ -186,6 +186,9 @@ class AssistantMessage(BaseModel):
     content: str | None
     refusal: None = None
     tool_calls: list[ToolCallOut] | None = None
+    # What a reasoning model thought before answering (vLLM's field name);
+    # left out for models that do not reason.
+    reasoning_content: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class Choice(BaseModel):

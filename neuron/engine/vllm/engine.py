@@ -36,7 +36,7 @@ from neuron.engine.base import (
     wrong_task,
 )
 from neuron.engine.vllm.prompt import openai_tool, render, sampling_params
-from neuron.engine.vllm.shaping import AutoParser, ChoiceShaper, ParsedCalls
+from neuron.engine.vllm.shaping import AutoParser, ChoiceShaper, ParsedCalls, ReasoningSplit
 from neuron.models.bundled import ModelTask
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
@@ -53,6 +53,9 @@ class VllmOptions:
     enforce_eager: bool = True  # CPU warm-up compilation stalls for minutes
     # One of vLLM's tool parsers (e.g. "hermes"); enables tool_choice "auto".
     tool_parser: str | None = None
+    # One of vLLM's reasoning parsers (e.g. "deepseek_r1"), for models that
+    # think before they answer: their thoughts go to reasoning_content.
+    reasoning_parser: str | None = None
 
 
 class VllmEngine(Engine):
@@ -62,6 +65,7 @@ class VllmEngine(Engine):
         self._tokenizer: Any = None
         self._model: ServedModel | None = None
         self._parser_class: Any = None
+        self._reasoning_class: Any = None
         self._stats = _SchedulerStatsSink()
 
     @property
@@ -85,6 +89,12 @@ class VllmEngine(Engine):
             from vllm.tool_parsers import ToolParserManager
 
             self._parser_class = ToolParserManager.get_tool_parser(opts.tool_parser)
+        if opts.reasoning_parser:
+            from vllm.reasoning import ReasoningParserManager
+
+            self._reasoning_class = ReasoningParserManager.get_reasoning_parser(
+                opts.reasoning_parser
+            )
         optional: dict[str, Any] = {"dtype": opts.dtype}
         if opts.max_model_len is not None:
             optional["max_model_len"] = opts.max_model_len
@@ -147,7 +157,9 @@ class VllmEngine(Engine):
                         request.sampling.logprobs,
                         self._tokenizer,
                     )
-                    delta = shapers[completion.index].feed(completion.text, logprobs, finish)
+                    delta = shapers[completion.index].feed(
+                        completion.text, list(completion.token_ids), logprobs, finish
+                    )
                     if delta is not None:
                         choices.append(delta)
                 usage = None
@@ -224,15 +236,38 @@ class VllmEngine(Engine):
 
     def _shaper(self, index: int, request: EngineRequest) -> ChoiceShaper:
         mode = request.tool_choice.mode if request.tools else ToolChoiceMode.NONE
+        reasoning = self._reasoning_split()
         if mode is ToolChoiceMode.NONE:
-            return ChoiceShaper(index, None, "", None)
+            return ChoiceShaper(index, None, "", None, reasoning)
         if mode is ToolChoiceMode.AUTO and self._parser_class is None:
             raise InvalidRequestError(
                 f"The model '{request.model}' has no tool parser, so tool_choice 'auto' is not "
                 "available; use 'required' or name a function.",
                 param="tool_choice",
             )
-        return ChoiceShaper(index, mode, request.tool_choice.name, self._auto_parser(request))
+        return ChoiceShaper(
+            index, mode, request.tool_choice.name, self._auto_parser(request), reasoning
+        )
+
+    def _reasoning_split(self) -> ReasoningSplit | None:
+        if self._reasoning_class is None:
+            return None
+        parser = self._reasoning_class(self._tokenizer)
+        text: list[str] = []
+        ids: list[int] = []
+
+        def split(delta_text: str, delta_ids: list[int]) -> tuple[str, str]:
+            previous_text, previous_ids = "".join(text), list(ids)
+            text.append(delta_text)
+            ids.extend(delta_ids)
+            message = parser.extract_reasoning_streaming(
+                previous_text, "".join(text), delta_text, previous_ids, list(ids), delta_ids
+            )
+            if message is None:
+                return "", ""
+            return message.reasoning or "", message.content or ""
+
+        return split
 
     def _auto_parser(self, request: EngineRequest) -> AutoParser | None:
         if self._parser_class is None:

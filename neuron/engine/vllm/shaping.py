@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from neuron.engine.base import (
     ChoiceDelta,
@@ -39,19 +39,46 @@ class ParsedCalls:
 # it made (None: the model answered in text).
 AutoParser = Callable[[str], ParsedCalls | None]
 
+# Given a new piece of text and its token ids, the model's reasoning parser
+# says which part is reasoning and which is the answer: (reasoning, content).
+ReasoningSplit = Callable[[str, list[int]], tuple[str, str]]
+
 
 class ChoiceShaper:
     def __init__(
-        self, index: int, mode: ToolChoiceMode | None, tool_name: str, parser: AutoParser | None
+        self,
+        index: int,
+        mode: ToolChoiceMode | None,
+        tool_name: str,
+        parser: AutoParser | None,
+        reasoning: ReasoningSplit | None = None,
     ) -> None:
         self.index = index
         self._mode = mode  # None: plain text
         self._tool_name = tool_name
         self._parser = parser
+        self._reasoning = reasoning
         self._held: list[str] = []
         self._call_id = ""
 
     def feed(
+        self,
+        text: str,
+        token_ids: list[int],
+        logprobs: tuple[TokenLogprob, ...],
+        finish: FinishReason | None,
+    ) -> ChoiceDelta | None:
+        if self._reasoning is None:
+            return self._shape(text, logprobs, finish)
+        reasoning, text = self._reasoning(text, token_ids)
+        delta = self._shape(text, logprobs, finish)
+        if not reasoning:
+            return delta
+        if delta is None:
+            return ChoiceDelta(self.index, reasoning=reasoning)
+        return replace(delta, reasoning=reasoning)
+
+    def _shape(
         self, text: str, logprobs: tuple[TokenLogprob, ...], finish: FinishReason | None
     ) -> ChoiceDelta | None:
         if self._mode is None:

@@ -185,3 +185,21 @@ def test_error_mid_stream_ends_with_error_chunk_then_done() -> None:
     events = _events(r.text)
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["error"]["message"] == "neuron lost"
+
+
+def test_reasoning_content_in_message_and_delta() -> None:
+    script: list[pb.GenerateResponse | NeuraxisError] = [
+        pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, reasoning="Think.")]),
+        _text("Hi"),
+        DONE,
+    ]
+    c, _ = _client(script)
+    with c:
+        whole = _chat(c).json()["choices"][0]["message"]
+        streamed = [json.loads(e) for e in _events(_chat(c, stream=True).text)[:-1]]
+    assert whole["reasoning_content"] == "Think." and whole["content"] == "Hi!"
+    assert streamed[1]["choices"][0]["delta"] == {"reasoning_content": "Think."}
+
+
+def test_no_reasoning_content_key_for_models_that_do_not_reason(client: TestClient) -> None:
+    assert "reasoning_content" not in _chat(client).json()["choices"][0]["message"]
