@@ -8,7 +8,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from cortex.api import chat, completions, embeddings, health, models
+from cortex import metrics
+from cortex.api import chat, completions, embeddings, health, models, observability
 from cortex.api.errors import install_error_handlers
 from cortex.config import CortexSettings
 from cortex.middleware import BodyLimit
@@ -35,6 +36,7 @@ def create_app(settings: CortexSettings, pool: NeuronPool | None = None) -> Fast
         finally:
             await pool.stop()
 
+    metrics.configure(settings.metrics_enabled)
     app = FastAPI(title="neuraxis cortex", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.pool = pool
     app.state.settings = settings
@@ -44,5 +46,6 @@ def create_app(settings: CortexSettings, pool: NeuronPool | None = None) -> Fast
     app.include_router(embeddings.router)
     app.include_router(models.router)
     app.include_router(health.router)
+    app.include_router(observability.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

@@ -24,6 +24,12 @@ class CortexSettings(BaseSettings):
     max_retries: int = Field(2, ge=0)
     # Largest accepted request body; larger ones get 413.
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    # Request metrics at /metrics (off only to measure what they cost).
+    metrics_enabled: bool = True
+    # uvicorn worker processes; metrics are added up across them.
+    workers: int = Field(1, ge=1, le=64)
+    # Log lines as JSON objects (one per line), or as plain text.
+    json_logs: bool = True
 
     @field_validator("neurons")
     @classmethod

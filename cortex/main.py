@@ -1,25 +1,50 @@
-"""`neuraxis cortex`: serve the gateway with uvicorn."""
+"""`neuraxis cortex`: serve the gateway with uvicorn, in one process or in
+several workers whose metrics are added up (prometheus_client's
+multiprocess mode)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from typing import Any
+
 import uvicorn
 
-from cortex.app import create_app
 from cortex.config import CortexSettings
 from neuraxis.logs import configure_logging
 
+_SETTINGS_ENV = "NEURAXIS_CORTEX_SETTINGS_JSON"
+
 
 def run(settings: CortexSettings) -> int:
-    configure_logging()
-    app = create_app(settings)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        log_level="warning",
+    configure_logging(settings.json_logs)
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "log_level": "warning",
         # Give in-flight streams time to finish on SIGTERM.
-        timeout_graceful_shutdown=30,
-    )
+        "timeout_graceful_shutdown": 30,
+    }
+    if settings.workers > 1:
+        # Must be set before any worker imports prometheus_client's metrics.
+        os.environ.setdefault(
+            "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="neuraxis-metrics-")
+        )
+        os.environ[_SETTINGS_ENV] = settings.model_dump_json()
+        uvicorn.run("cortex.main:app_from_env", factory=True, workers=settings.workers, **options)
+        return 0
+    from cortex.app import create_app
+
+    uvicorn.run(create_app(settings), **options)
     return 0
+
+
+def app_from_env() -> Any:
+    """The app factory each worker process calls."""
+    from cortex.app import create_app
+
+    settings = CortexSettings.model_validate_json(os.environ[_SETTINGS_ENV])
+    configure_logging(settings.json_logs)
+    return create_app(settings)

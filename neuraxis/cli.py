@@ -41,6 +41,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=50052,
         help="embedding neuron gRPC port (default 50052)",
     )
+    up.add_argument(
+        "--neuron-metrics-port",
+        type=int,
+        default=9400,
+        help="chat neuron metrics port (default 9400)",
+    )
+    up.add_argument(
+        "--embedding-metrics-port",
+        type=int,
+        default=9401,
+        help="embedding neuron metrics port (default 9401)",
+    )
     up.add_argument("--cache-dir", type=Path, help="model cache (default ~/.cache/neuraxis)")
     up.add_argument(
         "--kv-cache-gib", type=int, default=1, help="KV cache size in whole GiB (default 1)"
@@ -59,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
         dest="neurons",
         metavar="HOST:PORT",
         help="a neuron's gRPC address (repeatable)",
+    )
+    cortex.add_argument("--workers", type=int, help="uvicorn worker processes")
+    cortex.add_argument(
+        "--no-metrics",
+        dest="metrics_enabled",
+        action="store_const",
+        const=False,
+        help="do not record request metrics",
     )
     cortex.add_argument(
         "--model",
@@ -87,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-dir", type=Path, help="model cache directory")
     serve.add_argument("--max-model-len", type=int, help="context length")
     serve.add_argument("--kv-cache-gib", type=int, help="KV cache size in whole GiB")
+    serve.add_argument("--metrics-port", type=int, help="Prometheus metrics port (0: none)")
     serve.add_argument("--sim-ttft-s", type=float, help="sim engine: time to first token")
     serve.add_argument("--sim-itl-s", type=float, help="sim engine: time between tokens")
     serve.add_argument(
@@ -122,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                     port=args.port,
                     neuron_port=args.neuron_port,
                     embedding_port=args.embedding_port,
+                    neuron_metrics_port=args.neuron_metrics_port,
+                    embedding_metrics_port=args.embedding_metrics_port,
                     cache_dir=args.cache_dir,
                     kv_cache_gib=args.kv_cache_gib,
                     max_model_len=args.max_model_len,
@@ -131,7 +154,15 @@ def main(argv: list[str] | None = None) -> int:
             from cortex.config import CortexSettings
             from cortex.main import run as run_cortex
 
-            overrides = {k: getattr(args, k) for k in ("host", "port", "neurons", "models")}
+            keys: tuple[str, ...] = (
+                "host",
+                "port",
+                "neurons",
+                "models",
+                "workers",
+                "metrics_enabled",
+            )
+            overrides = {k: getattr(args, k) for k in keys}
             return run_cortex(load_settings(CortexSettings, args.config, overrides))
         if args.command == "neuron":
             from neuron.config import NeuronSettings
@@ -149,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 "cache_dir",
                 "max_model_len",
                 "kv_cache_gib",
+                "metrics_port",
                 "sim_ttft_s",
                 "sim_itl_s",
                 "sim_fail_after_tokens",

@@ -35,6 +35,8 @@ class EmbeddedOptions:
     port: int = 8080
     neuron_port: int = 50051
     embedding_port: int = 50052
+    neuron_metrics_port: int = 9400
+    embedding_metrics_port: int = 9401
     cache_dir: Path | None = None
     kv_cache_gib: int = 1
     max_model_len: int | None = None
@@ -59,13 +61,14 @@ def run_embedded(options: EmbeddedOptions) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     children: list[subprocess.Popen[bytes]] = []
     try:
-        chat_cmd = _neuron_cmd(
-            DEFAULT_CHAT_MODEL, options.neuron_port, options.kv_cache_gib, cache_dir
-        )
+        chat_cmd = _neuron_cmd(DEFAULT_CHAT_MODEL, options.neuron_port, cache_dir)
+        chat_cmd += ["--kv-cache-gib", str(options.kv_cache_gib)]
+        chat_cmd += ["--metrics-port", str(options.neuron_metrics_port)]
         if options.max_model_len:
             chat_cmd += ["--max-model-len", str(options.max_model_len)]
         # Pooling needs no room for generated tokens: the smallest KV cache.
-        embed_cmd = _neuron_cmd(DEFAULT_EMBEDDING_MODEL, options.embedding_port, 1, cache_dir)
+        embed_cmd = _neuron_cmd(DEFAULT_EMBEDDING_MODEL, options.embedding_port, cache_dir)
+        embed_cmd += ["--kv-cache-gib", "1", "--metrics-port", str(options.embedding_metrics_port)]
         _say(
             f"starting neurons on 127.0.0.1:{options.neuron_port} ({DEFAULT_CHAT_MODEL}) and "
             f"127.0.0.1:{options.embedding_port} ({DEFAULT_EMBEDDING_MODEL}): vLLM CPU, ~40 s"
@@ -101,21 +104,11 @@ def run_embedded(options: EmbeddedOptions) -> int:
         _say("stopped")
 
 
-def _neuron_cmd(model: str, port: int, kv_cache_gib: int, cache_dir: Path) -> list[str]:
+def _neuron_cmd(model: str, port: int, cache_dir: Path) -> list[str]:
     return [
-        "neuron",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--model",
-        model,
-        "--cache-dir",
-        str(cache_dir),
-        "--kv-cache-gib",
-        str(kv_cache_gib),
-    ]
+        "neuron", "serve", "--host", "127.0.0.1", "--port", str(port), "--model", model,
+        "--cache-dir", str(cache_dir),
+    ]  # fmt: skip
 
 
 def _spawn(args: list[str]) -> subprocess.Popen[bytes]:

@@ -33,6 +33,10 @@ class NeuronSettings(BaseSettings):
     tool_parser: str | None = None
     # vLLM reasoning parser (e.g. "deepseek_r1") for models that think aloud.
     reasoning_parser: str | None = None
+    # Prometheus metrics (vLLM's and the neuron's) on this port; 0: none.
+    metrics_port: int = Field(9400, ge=0, le=65535)
+    # Log lines as JSON objects (one per line), or as plain text.
+    json_logs: bool = True
     # Seconds in-flight requests get to finish when the neuron is stopped.
     drain_timeout_s: float = Field(30.0, ge=0)
     # Simulated engine only (tests and benchmarks).

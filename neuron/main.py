@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,7 +79,9 @@ def resolve_model(settings: NeuronSettings) -> ResolvedModel:
 def run(settings: NeuronSettings) -> int:
     from neuron.server import serve
 
-    configure_logging()
+    configure_logging(settings.json_logs)
+    # vLLM's loggers then go through ours (JSON) instead of their own handler.
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     engine = build_engine(settings)
     asyncio.run(
         serve(
@@ -87,6 +90,7 @@ def run(settings: NeuronSettings) -> int:
             port=settings.port,
             generation=pb.GPU_GENERATION_CPU,
             drain_timeout_s=settings.drain_timeout_s,
+            metrics_port=settings.metrics_port,
         )
     )
     return 0

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -28,7 +29,7 @@ from neuraxis.errors import (
 )
 from neuraxis.v1 import neuron_pb2 as pb
 from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
-from neuron import convert
+from neuron import convert, metrics
 from neuron.engine.base import Engine
 
 log = logging.getLogger("neuraxis.neuron")
@@ -36,49 +37,105 @@ log = logging.getLogger("neuraxis.neuron")
 SERVICE_NAME = "neuraxis.v1.Neuron"
 
 
+class _Call:
+    """One gRPC call: its metrics and its log line (sizes, never text)."""
+
+    def __init__(self, method: str, model: str, request_id: str) -> None:
+        self.method, self.model, self.request_id = method, model, request_id
+        self.started = time.perf_counter()
+        self.code = "OK"
+        self.fields: dict[str, object] = {}
+
+    def failed(self, error: BaseException) -> None:
+        if isinstance(error, NeuraxisError):
+            self.code = mapping_for(error).grpc_code
+        elif isinstance(error, asyncio.CancelledError):
+            self.code = "CANCELLED"
+        else:
+            self.code = "INTERNAL"
+
+    def done(self) -> None:
+        seconds = time.perf_counter() - self.started
+        metrics.record_call(self.method, self.model, self.code, seconds)
+        log.info(
+            "%s %s",
+            self.method,
+            self.code,
+            extra={
+                "request_id": self.request_id,
+                "model": self.model,
+                "code": self.code,
+                "duration_s": round(seconds, 4),
+                **self.fields,
+            },
+        )
+
+
 class NeuronServicer(pb_grpc.NeuronServicer):
-    def __init__(self, engine: Engine, generation: pb.GpuGeneration) -> None:
+    def __init__(self, engine: Engine, generation: pb.GpuGeneration, metrics_port: int = 0) -> None:
         self._engine = engine
         self._generation = generation
+        self._metrics_port = metrics_port
         self.ready = False
+
+    def _model_label(self, model: str) -> str:
+        return model if any(m.id == model for m in self._engine.models()) else "unknown"
 
     async def Generate(  # noqa: N802 (gRPC method name)
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
+        call = _Call("Generate", self._model_label(request.model), request.request_id)
         try:
             if not self.ready:
                 raise UnavailableError("the neuron is still loading its model")
             if not self._engine.healthy():
                 raise UnavailableError("the neuron's engine has died")
             async for output in self._engine.generate(convert.engine_request(request)):
+                if output.usage is not None:
+                    call.fields = {
+                        "prompt_tokens": output.usage.prompt_tokens,
+                        "completion_tokens": output.usage.completion_tokens,
+                        "cached_prompt_tokens": output.usage.cached_prompt_tokens,
+                    }
                 yield convert.generate_response(output)
         except NeuraxisError as e:
+            call.failed(e)
             await _abort(context, e)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as e:
             # The caller went away or its deadline passed: the engine's
             # generator has already aborted the request on the way out.
-            log.info("request %s cancelled by the caller", request.request_id)
+            call.failed(e)
             raise
-        except Exception:
-            log.exception("request %s failed", request.request_id)
+        except Exception as e:
+            call.failed(e)
+            log.exception("request failed", extra={"request_id": request.request_id})
             await _abort(context, InternalError("internal error in the neuron"))
+        finally:
+            call.done()
 
     async def Embed(  # noqa: N802
         self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext
     ) -> pb.EmbedResponse:
+        call = _Call("Embed", self._model_label(request.model), request.request_id)
         try:
             if not self.ready or not self._engine.healthy():
                 raise UnavailableError("the neuron is not ready")
             result = await self._engine.embed(convert.embed_request(request))
+            call.fields = {"inputs": len(request.inputs), "prompt_tokens": result.prompt_tokens}
         except NeuraxisError as e:
+            call.failed(e)
             await _abort(context, e)
             raise AssertionError("unreachable") from None
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as e:
+            call.failed(e)
             raise
-        except Exception:
-            log.exception("embed request %s failed", request.request_id)
+        except Exception as e:
+            call.failed(e)
+            log.exception("embed request failed", extra={"request_id": request.request_id})
             await _abort(context, InternalError("internal error in the neuron"))
             raise AssertionError("unreachable") from None
+        finally:
+            call.done()
         return pb.EmbedResponse(
             embeddings=[pb.Embedding(values=v) for v in result.embeddings],
             prompt_tokens=result.prompt_tokens,
@@ -94,6 +151,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
             engine=self._engine.description,
             generation=self._generation,
             ready=ready,
+            metrics_port=self._metrics_port,
         )
 
     async def Load(  # noqa: N802
@@ -132,11 +190,14 @@ async def serve(
     port: int,
     generation: pb.GpuGeneration,
     drain_timeout_s: float,
+    metrics_port: int = 0,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then drain: stop accepting calls, let
     in-flight ones finish for up to drain_timeout_s, and stop the engine."""
+    if metrics_port:
+        metrics.serve_metrics(host, metrics_port)
     server = grpc.aio.server()
-    servicer = NeuronServicer(engine, generation)
+    servicer = NeuronServicer(engine, generation, metrics_port)
     pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -87,7 +87,10 @@ class Embedded:
 def start_up(log_path: Path) -> Embedded:
     port, neuron_port, embedding_port = free_port(), free_port(), free_port()
     args = ["up", "--port", str(port), "--neuron-port", str(neuron_port)]
-    proc = Proc([*args, "--embedding-port", str(embedding_port)], log_path)
+    args += ["--embedding-port", str(embedding_port)]
+    args += ["--neuron-metrics-port", str(free_port())]
+    args += ["--embedding-metrics-port", str(free_port())]
+    proc = Proc(args, log_path)
     return Embedded(
         proc, f"http://127.0.0.1:{port}", f"127.0.0.1:{neuron_port}", f"127.0.0.1:{embedding_port}"
     )

@@ -9,6 +9,7 @@ import uuid
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from cortex import metrics
 from cortex.api.disconnect import cancel_on_disconnect
 from cortex.routing.pool import NeuronPool
 from cortex.schemas.embeddings import EmbeddingData, EmbeddingList, EmbeddingRequest, EmbeddingUsage
@@ -48,7 +49,14 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
                 f"The model '{body.model}' does not support the 'dimensions' parameter.",
                 param="dimensions",
             )
-    response = await cancel_on_disconnect(request, pool.embed(internal))
+    tracker = metrics.start("embeddings", pool.model_label(body.model), request_id)
+    request.state.tracked = True
+    try:
+        response = await cancel_on_disconnect(request, pool.embed(internal))
+    except BaseException as e:
+        tracker.finish(metrics.outcome_of(e) if isinstance(e, Exception) else "cancelled")
+        raise
+    tracker.part_done(response.prompt_tokens, 0)
     # The vectors come from the neuron already typed: build the answer without
     # re-validating thousands of floats, and serialise it with pydantic's
     # compiled encoder (stdlib json is several times slower on long lists).

@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cortex import metrics
 from cortex.schemas.errors import ErrorBody, ErrorEnvelope
 from neuraxis.errors import (
     InternalError,
@@ -85,14 +86,32 @@ def _is_type_tag(part: str) -> bool:
     return not _FIELD_NAME.match(part) or part in {"str", "int", "float", "bool", "dict", "list"}
 
 
+_API_OF_PATH = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+}
+
+
+def _count_rejected(request: Request, error: BaseException) -> None:
+    """Count an API request that failed before it was routed (routed ones are
+    counted by their tracker)."""
+    api = _API_OF_PATH.get(request.url.path)
+    if api is not None and not getattr(request.state, "tracked", False):
+        metrics.record_rejected(api, metrics.UNKNOWN_MODEL, error)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(NeuraxisError)
     async def _neuraxis(request: Request, exc: NeuraxisError) -> JSONResponse:
+        _count_rejected(request, exc)
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(validation_error(exc))
+        error = validation_error(exc)
+        _count_rejected(request, error)
+        return error_response(error)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -105,6 +124,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)
+        _count_rejected(request, exc)
         return error_response(
             InternalError("The server had an error while processing your request.")
         )

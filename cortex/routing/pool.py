@@ -16,6 +16,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from cortex import metrics
 from cortex.routing.client import NeuronClient
 from neuraxis.errors import (
     InternalError,
@@ -36,6 +37,7 @@ class NeuronState:
     ever_seen: bool = False  # answered Info at least once
     models: dict[str, pb.ModelInfo] = field(default_factory=dict)
     outstanding: int = 0
+    info: pb.InfoResponse | None = None
 
 
 class NeuronPool:
@@ -66,6 +68,12 @@ class NeuronPool:
 
     async def refresh(self) -> None:
         await asyncio.gather(*(self._refresh_one(s) for s in self._states))
+        counts = dict.fromkeys(self._expected, 0)
+        for state in self._states:
+            metrics.set_replica_health(state.client.address, state.ready)
+            for model in state.models:
+                counts[model] = counts.get(model, 0) + (1 if state.ready else 0)
+        metrics.set_healthy_replicas(counts)
 
     def served_models(self) -> dict[str, pb.ModelInfo]:
         """Models that at least one ready neuron serves right now."""
@@ -75,6 +83,17 @@ class NeuronPool:
                 for model_id, info in state.models.items():
                     out.setdefault(model_id, info)
         return out
+
+    def model_label(self, model: str) -> str:
+        """`model` as a metrics label: a known model's id, else "unknown" (a
+        client's made-up names must not become label values)."""
+        if model in self._expected or any(model in s.models for s in self._states):
+            return model
+        return metrics.UNKNOWN_MODEL
+
+    def neurons(self) -> list[tuple[str, pb.InfoResponse | None]]:
+        """Each configured neuron's address and its last Info (None: never answered)."""
+        return [(s.client.address, s.info) for s in self._states]
 
     def missing_models(self) -> list[str]:
         """Expected models with no ready neuron (all of them if none is ready)."""
@@ -102,6 +121,7 @@ class NeuronPool:
         while True:
             state = self._states[index]
             state.outstanding += 1  # counted at dispatch, not at the first token
+            metrics.ROUTED.labels(self.model_label(request.model), state.client.address).inc()
             started = False
             try:
                 async for response in state.client.generate(request, self._timeout):
@@ -119,6 +139,7 @@ class NeuronPool:
         while True:
             state = self._states[index]
             state.outstanding += 1
+            metrics.ROUTED.labels(self.model_label(request.model), state.client.address).inc()
             try:
                 return await state.client.embed(request, self._timeout)
             except (UnavailableError, InternalError) as e:
@@ -145,6 +166,7 @@ class NeuronPool:
             retry = self._alternative(request.model, tried)
         if retry is None:
             raise error
+        metrics.RETRIES.labels(self.model_label(request.model), state.client.address).inc()
         log.warning(
             "request %s failed on %s before its first token (%s); retrying on %s",
             request.request_id,
@@ -197,6 +219,7 @@ class NeuronPool:
                 "neuron %s ready: %s", state.client.address, ", ".join(m.id for m in info.models)
             )
         state.ever_seen = True
+        state.info = info
         state.ready = info.ready
         if info.ready:
             state.models = {m.id: m for m in info.models}

@@ -37,6 +37,9 @@ class ScriptedPool:
     def check_task(self, model: str, task: int, endpoint: str) -> None:
         assert task == pb.MODEL_TASK_GENERATE
 
+    def model_label(self, model: str) -> str:
+        return model
+
     async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
         self.requests.append(request)
         for item in self.script:

@@ -1,0 +1,238 @@
+"""Every Prometheus metric cortex exports, declared in one place, and the
+typed functions that record them.
+
+Names follow Prometheus conventions: base units (seconds), `_total` counters.
+Labels stay low-cardinality: `api` is one of a fixed set, `model` is a served
+or configured model id (anything else a client sends is counted as
+"unknown"), `replica` is a neuron address from the configuration, and
+`outcome` is one of OUTCOMES. Never a request id or a user string.
+
+With several uvicorn workers, prometheus_client's multiprocess mode
+(PROMETHEUS_MULTIPROC_DIR, set by cortex.main before this module is imported)
+adds up the workers' values; gauges declare how.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client import REGISTRY as DEFAULT_REGISTRY
+
+from neuraxis.errors import NeuraxisError, mapping_for
+from neuraxis.v1 import neuron_pb2 as pb
+
+log = logging.getLogger("neuraxis.cortex.requests")
+
+APIS = ("chat", "completions", "embeddings")
+OUTCOMES = ("success", "client_error", "server_error", "cancelled")
+UNKNOWN_MODEL = "unknown"
+
+# LLM latencies: a first token in tens of milliseconds on a GPU to tens of
+# seconds on a loaded CPU; gaps between tokens from a few ms to ~1 s.
+_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80)
+_ITL_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.6, 1.2, 2.5)
+_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
+
+REQUESTS = Counter("neuraxis_requests", "API requests by outcome.", ["api", "model", "outcome"])
+REQUEST_DURATION = Histogram(
+    "neuraxis_request_duration_seconds",
+    "Time from receiving a request to its last byte.",
+    ["api", "model"],
+    buckets=_DURATION_BUCKETS,
+)
+TIME_TO_FIRST_TOKEN = Histogram(
+    "neuraxis_time_to_first_token_seconds",
+    "Time from receiving a generation request to its first output.",
+    ["api", "model"],
+    buckets=_TTFT_BUCKETS,
+)
+INTER_TOKEN_LATENCY = Histogram(
+    "neuraxis_inter_token_latency_seconds",
+    "Time between consecutive outputs of a streamed generation.",
+    ["api", "model"],
+    buckets=_ITL_BUCKETS,
+)
+PROMPT_TOKENS = Counter("neuraxis_prompt_tokens", "Prompt tokens processed.", ["api", "model"])
+OUTPUT_TOKENS = Counter("neuraxis_output_tokens", "Tokens generated.", ["api", "model"])
+IN_FLIGHT = Gauge(
+    "neuraxis_requests_in_flight",
+    "Requests being served (dispatched to a neuron, not finished).",
+    ["model"],
+    multiprocess_mode="livesum",
+)
+QUEUED = Gauge(
+    "neuraxis_requests_queued",
+    "Dispatched requests still waiting for their first output.",
+    ["model"],
+    multiprocess_mode="livesum",
+)
+ROUTED = Counter(
+    "neuraxis_routing_decisions", "Requests routed to each replica.", ["model", "replica"]
+)
+RETRIES = Counter(
+    "neuraxis_retries",
+    "Requests retried elsewhere after a replica failed before the first token.",
+    ["model", "replica"],
+)
+REPLICA_UP = Gauge(
+    "neuraxis_replica_up",
+    "1 if the replica answers and its engine is ready, else 0.",
+    ["replica"],
+    multiprocess_mode="max",
+)
+HEALTHY_REPLICAS = Gauge(
+    "neuraxis_model_healthy_replicas",
+    "Ready replicas serving each served or configured model.",
+    ["model"],
+    multiprocess_mode="max",
+)
+
+
+def outcome_of(error: BaseException) -> str:
+    if isinstance(error, NeuraxisError):
+        return "client_error" if mapping_for(error).http_status < 500 else "server_error"
+    return "server_error"
+
+
+def record_rejected(api: str, model: str, error: BaseException) -> None:
+    """A request that failed before it was routed (validation, unknown model)."""
+    REQUESTS.labels(api, model, outcome_of(error)).inc()
+
+
+@dataclass
+class Tracker:
+    """Follows one routed request from dispatch to its end: its metrics (when
+    enabled) and its log line (sizes and timings, never text). A request may
+    fan out into several neuron streams (a legacy completion with a list of
+    prompts): it ends when all of them have, or when one fails."""
+
+    api: str
+    model: str
+    request_id: str
+    parts: int = 1
+    record: bool = True
+    started: float = field(default_factory=time.perf_counter)
+    _last: float | None = None
+    _ttft: float | None = None
+    _done: bool = False
+    _prompt_tokens: int = 0
+    _output_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.record:
+            IN_FLIGHT.labels(self.model).inc()
+            QUEUED.labels(self.model).inc()
+
+    def output(self) -> None:
+        now = time.perf_counter()
+        if self._last is None:
+            self._ttft = now - self.started
+            if self.record:
+                TIME_TO_FIRST_TOKEN.labels(self.api, self.model).observe(self._ttft)
+                QUEUED.labels(self.model).dec()
+        elif self.record:
+            INTER_TOKEN_LATENCY.labels(self.api, self.model).observe(now - self._last)
+        self._last = now
+
+    def part_done(self, prompt_tokens: int, output_tokens: int) -> None:
+        self._prompt_tokens += prompt_tokens
+        self._output_tokens += output_tokens
+        self.parts -= 1
+        if self.parts <= 0:
+            self.finish("success")
+
+    def finish(self, outcome: str) -> None:
+        if self._done:
+            return
+        self._done = True
+        duration = time.perf_counter() - self.started
+        if self.record:
+            if self._last is None:
+                QUEUED.labels(self.model).dec()
+            IN_FLIGHT.labels(self.model).dec()
+            REQUESTS.labels(self.api, self.model, outcome).inc()
+            REQUEST_DURATION.labels(self.api, self.model).observe(duration)
+            if self._prompt_tokens:
+                PROMPT_TOKENS.labels(self.api, self.model).inc(self._prompt_tokens)
+            if self._output_tokens:
+                OUTPUT_TOKENS.labels(self.api, self.model).inc(self._output_tokens)
+        log.info(
+            "%s %s",
+            self.api,
+            outcome,
+            extra={
+                "request_id": self.request_id,
+                "api": self.api,
+                "model": self.model,
+                "outcome": outcome,
+                "duration_s": round(duration, 4),
+                "ttft_s": round(self._ttft, 4) if self._ttft is not None else None,
+                "prompt_tokens": self._prompt_tokens,
+                "output_tokens": self._output_tokens,
+            },
+        )
+
+
+async def tracked(
+    stream: AsyncIterator[pb.GenerateResponse], tracker: Tracker
+) -> AsyncIterator[pb.GenerateResponse]:
+    """A neuron stream, observed: first output, gaps, tokens, outcome."""
+    ended = False
+    try:
+        async for response in stream:
+            if response.choices:
+                tracker.output()
+            if response.HasField("usage"):
+                ended = True
+                tracker.part_done(response.usage.prompt_tokens, response.usage.completion_tokens)
+            yield response
+    except Exception as e:
+        tracker.finish(outcome_of(e))
+        raise
+    finally:
+        if not ended:  # dropped before its end: the client went away
+            tracker.finish("cancelled")
+
+
+def set_replica_health(replica: str, up: bool) -> None:
+    REPLICA_UP.labels(replica).set(1 if up else 0)
+
+
+def set_healthy_replicas(counts: dict[str, int]) -> None:
+    for model, count in counts.items():
+        HEALTHY_REPLICAS.labels(model).set(count)
+
+
+def exposition() -> tuple[bytes, str]:
+    """The /metrics body: all workers' values in multiprocess mode."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(DEFAULT_REGISTRY), CONTENT_TYPE_LATEST
+
+
+_enabled = True
+
+
+def configure(enabled: bool) -> None:
+    """Turn request metrics off (for measuring what they cost)."""
+    global _enabled
+    _enabled = enabled
+
+
+def start(api: str, model: str, request_id: str, parts: int = 1) -> Tracker:
+    return Tracker(api, model, request_id, parts, record=_enabled)

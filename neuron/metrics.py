@@ -1,0 +1,36 @@
+"""The neuron's own Prometheus metrics (its gRPC requests), declared in one
+place, and the HTTP endpoint that exports them beside vLLM's engine metrics
+(vLLM registers those on the same default registry: vllm:num_requests_running,
+vllm:kv_cache_usage_perc, vllm:time_to_first_token_seconds, ...).
+
+Labels: method (a gRPC method name), code (a gRPC status name), model (the
+served model, or "unknown"). Which replica, model and GPU generation a series
+comes from is added by Prometheus from service discovery (cortex's
+/sd/neurons), so the engine's metrics carry them too.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram, start_http_server
+
+GRPC_REQUESTS = Counter(
+    "neuraxis_neuron_grpc_requests",
+    "gRPC calls handled by the neuron, by final status.",
+    ["method", "model", "code"],
+)
+GRPC_DURATION = Histogram(
+    "neuraxis_neuron_grpc_request_duration_seconds",
+    "Duration of gRPC calls handled by the neuron.",
+    ["method"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160),
+)
+
+
+def record_call(method: str, model: str, code: str, seconds: float) -> None:
+    GRPC_REQUESTS.labels(method, model, code).inc()
+    GRPC_DURATION.labels(method).observe(seconds)
+
+
+def serve_metrics(host: str, port: int) -> None:
+    """Export the default registry over HTTP in a background thread."""
+    start_http_server(port, addr=host)
