@@ -207,6 +207,13 @@ async def tracked(
             tracker.finish("cancelled")
 
 
+def touch_replica(model: str, replica: str) -> None:
+    """Export a replica's counters at 0 before anything happens to them, so
+    that rates and dashboards see the series from the start."""
+    ROUTED.labels(model, replica)
+    RETRIES.labels(model, replica)
+
+
 def set_replica_health(replica: str, up: bool) -> None:
     REPLICA_UP.labels(replica).set(1 if up else 0)
 

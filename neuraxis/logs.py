@@ -25,6 +25,7 @@ class JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
+            "pid": record.process,
             "msg": record.getMessage(),
         }
         for key, value in vars(record).items():

@@ -11,7 +11,16 @@ comes from is added by Prometheus from service discovery (cortex's
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram, start_http_server
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    Counter,
+    Histogram,
+    generate_latest,
+)
 
 GRPC_REQUESTS = Counter(
     "neuraxis_neuron_grpc_requests",
@@ -31,6 +40,23 @@ def record_call(method: str, model: str, code: str, seconds: float) -> None:
     GRPC_DURATION.labels(method).observe(seconds)
 
 
+class _MetricsHandler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        # Always the classic text format: prometheus_client's OpenMetrics output
+        # (which Prometheus 2.x asks for) escapes "vllm:num_requests_running" to
+        # "vllm_num_requests_running", and vLLM's documented names would not match.
+        body = generate_latest(REGISTRY)
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # one line per scrape is noise
+
+
 def serve_metrics(host: str, port: int) -> None:
     """Export the default registry over HTTP in a background thread."""
-    start_http_server(port, addr=host)
+    server = ThreadingHTTPServer((host, port), _MetricsHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

@@ -223,3 +223,5 @@ class NeuronPool:
         state.ready = info.ready
         if info.ready:
             state.models = {m.id: m for m in info.models}
+            for model in state.models:
+                metrics.touch_replica(model, state.client.address)
