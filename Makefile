@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck proto proto-check bench bench-embeddings install clean
+.PHONY: run test unit lint typecheck proto proto-check bench bench-embeddings bench-metrics install clean
 
 install: $(STAMP)
 
@@ -51,9 +51,13 @@ proto-check: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.gateway_overhead
 	$(PY) -m bench.embeddings_throughput
+	$(PY) -m bench.metrics_cost
 
 bench-embeddings: $(STAMP)
 	$(PY) -m bench.embeddings_throughput
+
+bench-metrics: $(STAMP)
+	$(PY) -m bench.metrics_cost
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,105 @@
+"""The streamed-chat workload the benchmarks share: the same greedy requests
+sent through cortex's HTTP API or straight to a neuron's gRPC Generate, with
+time to first token and output tokens counted per request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+import grpc
+import httpx
+
+from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
+
+MODEL = "smollm2-135m-instruct"
+PROMPTS = [
+    "Write a story about a lighthouse keeper.",
+    "Explain how rain forms, step by step.",
+    "Describe a walk through a busy market.",
+    "Write a letter to a friend about a trip to the mountains.",
+]
+
+
+@dataclass
+class Run:
+    ttfts: list[float]
+    tokens: int
+    wall_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall_s
+
+
+async def via_cortex(
+    client: httpx.AsyncClient, base: str, prompt: str, max_tokens: int
+) -> tuple[float, int]:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.perf_counter()
+    ttft = None
+    tokens = 0
+    async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            elif ttft is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                ttft = time.perf_counter() - started
+    assert ttft is not None
+    return ttft, tokens
+
+
+async def via_grpc(stub: pb_grpc.NeuronStub, prompt: str, max_tokens: int) -> tuple[float, int]:
+    request = pb.GenerateRequest(
+        request_id=f"bench-{uuid.uuid4().hex}",
+        model=MODEL,
+        messages=[pb.ChatMessage(role="user", content=prompt)],
+        sampling=pb.SamplingParams(max_tokens=max_tokens, temperature=0),
+    )
+    started = time.perf_counter()
+    ttft = None
+    tokens = 0
+    async for response in stub.Generate(request, timeout=600):
+        if ttft is None and response.text:
+            ttft = time.perf_counter() - started
+        if response.finish_reason:
+            tokens = response.usage.completion_tokens
+    assert ttft is not None
+    return ttft, tokens
+
+
+async def run(
+    path: str, concurrency: int, requests: int, max_tokens: int, base: str, neuron: str
+) -> Run:
+    semaphore = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as http:
+        channel = grpc.aio.insecure_channel(neuron)
+        stub = pb_grpc.NeuronStub(channel)
+
+        async def one(i: int) -> tuple[float, int]:
+            prompt = PROMPTS[i % len(PROMPTS)]
+            async with semaphore:
+                if path == "cortex":
+                    return await via_cortex(http, base, prompt, max_tokens)
+                return await via_grpc(stub, prompt, max_tokens)
+
+        started = time.perf_counter()
+        results = await asyncio.gather(*(one(i) for i in range(requests)))
+        wall = time.perf_counter() - started
+        await channel.close()
+    return Run([r[0] for r in results], sum(r[1] for r in results), wall)
