@@ -58,5 +58,11 @@ class _MetricsHandler(BaseHTTPRequestHandler):
 
 def serve_metrics(host: str, port: int) -> None:
     """Export the default registry over HTTP in a background thread."""
-    server = ThreadingHTTPServer((host, port), _MetricsHandler)
+    try:
+        server = ThreadingHTTPServer((host, port), _MetricsHandler)
+    except OSError as e:
+        raise SystemExit(
+            f"neuron: cannot serve metrics on {host}:{port} ({e.strerror}); "
+            "choose another --metrics-port, or 0 for none"
+        ) from None
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

@@ -98,6 +98,8 @@ def sim_stack(logs_dir: Path) -> Iterator[SimStack]:
                         str(port),
                         "--served-id",
                         served_id,
+                        "--metrics-port",
+                        str(free_port()),
                         *extra,
                     ],
                     logs_dir / f"{served_id}.log",

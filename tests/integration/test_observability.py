@@ -45,6 +45,7 @@ def prometheus(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     config = (DEPLOY / "prometheus/prometheus.yml").read_text()
     config = config.replace("127.0.0.1:8080", cortex)
     config = config.replace("scrape_interval: 15s", "scrape_interval: 1s")
+    config = config.replace("evaluation_interval: 15s", "evaluation_interval: 1s")
     config = config.replace("refresh_interval: 15s", "refresh_interval: 1s")
     config = config.replace("- rules.yml", f"- {DEPLOY / 'prometheus/rules.yml'}")
     (work / "prometheus.yml").write_text(config)
@@ -150,10 +151,17 @@ def test_error_counter_moves_for_a_failed_request(stack: Stack, prometheus: str)
 
 
 def test_alert_rules_are_loaded(prometheus: str) -> None:
-    groups = httpx.get(f"{prometheus}/api/v1/rules").json()["data"]["groups"]
-    names = {rule["name"] for g in groups for rule in g["rules"]}
+    deadline = time.monotonic() + 30
+    while True:
+        groups = httpx.get(f"{prometheus}/api/v1/rules").json()["data"]["groups"]
+        rules = [rule for g in groups for rule in g["rules"]]
+        # Health is "unknown" until a rule's first evaluation.
+        if all(r["health"] != "unknown" for r in rules) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    names = {rule["name"] for rule in rules}
     assert len(names) == 5 and "NeuraxisModelWithoutHealthyReplica" in names
-    assert all(rule["health"] == "ok" for g in groups for rule in g["rules"])
+    assert [r["health"] for r in rules] == ["ok"] * 5, rules
 
 
 def _exposed_names(text: str) -> set[str]:

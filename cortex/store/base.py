@@ -1,0 +1,39 @@
+"""The Responses store: what is kept of each stored response, and the
+interface every backend implements (sqlite.py today).
+
+A stored response keeps the response object as sent to the client, the
+input items of its request (normalised, with ids) and the id of the response
+it continued. `previous_response_id` chains are rebuilt from these.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    id: str
+    created_at: int
+    previous_response_id: str | None
+    response: dict[str, Any]  # the Response object, as the client saw it
+    input_items: list[dict[str, Any]]  # the request's input items, with ids
+
+
+class ResponseStore(abc.ABC):
+    @abc.abstractmethod
+    async def put(self, record: StoredResponse) -> None:
+        """Store (or replace) a response. Returns once it is durable: a
+        response acknowledged to a client survives a crash after this."""
+
+    @abc.abstractmethod
+    async def get(self, response_id: str) -> StoredResponse | None: ...
+
+    @abc.abstractmethod
+    async def delete(self, response_id: str) -> bool:
+        """True if it existed."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
