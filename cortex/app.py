@@ -9,15 +9,27 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from cortex import metrics
-from cortex.api import chat, completions, embeddings, health, models, observability
+from cortex.api import (
+    chat,
+    completions,
+    embeddings,
+    health,
+    models,
+    observability,
+    responses,
+)
 from cortex.api.errors import install_error_handlers
 from cortex.config import CortexSettings
 from cortex.middleware import BodyLimit
 from cortex.routing.client import NeuronClient
 from cortex.routing.pool import NeuronPool
+from cortex.store.base import ResponseStore
+from cortex.store.sqlite import SqliteResponseStore
 
 
-def create_app(settings: CortexSettings, pool: NeuronPool | None = None) -> FastAPI:
+def create_app(
+    settings: CortexSettings, pool: NeuronPool | None = None, store: ResponseStore | None = None
+) -> FastAPI:
     """Build the app. A pool may be passed in (tests); otherwise one is made
     from the configured neuron addresses and started with the app."""
     pool = pool or NeuronPool(
@@ -28,6 +40,8 @@ def create_app(settings: CortexSettings, pool: NeuronPool | None = None) -> Fast
         max_retries=settings.max_retries,
     )
 
+    store = store or SqliteResponseStore(settings.state_dir / "responses.sqlite3")
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.start()
@@ -35,15 +49,18 @@ def create_app(settings: CortexSettings, pool: NeuronPool | None = None) -> Fast
             yield
         finally:
             await pool.stop()
+            await store.close()
 
     metrics.configure(settings.metrics_enabled)
     app = FastAPI(title="neuraxis cortex", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.pool = pool
+    app.state.store = store
     app.state.settings = settings
     install_error_handlers(app)
     app.include_router(chat.router)
     app.include_router(completions.router)
     app.include_router(embeddings.router)
+    app.include_router(responses.router)
     app.include_router(models.router)
     app.include_router(health.router)
     app.include_router(observability.router)

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_state_dir() -> Path:
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
+    return base / "neuraxis"
 
 
 class CortexSettings(BaseSettings):
@@ -30,6 +39,8 @@ class CortexSettings(BaseSettings):
     workers: int = Field(1, ge=1, le=64)
     # Log lines as JSON objects (one per line), or as plain text.
     json_logs: bool = True
+    # Where cortex keeps state: the Responses store (responses.sqlite3).
+    state_dir: Path = Field(default_factory=default_state_dir)
 
     @field_validator("neurons")
     @classmethod

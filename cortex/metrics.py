@@ -36,7 +36,7 @@ from neuraxis.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex.requests")
 
-APIS = ("chat", "completions", "embeddings")
+APIS = ("chat", "completions", "embeddings", "responses")
 OUTCOMES = ("success", "client_error", "server_error", "cancelled")
 UNKNOWN_MODEL = "unknown"
 

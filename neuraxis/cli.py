@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--cache-dir", type=Path, help="model cache (default ~/.cache/neuraxis)")
     up.add_argument(
+        "--state-dir",
+        type=Path,
+        help="state: the Responses store (default ~/.local/state/neuraxis)",
+    )
+    up.add_argument(
         "--kv-cache-gib", type=int, default=1, help="KV cache size in whole GiB (default 1)"
     )
     up.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
@@ -73,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a neuron's gRPC address (repeatable)",
     )
     cortex.add_argument("--workers", type=int, help="uvicorn worker processes")
+    cortex.add_argument("--state-dir", type=Path, help="state (the Responses store)")
     cortex.add_argument(
         "--no-metrics",
         dest="metrics_enabled",
@@ -146,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                     neuron_metrics_port=args.neuron_metrics_port,
                     embedding_metrics_port=args.embedding_metrics_port,
                     cache_dir=args.cache_dir,
+                    state_dir=args.state_dir,
                     kv_cache_gib=args.kv_cache_gib,
                     max_model_len=args.max_model_len,
                 )
@@ -161,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 "models",
                 "workers",
                 "metrics_enabled",
+                "state_dir",
             )
             overrides = {k: getattr(args, k) for k in keys}
             return run_cortex(load_settings(CortexSettings, args.config, overrides))

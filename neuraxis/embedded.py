@@ -38,6 +38,7 @@ class EmbeddedOptions:
     neuron_metrics_port: int = 9400
     embedding_metrics_port: int = 9401
     cache_dir: Path | None = None
+    state_dir: Path | None = None
     kv_cache_gib: int = 1
     max_model_len: int | None = None
 
@@ -81,6 +82,8 @@ def run_embedded(options: EmbeddedOptions) -> int:
             cortex_cmd += ["--neuron", f"127.0.0.1:{port}"]
         for model in (DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL):
             cortex_cmd += ["--model", model]
+        if options.state_dir is not None:
+            cortex_cmd += ["--state-dir", str(options.state_dir)]
         children.append(_spawn(cortex_cmd))
         base = f"http://{options.host}:{options.port}"
         _wait_ready(base, children)

@@ -84,12 +84,14 @@ class Embedded:
     embedding_address: str
 
 
-def start_up(log_path: Path) -> Embedded:
+def start_up(log_path: Path, state_dir: Path | None = None) -> Embedded:
     port, neuron_port, embedding_port = free_port(), free_port(), free_port()
     args = ["up", "--port", str(port), "--neuron-port", str(neuron_port)]
     args += ["--embedding-port", str(embedding_port)]
     args += ["--neuron-metrics-port", str(free_port())]
     args += ["--embedding-metrics-port", str(free_port())]
+    # Each stack keeps its Responses store beside its log unless told otherwise.
+    args += ["--state-dir", str(state_dir or log_path.parent / f"{log_path.stem}-state")]
     proc = Proc(args, log_path)
     return Embedded(
         proc, f"http://127.0.0.1:{port}", f"127.0.0.1:{neuron_port}", f"127.0.0.1:{embedding_port}"

@@ -57,7 +57,14 @@ def error_response(error: NeuraxisError) -> JSONResponse:
 
 def validation_error(exc: RequestValidationError) -> NeuraxisError:
     """Name the first offending field the way OpenAI does ("messages[0].role")."""
-    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request", "type": ""}
+    errors = exc.errors()
+    # For a union, pydantic reports every member it tried; the one that got
+    # furthest into the value says most about what is wrong.
+    first = (
+        max(errors, key=lambda e: len(e.get("loc", ())))
+        if errors
+        else {"loc": (), "msg": "invalid request", "type": ""}
+    )
     if first.get("type") == "json_invalid":
         return InvalidRequestError(
             "We could not parse the JSON body of your request. Please send valid JSON."
@@ -90,6 +97,7 @@ _API_OF_PATH = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
 }
 
 

@@ -16,18 +16,14 @@ import pytest
 from neuraxis.v1 import neuron_pb2 as pb
 from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
 from tests.integration.conftest import ENGINE_START_TIMEOUT_S, MODEL
-from tests.procs import Proc, free_port, wait_http_ready
+from tests.procs import start_up, wait_http_ready
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT])
 def test_up_serves_then_stops_everything(logs_dir: Path, sig: int) -> None:
-    port, neuron_port = free_port(), free_port()
-    neuron = f"127.0.0.1:{neuron_port}"
-    proc = Proc(
-        ["up", "--port", str(port), "--neuron-port", str(neuron_port)], logs_dir / "up2.log"
-    )
+    up = start_up(logs_dir / "up2.log")
+    proc, neuron, base = up.proc, up.neuron_address, up.base_url
     try:
-        base = f"http://127.0.0.1:{port}"
         wait_http_ready(proc, f"{base}/readyz", ENGINE_START_TIMEOUT_S)
         r = httpx.post(
             f"{base}/v1/chat/completions",

@@ -4,7 +4,9 @@ internal request, and the wire shape of answers and stream chunks."""
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -61,7 +63,8 @@ SCRIPT: list[pb.GenerateResponse | NeuraxisError] = [_text("Hi"), DONE]
 
 def _client(script: list[pb.GenerateResponse | NeuraxisError]) -> tuple[TestClient, ScriptedPool]:
     pool = ScriptedPool(script)
-    app = create_app(CortexSettings(), pool=pool)  # type: ignore[arg-type]
+    settings = CortexSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")))
+    app = create_app(settings, pool=pool)  # type: ignore[arg-type]
     return TestClient(app), pool
 
 

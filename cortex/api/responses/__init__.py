@@ -1,0 +1,3 @@
+from cortex.api.responses.routes import router
+
+__all__ = ["router"]

@@ -1,0 +1,107 @@
+"""Responses API items: normalising input items for storage, turning a
+conversation of items into the internal chat messages, and the response
+object's own fields."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from cortex.schemas.responses import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputItem,
+    MessageItem,
+    NamedFunction,
+    ReasoningItem,
+    ResponsesRequest,
+)
+from neuraxis.v1 import neuron_pb2 as pb
+
+Item = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
+_ITEMS = TypeAdapter(list[InputItem])
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def normalise(item: Item) -> dict[str, Any]:
+    """An input item as it is stored and listed by input_items: with an id,
+    and message content always a list of typed parts."""
+    if isinstance(item, MessageItem):
+        kind = "output_text" if item.role == "assistant" else "input_text"
+        parts = (
+            [{"type": kind, "text": item.content}]
+            if isinstance(item.content, str)
+            else [{"type": p.type, "text": p.text} for p in item.content]
+        )
+        return {
+            "id": item.id or new_id("msg"),
+            "type": "message",
+            "role": item.role,
+            "content": parts,
+            "status": "completed",
+        }
+    data = item.model_dump(exclude_none=True)
+    data.setdefault("id", new_id({"function_call": "fc"}.get(data["type"], "item")))
+    if data["type"] != "reasoning":
+        data.setdefault("status", "completed")
+    return data
+
+
+def parse_items(stored: list[dict[str, Any]]) -> list[Item]:
+    return list(_ITEMS.validate_python(stored))
+
+
+def to_messages(instructions: str | None, items: list[Item]) -> list[pb.ChatMessage]:
+    """The conversation the neuron renders: instructions first, tool calls as
+    assistant turns, tool results as tool turns; reasoning items are dropped."""
+    messages: list[pb.ChatMessage] = []
+    if instructions:
+        messages.append(pb.ChatMessage(role="system", content=instructions))
+    for item in items:
+        if isinstance(item, MessageItem):
+            messages.append(pb.ChatMessage(role=item.role, content=item.text()))
+        elif isinstance(item, FunctionCallItem):
+            call = pb.ToolCall(id=item.call_id, name=item.name, arguments=item.arguments)
+            last = messages[-1] if messages else None
+            if last is not None and last.role == "assistant" and last.tool_calls:
+                last.tool_calls.append(call)  # parallel calls form one turn
+            else:
+                messages.append(pb.ChatMessage(role="assistant", content="", tool_calls=[call]))
+        elif isinstance(item, FunctionCallOutputItem):
+            messages.append(
+                pb.ChatMessage(role="tool", content=item.output, tool_call_id=item.call_id)
+            )
+    return messages
+
+
+def request_fields(body: ResponsesRequest) -> dict[str, Any]:
+    """The response object's echo of the request's settings."""
+    choice: Any = body.tool_choice or "auto"
+    if isinstance(choice, NamedFunction):
+        choice = choice.model_dump()
+    text = {"format": {"type": "text"}}
+    if body.text is not None and body.text.format is not None:
+        text = {"format": body.text.format.model_dump(by_alias=True, exclude_none=True)}
+    return {
+        "instructions": body.instructions,
+        "model": body.model,
+        "parallel_tool_calls": body.parallel_tool_calls is not False,
+        "tool_choice": choice,
+        "tools": [t.model_dump() for t in body.tools or []],
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "metadata": body.metadata or {},
+        "previous_response_id": body.previous_response_id,
+        "store": body.store,
+        "text": text,
+        "reasoning": {"effort": None, "summary": None},
+        "max_output_tokens": body.max_output_tokens,
+        "truncation": body.truncation or "disabled",
+        "user": body.user,
+        "background": False,
+    }

@@ -1,0 +1,173 @@
+"""Wire types of the Responses API (POST /v1/responses): the request, and
+the input items it may carry. The response object and the stream events are
+built in cortex/api/responses/ from these."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+UNSUPPORTED_FIELDS = ("conversation", "prompt", "max_tool_calls", "prompt_cache_key")
+
+
+class TextContent(BaseModel):
+    type: Literal["input_text", "output_text"]
+    text: str
+    # output_text parts echoed back from an earlier response carry these.
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class MessageItem(BaseModel):
+    type: Literal["message"] = "message"
+    id: str | None = None
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[TextContent]
+    status: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _only_text(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for part in value:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind not in ("input_text", "output_text"):
+                    raise ValueError(
+                        f"content parts of type '{kind}' are not supported by this model; "
+                        "only 'input_text' and 'output_text' are"
+                    )
+        return value
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class FunctionCallItem(BaseModel):
+    type: Literal["function_call"]
+    id: str | None = None
+    call_id: str
+    name: str
+    arguments: str
+    status: str | None = None
+
+
+class FunctionCallOutputItem(BaseModel):
+    type: Literal["function_call_output"]
+    id: str | None = None
+    call_id: str
+    output: str
+    status: str | None = None
+
+
+class ReasoningItem(BaseModel):
+    """Accepted in input and not sent to the model (as OpenAI does for
+    reasoning that is not its own)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["reasoning"]
+    id: str | None = None
+
+
+InputItem = Annotated[
+    MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem,
+    Field(discriminator="type"),
+]
+
+
+class FunctionTool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class NamedFunction(BaseModel):
+    type: Literal["function"]
+    name: str
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class TextConfig(BaseModel):
+    format: TextFormat | None = None
+
+
+class ReasoningConfig(BaseModel):
+    effort: str | None = None
+    summary: str | None = None
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1)
+    input: str | list[InputItem]
+    instructions: str | None = None
+    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    metadata: dict[str, str] | None = None
+    store: bool = True
+    previous_response_id: str | None = None
+    background: bool = False
+    truncation: Literal["auto", "disabled"] | None = None
+    user: str | None = None
+    stream: bool = False
+    include: list[str] | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+
+    conversation: Any = None
+    prompt: Any = None
+    max_tool_calls: Any = None
+    prompt_cache_key: Any = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _typed_items(cls, value: Any) -> Any:
+        # A message may leave out "type" (OpenAI's "easy input message").
+        if isinstance(value, list):
+            return [
+                {**item, "type": "message"}
+                if isinstance(item, dict) and "type" not in item and "role" in item
+                else item
+                for item in value
+            ]
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_limits(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if len(value) > 16:
+            raise ValueError("metadata holds at most 16 pairs")
+        for key, item in value.items():
+            if len(key) > 64:
+                raise ValueError(f"metadata key '{key[:20]}...' is longer than 64 characters")
+            if len(item) > 512:
+                raise ValueError(f"metadata value of '{key}' is longer than 512 characters")
+        return value
+
+    def items(
+        self,
+    ) -> list[MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem]:
+        if isinstance(self.input, str):
+            return [MessageItem(role="user", content=self.input)]
+        return list(self.input)

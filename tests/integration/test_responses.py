@@ -1,0 +1,279 @@
+"""The Responses API through the real stack, judged by the pinned openai
+client in strict mode: objects, the whole event sequence, tools across turns
+through previous_response_id, the store (retrieve, input_items, delete,
+store: false, a cortex restart) and failures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.integration.conftest import MODEL, SimStack, Stack, strict_client
+from tests.procs import Proc, free_port, wait_http_ready
+
+QUESTION = "What is the capital of France?"
+WEATHER: Any = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather for a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+
+
+def test_create(stack: Stack) -> None:
+    response = stack.client().responses.create(model=MODEL, input=QUESTION, temperature=0)
+    assert response.status == "completed" and response.object == "response"
+    assert response.id.startswith("resp_")
+    assert "Paris" in response.output_text
+    usage = response.usage
+    assert usage is not None and usage.input_tokens > 0 and usage.output_tokens > 0
+    assert usage.total_tokens == usage.input_tokens + usage.output_tokens
+    assert usage.input_tokens_details.cached_tokens >= 0
+    assert response.error is None and response.incomplete_details is None
+
+
+def _events(stack: Stack, **body: Any) -> list[dict[str, Any]]:
+    body = {"model": MODEL, "stream": True, **body}
+    with httpx.stream("POST", f"{stack.base_url}/v1/responses", json=body, timeout=120) as r:
+        assert r.status_code == 200, r.read()
+        lines = list(r.iter_lines())
+    events = []
+    for i, line in enumerate(lines):
+        if line.startswith("data: "):
+            event = json.loads(line[6:])
+            assert lines[i - 1] == f"event: {event['type']}"
+            events.append(event)
+    return events
+
+
+def _check_event_stack(events: list[dict[str, Any]]) -> str:
+    """Every delta inside its added/done pair, indices consistent, sequence
+    numbers 0..n-1; returns the text the deltas add up to."""
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert [e["type"] for e in events[:2]] == ["response.created", "response.in_progress"]
+    open_items: dict[int, str] = {}
+    open_parts: set[tuple[str, int]] = set()
+    text: dict[str, list[str]] = {}
+    for e in events[2:-1]:
+        kind = e["type"]
+        if kind == "response.output_item.added":
+            open_items[e["output_index"]] = e["item"]["id"]
+        elif kind == "response.content_part.added":
+            assert open_items[e["output_index"]] == e["item_id"]
+            open_parts.add((e["item_id"], e["content_index"]))
+        elif kind == "response.output_text.delta":
+            assert (e["item_id"], e["content_index"]) in open_parts
+            text.setdefault(e["item_id"], []).append(e["delta"])
+        elif kind == "response.output_text.done":
+            assert e["text"] == "".join(text[e["item_id"]])
+        elif kind == "response.content_part.done":
+            open_parts.remove((e["item_id"], e["content_index"]))
+        elif kind == "response.output_item.done":
+            assert open_items.pop(e["output_index"]) == e["item"]["id"]
+    assert not open_items and not open_parts
+    return "".join("".join(parts) for parts in text.values())
+
+
+def test_stream_event_stack(stack: Stack) -> None:
+    events = _events(stack, input=QUESTION, temperature=0)
+    streamed = _check_event_stack(events)
+    assert events[-1]["type"] == "response.completed"
+    final = events[-1]["response"]
+    assert final["status"] == "completed" and final["usage"]["output_tokens"] > 0
+    output_text = "".join(c["text"] for item in final["output"] for c in item.get("content", []))
+    assert streamed == output_text and "Paris" in output_text
+
+
+def test_sdk_stream_helper(stack: Stack) -> None:
+    with stack.client().responses.stream(model=MODEL, input=QUESTION, temperature=0) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == final.output_text and "Paris" in final.output_text
+
+
+def test_incomplete_when_max_output_tokens_cut(stack: Stack) -> None:
+    response = stack.client().responses.create(
+        model=MODEL, input="Write a long story about a dragon.", max_output_tokens=5
+    )
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+    events = _events(stack, input="Write a long story about a dragon.", max_output_tokens=5)
+    _check_event_stack(events)
+    assert events[-1]["type"] == "response.incomplete"
+    assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_forced_tool_call_then_result_then_answer(stack: Stack) -> None:
+    client = stack.client()
+    first = client.responses.create(
+        model=MODEL, input="What is the weather in Paris?", tools=[WEATHER],
+        tool_choice={"type": "function", "name": "get_weather"}, temperature=0,
+    )  # fmt: skip
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    assert "city" in json.loads(calls[0].arguments)
+    second = client.responses.create(
+        model=MODEL, previous_response_id=first.id, tools=[WEATHER], temperature=0,
+        tool_choice="none", max_output_tokens=40,
+        input=[{"type": "function_call_output", "call_id": calls[0].call_id,
+                "output": "Sunny, 21 degrees"}],
+    )  # fmt: skip
+    assert second.previous_response_id == first.id
+    assert [item.type for item in second.output] == ["message"] and second.output_text
+
+
+def test_function_call_events_when_streamed(stack: Stack) -> None:
+    events = _events(
+        stack, input="Weather in Rome?", tools=[WEATHER], temperature=0,
+        tool_choice={"type": "function", "name": "get_weather"},
+    )  # fmt: skip
+    _check_event_stack(events)
+    kinds = [e["type"] for e in events]
+    assert "response.function_call_arguments.delta" in kinds
+    done = next(e for e in events if e["type"] == "response.function_call_arguments.done")
+    deltas = "".join(
+        e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"
+    )
+    assert done["arguments"] == deltas and done["name"] == "get_weather"
+    json.loads(deltas)
+    assert not any(k.startswith("response.content_part") for k in kinds)
+
+
+def test_three_turn_chain_sends_the_history(stack: Stack) -> None:
+    client = stack.client()
+    turns = ["My name is Ada.", "I live in Paris.", "What is my name?"]
+    previous = None
+    input_tokens = []
+    for turn in turns:
+        response = client.responses.create(
+            model=MODEL, input=turn, previous_response_id=previous, temperature=0,
+            max_output_tokens=20,
+        )  # fmt: skip
+        input_tokens.append(response.usage.input_tokens)  # type: ignore[union-attr]
+        previous = response.id
+    assert input_tokens[0] < input_tokens[1] < input_tokens[2]
+
+
+def test_retrieve_input_items_delete(stack: Stack) -> None:
+    client = stack.client()
+    items = [{"role": "user", "content": f"Line {i}"} for i in range(5)]
+    created = client.responses.create(model=MODEL, input=items, max_output_tokens=5)  # type: ignore[arg-type]
+    again = client.responses.retrieve(created.id)
+    assert again.id == created.id and again.output_text == created.output_text
+    page = client.responses.input_items.list(created.id, limit=2, order="asc")
+    assert [i.content[0].text for i in page.data] == ["Line 0", "Line 1"]  # type: ignore[union-attr]
+    assert page.has_more and page.first_id == page.data[0].id
+    rest = client.responses.input_items.list(created.id, limit=10, order="asc", after=page.last_id)
+    assert [i.content[0].text for i in rest.data] == ["Line 2", "Line 3", "Line 4"]  # type: ignore[union-attr]
+    assert not rest.has_more
+    newest = client.responses.input_items.list(created.id, limit=1)
+    assert newest.data[0].content[0].text == "Line 4"  # type: ignore[union-attr]
+    deleted = httpx.delete(f"{stack.base_url}/v1/responses/{created.id}").json()
+    assert deleted == {"id": created.id, "object": "response", "deleted": True}
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(created.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(created.id)
+
+
+def test_store_false_is_not_retrievable(stack: Stack) -> None:
+    client = stack.client()
+    response = client.responses.create(model=MODEL, input="Hi", store=False, max_output_tokens=5)
+    assert response.store is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(response.id)
+    with pytest.raises(openai.NotFoundError) as info:
+        client.responses.create(model=MODEL, input="Hi", previous_response_id=response.id)
+    assert info.value.param == "previous_response_id"
+
+
+def test_unknown_previous_response_is_404(stack: Stack) -> None:
+    with pytest.raises(openai.NotFoundError) as info:
+        stack.client().responses.create(model=MODEL, input="Hi", previous_response_id="resp_nope")
+    assert info.value.param == "previous_response_id" and info.value.type == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
+        ({"metadata": {"k": "v" * 513}}, "metadata"),
+        ({"background": True}, "background"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
+        ({"temperature": 3}, "temperature"),
+        ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input[0].message.content",
+        ),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]"),
+        ({"prompt": {"id": "p"}}, "prompt"),
+    ],
+)
+def test_bad_input_is_400_naming_param(stack: Stack, body: dict[str, Any], param: str) -> None:
+    r = httpx.post(f"{stack.base_url}/v1/responses", json={"model": MODEL, "input": "Hi", **body})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.json()
+
+
+def test_stored_chain_survives_a_cortex_restart(stack: Stack, logs_dir: Path) -> None:
+    state = logs_dir / "restart-state"
+    port = free_port()
+    args = ["cortex", "--port", str(port), "--neuron", stack.neuron_address, "--model", MODEL,
+            "--state-dir", str(state)]  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    first_cortex = Proc(args, logs_dir / "cortex-restart-1.log")
+    try:
+        wait_http_ready(first_cortex, f"{base}/readyz", 60)
+        first = strict_client(base).responses.create(
+            model=MODEL, input="My name is Ada.", max_output_tokens=10, temperature=0
+        )
+    finally:
+        first_cortex.stop()
+    second_cortex = Proc(args, logs_dir / "cortex-restart-2.log")
+    try:
+        wait_http_ready(second_cortex, f"{base}/readyz", 60)
+        client = strict_client(base)
+        assert client.responses.retrieve(first.id).output_text == first.output_text
+        second = client.responses.create(
+            model=MODEL, input="What is my name?", previous_response_id=first.id,
+            max_output_tokens=10, temperature=0,
+        )  # fmt: skip
+        assert second.usage.input_tokens > first.usage.input_tokens  # type: ignore[union-attr]
+    finally:
+        second_cortex.stop()
+
+
+def test_failure_mid_stream_ends_with_response_failed(sim_stack: SimStack) -> None:
+    body = {
+        "model": sim_stack.failing_model,
+        "input": "Hi",
+        "stream": True,
+        "max_output_tokens": 10,
+    }
+    with httpx.stream("POST", f"{sim_stack.base_url}/v1/responses", json=body, timeout=60) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[-1]["type"] == "response.failed"
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed"
+    assert failed["error"]["code"] and failed["error"]["message"]
+    # The SDK's stream helper (strict) reads the same ending.
+    with strict_client(sim_stack.base_url).responses.stream(
+        model=sim_stack.failing_model, input="Hi", max_output_tokens=10
+    ) as stream:
+        last = list(stream)[-1]
+    assert last.type == "response.failed"
+    assert last.response.error is not None and last.response.error.message
