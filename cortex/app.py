@@ -40,7 +40,7 @@ def create_app(
         max_retries=settings.max_retries,
     )
 
-    store = store or SqliteResponseStore(settings.state_dir / "responses.sqlite3")
+    store = store or _store_for(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -66,3 +66,11 @@ def create_app(
     app.include_router(observability.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
+
+
+def _store_for(settings: CortexSettings) -> ResponseStore:
+    if settings.postgres_dsn:
+        from cortex.store.postgres import PostgresResponseStore
+
+        return PostgresResponseStore(settings.postgres_dsn)
+    return SqliteResponseStore(settings.state_dir / "responses.sqlite3")

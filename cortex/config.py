@@ -41,6 +41,9 @@ class CortexSettings(BaseSettings):
     json_logs: bool = True
     # Where cortex keeps state: the Responses store (responses.sqlite3).
     state_dir: Path = Field(default_factory=default_state_dir)
+    # A PostgreSQL DSN: keep stored responses there instead, shared by every
+    # cortex instance that uses the same database.
+    postgres_dsn: str | None = None
 
     @field_validator("neurons")
     @classmethod

@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cortex.add_argument("--workers", type=int, help="uvicorn worker processes")
     cortex.add_argument("--state-dir", type=Path, help="state (the Responses store)")
+    cortex.add_argument("--postgres-dsn", help="keep stored responses in PostgreSQL")
     cortex.add_argument(
         "--no-metrics",
         dest="metrics_enabled",
@@ -169,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 "workers",
                 "metrics_enabled",
                 "state_dir",
+                "postgres_dsn",
             )
             overrides = {k: getattr(args, k) for k in keys}
             return run_cortex(load_settings(CortexSettings, args.config, overrides))

@@ -6,6 +6,7 @@ store: false, a cortex restart) and failures."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,45 @@ import openai
 import pytest
 
 from tests.integration.conftest import MODEL, SimStack, Stack, strict_client
+from tests.postgres import postgres_server
 from tests.procs import Proc, free_port, wait_http_ready
 
 QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def postgres_dsn() -> Iterator[str]:
+    with postgres_server() as dsn:
+        yield dsn
+
+
+def _cortex_args(stack: Stack, port: int, store: list[str]) -> list[str]:
+    return ["cortex", "--port", str(port), "--neuron", stack.neuron_address, "--model", MODEL,
+            *store]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def postgres_cortex(stack: Stack, postgres_dsn: str, logs_dir: Path) -> Iterator[str]:
+    """A second cortex on the same neuron, keeping responses in PostgreSQL."""
+    port = free_port()
+    proc = Proc(
+        _cortex_args(stack, port, ["--postgres-dsn", postgres_dsn]), logs_dir / "pg-cortex.log"
+    )
+    try:
+        wait_http_ready(proc, f"http://127.0.0.1:{port}/readyz", 60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def base(request: pytest.FixtureRequest, stack: Stack) -> str:
+    """The same store tests against each backend."""
+    if request.param == "sqlite":
+        return stack.base_url
+    return str(request.getfixturevalue("postgres_cortex"))
+
+
 WEATHER: Any = {
     "type": "function",
     "name": "get_weather",
@@ -113,8 +150,8 @@ def test_incomplete_when_max_output_tokens_cut(stack: Stack) -> None:
     assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
 
 
-def test_forced_tool_call_then_result_then_answer(stack: Stack) -> None:
-    client = stack.client()
+def test_forced_tool_call_then_result_then_answer(base: str) -> None:
+    client = strict_client(base)
     first = client.responses.create(
         model=MODEL, input="What is the weather in Paris?", tools=[WEATHER],
         tool_choice={"type": "function", "name": "get_weather"}, temperature=0,
@@ -149,8 +186,8 @@ def test_function_call_events_when_streamed(stack: Stack) -> None:
     assert not any(k.startswith("response.content_part") for k in kinds)
 
 
-def test_three_turn_chain_sends_the_history(stack: Stack) -> None:
-    client = stack.client()
+def test_three_turn_chain_sends_the_history(base: str) -> None:
+    client = strict_client(base)
     turns = ["My name is Ada.", "I live in Paris.", "What is my name?"]
     previous = None
     input_tokens = []
@@ -164,8 +201,8 @@ def test_three_turn_chain_sends_the_history(stack: Stack) -> None:
     assert input_tokens[0] < input_tokens[1] < input_tokens[2]
 
 
-def test_retrieve_input_items_delete(stack: Stack) -> None:
-    client = stack.client()
+def test_retrieve_input_items_delete(base: str) -> None:
+    client = strict_client(base)
     items = [{"role": "user", "content": f"Line {i}"} for i in range(5)]
     created = client.responses.create(model=MODEL, input=items, max_output_tokens=5)  # type: ignore[arg-type]
     again = client.responses.retrieve(created.id)
@@ -178,7 +215,7 @@ def test_retrieve_input_items_delete(stack: Stack) -> None:
     assert not rest.has_more
     newest = client.responses.input_items.list(created.id, limit=1)
     assert newest.data[0].content[0].text == "Line 4"  # type: ignore[union-attr]
-    deleted = httpx.delete(f"{stack.base_url}/v1/responses/{created.id}").json()
+    deleted = httpx.delete(f"{base}/v1/responses/{created.id}").json()
     assert deleted == {"id": created.id, "object": "response", "deleted": True}
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(created.id)
@@ -186,8 +223,8 @@ def test_retrieve_input_items_delete(stack: Stack) -> None:
         client.responses.delete(created.id)
 
 
-def test_store_false_is_not_retrievable(stack: Stack) -> None:
-    client = stack.client()
+def test_store_false_is_not_retrievable(base: str) -> None:
+    client = strict_client(base)
     response = client.responses.create(model=MODEL, input="Hi", store=False, max_output_tokens=5)
     assert response.store is False
     with pytest.raises(openai.NotFoundError):
@@ -197,9 +234,11 @@ def test_store_false_is_not_retrievable(stack: Stack) -> None:
     assert info.value.param == "previous_response_id"
 
 
-def test_unknown_previous_response_is_404(stack: Stack) -> None:
+def test_unknown_previous_response_is_404(base: str) -> None:
     with pytest.raises(openai.NotFoundError) as info:
-        stack.client().responses.create(model=MODEL, input="Hi", previous_response_id="resp_nope")
+        strict_client(base).responses.create(
+            model=MODEL, input="Hi", previous_response_id="resp_nope"
+        )
     assert info.value.param == "previous_response_id" and info.value.type == "invalid_request_error"
 
 
@@ -228,13 +267,18 @@ def test_bad_input_is_400_naming_param(stack: Stack, body: dict[str, Any], param
     assert r.json()["error"]["param"] == param, r.json()
 
 
-def test_stored_chain_survives_a_cortex_restart(stack: Stack, logs_dir: Path) -> None:
-    state = logs_dir / "restart-state"
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_stored_chain_survives_a_cortex_restart(
+    stack: Stack, logs_dir: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    if backend == "sqlite":
+        store = ["--state-dir", str(logs_dir / "restart-state")]
+    else:
+        store = ["--postgres-dsn", str(request.getfixturevalue("postgres_dsn"))]
     port = free_port()
-    args = ["cortex", "--port", str(port), "--neuron", stack.neuron_address, "--model", MODEL,
-            "--state-dir", str(state)]  # fmt: skip
+    args = _cortex_args(stack, port, store)
     base = f"http://127.0.0.1:{port}"
-    first_cortex = Proc(args, logs_dir / "cortex-restart-1.log")
+    first_cortex = Proc(args, logs_dir / f"cortex-restart-{backend}-1.log")
     try:
         wait_http_ready(first_cortex, f"{base}/readyz", 60)
         first = strict_client(base).responses.create(
@@ -242,7 +286,7 @@ def test_stored_chain_survives_a_cortex_restart(stack: Stack, logs_dir: Path) ->
         )
     finally:
         first_cortex.stop()
-    second_cortex = Proc(args, logs_dir / "cortex-restart-2.log")
+    second_cortex = Proc(args, logs_dir / f"cortex-restart-{backend}-2.log")
     try:
         wait_http_ready(second_cortex, f"{base}/readyz", 60)
         client = strict_client(base)
