@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck proto proto-check bench bench-embeddings bench-metrics install clean
+.PHONY: run test unit lint typecheck proto proto-check bench bench-embeddings bench-metrics bench-responses install clean
 
 install: $(STAMP)
 
@@ -52,12 +52,16 @@ bench: $(STAMP)
 	$(PY) -m bench.gateway_overhead
 	$(PY) -m bench.embeddings_throughput
 	$(PY) -m bench.metrics_cost
+	$(PY) -m bench.responses_vs_chat
 
 bench-embeddings: $(STAMP)
 	$(PY) -m bench.embeddings_throughput
 
 bench-metrics: $(STAMP)
 	$(PY) -m bench.metrics_cost
+
+bench-responses: $(STAMP)
+	$(PY) -m bench.responses_vs_chat
 
 clean:
 	rm -rf $(VENV)

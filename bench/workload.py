@@ -64,6 +64,33 @@ async def via_cortex(
     return ttft, tokens
 
 
+async def via_responses(
+    client: httpx.AsyncClient, base: str, prompt: str, max_tokens: int
+) -> tuple[float, int]:
+    body = {
+        "model": MODEL,
+        "input": prompt,
+        "temperature": 0,
+        "max_output_tokens": max_tokens,
+        "stream": True,
+    }
+    started = time.perf_counter()
+    ttft = None
+    tokens = 0
+    async with client.stream("POST", f"{base}/v1/responses", json=body) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            if ttft is None and event["type"] == "response.output_text.delta":
+                ttft = time.perf_counter() - started
+            elif event["type"] in ("response.completed", "response.incomplete"):
+                tokens = event["response"]["usage"]["output_tokens"]
+    assert ttft is not None
+    return ttft, tokens
+
+
 async def via_grpc(stub: pb_grpc.NeuronStub, prompt: str, max_tokens: int) -> tuple[float, int]:
     request = pb.GenerateRequest(
         request_id=f"bench-{uuid.uuid4().hex}",
@@ -96,6 +123,8 @@ async def run(
             async with semaphore:
                 if path == "cortex":
                     return await via_cortex(http, base, prompt, max_tokens)
+                if path == "responses":
+                    return await via_responses(http, base, prompt, max_tokens)
                 return await via_grpc(stub, prompt, max_tokens)
 
         started = time.perf_counter()

@@ -3,6 +3,7 @@ pool of neurons; nothing else lives here."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -48,6 +49,11 @@ def create_app(
         try:
             yield
         finally:
+            # Background responses still running end as cancelled (and stored).
+            running = list(app.state.background.values())
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
             await pool.stop()
             await store.close()
 
@@ -55,6 +61,8 @@ def create_app(
     app = FastAPI(title="neuraxis cortex", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.pool = pool
     app.state.store = store
+    # Background responses running in this process, by id (for cancel).
+    app.state.background = {}
     app.state.settings = settings
     install_error_handlers(app)
     app.include_router(chat.router)

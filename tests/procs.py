@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -96,3 +97,14 @@ def start_up(log_path: Path, state_dir: Path | None = None) -> Embedded:
     return Embedded(
         proc, f"http://127.0.0.1:{port}", f"127.0.0.1:{neuron_port}", f"127.0.0.1:{embedding_port}"
     )
+
+
+def engine_load(address: str) -> Any:
+    """A neuron's engine load (running and waiting requests), over gRPC."""
+    import grpc
+
+    from neuraxis.v1 import neuron_pb2 as pb
+    from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        return pb_grpc.NeuronStub(channel).Load(pb.LoadRequest(), timeout=5)

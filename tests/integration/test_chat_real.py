@@ -12,6 +12,7 @@ import pytest
 from neuraxis.v1 import neuron_pb2 as pb
 from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
 from tests.integration.conftest import EMBEDDING_MODEL, MODEL, Stack
+from tests.procs import engine_load
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -98,17 +99,12 @@ def test_usage_adds_up(stack: Stack) -> None:
     assert final.usage.total_tokens == final.usage.prompt_tokens + 5
 
 
-def _load(address: str) -> pb.LoadResponse:
-    with grpc.insecure_channel(address) as channel:
-        return pb_grpc.NeuronStub(channel).Load(pb.LoadRequest(), timeout=5)
-
-
 def _wait_idle(address: str, timeout: float = 10) -> pb.LoadResponse:
     deadline = time.monotonic() + timeout
-    load = _load(address)
+    load = engine_load(address)
     while (load.running or load.waiting) and time.monotonic() < deadline:
         time.sleep(0.1)
-        load = _load(address)
+        load = engine_load(address)
     return load
 
 
@@ -131,7 +127,7 @@ def test_client_disconnect_aborts_generation_in_engine(stack: Stack) -> None:
             if seen >= 5:
                 break
         # Mid-stream, the engine is generating for this request.
-        assert _load(stack.neuron_address).running == 1
+        assert engine_load(stack.neuron_address).running == 1
     # The connection is closed: the request must leave the engine, well before
     # its 2000 tokens could have been generated.
     load = _wait_idle(stack.neuron_address)

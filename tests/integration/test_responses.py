@@ -6,6 +6,7 @@ store: false, a cortex restart) and failures."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 from tests.integration.conftest import MODEL, SimStack, Stack, strict_client
 from tests.postgres import postgres_server
-from tests.procs import Proc, free_port, wait_http_ready
+from tests.procs import Proc, engine_load, free_port, wait_http_ready
 
 QUESTION = "What is the capital of France?"
 
@@ -247,7 +248,7 @@ def test_unknown_previous_response_is_404(base: str) -> None:
     [
         ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
         ({"metadata": {"k": "v" * 513}}, "metadata"),
-        ({"background": True}, "background"),
+        ({"background": True, "store": False}, "background"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
         ({"temperature": 3}, "temperature"),
@@ -321,3 +322,46 @@ def test_failure_mid_stream_ends_with_response_failed(sim_stack: SimStack) -> No
         last = list(stream)[-1]
     assert last.type == "response.failed"
     assert last.response.error is not None and last.response.error.message
+
+
+def _wait_status(client: Any, response_id: str, done: set[str], timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    response = client.responses.retrieve(response_id)
+    while response.status not in done and time.monotonic() < deadline:
+        time.sleep(0.2)
+        response = client.responses.retrieve(response_id)
+    return response
+
+
+def test_background_response_completes(stack: Stack) -> None:
+    client = stack.client()
+    queued = client.responses.create(model=MODEL, input=QUESTION, temperature=0, background=True)
+    assert queued.status in ("queued", "in_progress") and queued.background is True
+    done = _wait_status(client, queued.id, {"completed", "failed", "incomplete"})
+    assert done.status == "completed" and "Paris" in done.output_text
+
+
+def test_cancel_background_response_aborts_generation(stack: Stack) -> None:
+    client = stack.client()
+    queued = client.responses.create(
+        model=MODEL, input="Write a very long essay about the sea.", temperature=1,
+        max_output_tokens=2000, background=True,
+    )  # fmt: skip
+    _wait_status(client, queued.id, {"in_progress"})
+    time.sleep(1.0)  # let it generate for a while
+    cancelled = client.responses.cancel(queued.id)
+    assert cancelled.status == "cancelled"
+    assert client.responses.retrieve(queued.id).status == "cancelled"
+    deadline = time.monotonic() + 10
+    load = engine_load(stack.neuron_address)
+    while load.running and time.monotonic() < deadline:
+        time.sleep(0.1)
+        load = engine_load(stack.neuron_address)
+    assert load.running == 0
+
+
+def test_cancel_of_a_foreground_response_is_400(stack: Stack) -> None:
+    client = stack.client()
+    response = client.responses.create(model=MODEL, input="Hi", max_output_tokens=3)
+    with pytest.raises(openai.BadRequestError):
+        client.responses.cancel(response.id)

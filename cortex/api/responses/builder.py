@@ -90,6 +90,10 @@ class ResponseBuilder:
         self.status = "incomplete" if self.incomplete else "completed"
         return (f"response.{self.status}", {"response": self.snapshot()})
 
+    def cancel(self) -> None:
+        self._close_all(status="incomplete")
+        self.status = "cancelled"
+
     def fail(self, code: str, message: str) -> list[Event]:
         """Close what is open (as incomplete) and end with response.failed."""
         self.status = "failed"

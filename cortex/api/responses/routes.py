@@ -9,7 +9,9 @@ acknowledged response survives a crash of cortex.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -35,6 +37,7 @@ from neuraxis.errors import InvalidRequestError, NeuraxisError, NotFoundError
 from neuraxis.v1 import neuron_pb2 as pb
 
 router = APIRouter()
+log = logging.getLogger("neuraxis.cortex")
 
 _MAX_CHAIN = 1000
 _TOOL_MODES = {
@@ -58,9 +61,9 @@ def _check(body: ResponsesRequest) -> None:
     for name in UNSUPPORTED_FIELDS:
         if getattr(body, name) is not None:
             raise InvalidRequestError(f"'{name}' is not supported by this server.", param=name)
-    if body.background:
+    if body.background and not body.store:
         raise InvalidRequestError(
-            "Background responses are not supported by this server yet.", param="background"
+            "Background responses must be stored ('store': true).", param="background"
         )
     if body.tool_choice is not None and not body.tools:
         raise InvalidRequestError(
@@ -151,11 +154,20 @@ async def create_response(
     tracker = metrics.start("responses", pool.model_label(body.model), response_id)
     request.state.tracked = True
     stream = metrics.tracked(pool.generate(internal), tracker)
-    # Errors before the first token keep their HTTP status (see chat.py).
-    first = await anext(stream)
     builder = ResponseBuilder(response_id, int(time.time()), request_fields(body))
     record = _Recorder(store, body, items, builder)
     headers = {"X-Request-Id": response_id}
+    if body.background:
+        builder.fields["background"] = True
+        builder.status = "queued"
+        await record.save()
+        tasks: dict[str, asyncio.Task[None]] = request.app.state.background
+        task = asyncio.create_task(_run_in_background(stream, builder, record))
+        tasks[response_id] = task
+        task.add_done_callback(lambda _: tasks.pop(response_id, None))
+        return JSONResponse(builder.snapshot(), headers=headers)
+    # Errors before the first token keep their HTTP status (see chat.py).
+    first = await anext(stream)
     if body.stream:
         frames = _stream(first, stream, builder, record)
         return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
@@ -186,6 +198,28 @@ class _Recorder:
                 input_items=self._items,
             )
         )
+
+
+async def _run_in_background(
+    stream: AsyncIterator[pb.GenerateResponse], builder: ResponseBuilder, record: _Recorder
+) -> None:
+    """A background response: generate, then store the outcome, whatever it is."""
+    try:
+        builder.status = "in_progress"
+        await record.save()
+        async for message in stream:
+            builder.feed(message)
+        builder.finish()
+    except asyncio.CancelledError:
+        builder.cancel()
+        await asyncio.shield(record.save())
+        raise
+    except NeuraxisError as e:
+        builder.fail("server_error", e.message)
+    except Exception:
+        log.exception("background response %s failed", builder.response_id)
+        builder.fail("server_error", "The server had an error while processing your request.")
+    await record.save()
 
 
 async def _consume(
@@ -285,8 +319,20 @@ async def list_input_items(
 
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(response_id: str, request: Request) -> JSONResponse:
-    await _stored(request, response_id)
-    raise InvalidRequestError(
-        "Only background responses can be cancelled, and this server runs none.",
-        param="response_id",
-    )
+    record = await _stored(request, response_id)
+    if not record.response.get("background"):
+        raise InvalidRequestError(
+            "Only responses created with 'background': true can be cancelled.",
+            param="response_id",
+        )
+    task = request.app.state.background.get(response_id)
+    if task is not None:
+        task.cancel()  # aborts the generation in the neuron
+        await asyncio.gather(task, return_exceptions=True)
+        record = await _stored(request, response_id)
+    elif record.response["status"] in ("queued", "in_progress"):
+        raise InvalidRequestError(
+            "This response is running on another cortex instance; cancel it there.",
+            param="response_id",
+        )
+    return JSONResponse(record.response)
