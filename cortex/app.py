@@ -61,6 +61,7 @@ def create_app(
     app = FastAPI(title="neuraxis cortex", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.pool = pool
     app.state.store = store
+    metrics.touch_store(store.backend)
     # Background responses running in this process, by id (for cancel).
     app.state.background = {}
     app.state.settings = settings

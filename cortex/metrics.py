@@ -101,6 +101,17 @@ HEALTHY_REPLICAS = Gauge(
 )
 
 
+STORED_RESPONSES = Counter(
+    "neuraxis_stored_responses", "Responses written to the Responses store.", ["backend"]
+)
+STORE_WRITE = Histogram(
+    "neuraxis_store_write_seconds",
+    "Time to write a response durably to the Responses store.",
+    ["backend"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+)
+
+
 def outcome_of(error: BaseException) -> str:
     if isinstance(error, NeuraxisError):
         return "client_error" if mapping_for(error).http_status < 500 else "server_error"
@@ -212,6 +223,11 @@ def touch_replica(model: str, replica: str) -> None:
     that rates and dashboards see the series from the start."""
     ROUTED.labels(model, replica)
     RETRIES.labels(model, replica)
+
+
+def touch_store(backend: str) -> None:
+    STORED_RESPONSES.labels(backend)
+    STORE_WRITE.labels(backend)
 
 
 def set_replica_health(replica: str, up: bool) -> None:

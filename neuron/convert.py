@@ -108,6 +108,8 @@ def engine_request(request: pb.GenerateRequest) -> EngineRequest:
             _FORMAT_KIND[fmt.kind], _json(fmt.schema_json, "response_format.json_schema")
         ),
         prompt=_optional(request, "prompt"),
+        parallel_tool_calls=_optional(request, "parallel_tool_calls") is not False,
+        truncate_oldest=request.truncate_oldest,
     )
 
 

@@ -87,6 +87,8 @@ def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.Gene
     request = pb.GenerateRequest(
         request_id=request_id, model=body.model, messages=messages, sampling=sampling, tools=tools
     )
+    if body.parallel_tool_calls is not None:
+        request.parallel_tool_calls = body.parallel_tool_calls
     if isinstance(body.tool_choice, NamedToolChoice):
         request.tool_choice.mode = pb.TOOL_CHOICE_MODE_NAMED
         request.tool_choice.name = body.tool_choice.function.name

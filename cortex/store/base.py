@@ -23,6 +23,8 @@ class StoredResponse:
 
 
 class ResponseStore(abc.ABC):
+    backend = "unknown"  # a metrics label: "sqlite", "postgres"
+
     @abc.abstractmethod
     async def put(self, record: StoredResponse) -> None:
         """Store (or replace) a response. Returns once it is durable: a

@@ -26,6 +26,8 @@ CREATE TABLE IF NOT EXISTS neuraxis_responses (
 
 
 class PostgresResponseStore(ResponseStore):
+    backend = "postgres"
+
     def __init__(self, dsn: str) -> None:
         self._dsn = dsn
         self._pool: Any = None

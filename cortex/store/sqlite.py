@@ -26,6 +26,8 @@ CREATE TABLE IF NOT EXISTS responses (
 
 
 class SqliteResponseStore(ResponseStore):
+    backend = "sqlite"
+
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)

@@ -99,6 +99,9 @@ class EngineRequest:
     response_format: ResponseFormat = field(default_factory=ResponseFormat)
     # A raw prompt (legacy completions) instead of messages: no chat template.
     prompt: str | None = None
+    parallel_tool_calls: bool = True
+    # Drop the oldest turns when the conversation does not fit the context.
+    truncate_oldest: bool = False
 
 
 @dataclass(frozen=True)

@@ -365,3 +365,45 @@ def test_cancel_of_a_foreground_response_is_400(stack: Stack) -> None:
     response = client.responses.create(model=MODEL, input="Hi", max_output_tokens=3)
     with pytest.raises(openai.BadRequestError):
         client.responses.cancel(response.id)
+
+
+def test_truncation_auto_drops_the_oldest_turns(stack: Stack) -> None:
+    long_turns: Any = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"Note {i}: " + "hello " * 1000}
+        for i in range(10)
+    ] + [{"role": "user", "content": QUESTION}]
+    with pytest.raises(openai.BadRequestError) as info:
+        stack.client().responses.create(model=MODEL, input=long_turns, max_output_tokens=10)
+    assert info.value.code == "context_length_exceeded"
+    response = stack.client().responses.create(
+        model=MODEL, input=long_turns, max_output_tokens=10, truncation="auto", temperature=0
+    )
+    assert response.status in ("completed", "incomplete")
+    assert response.usage is not None and response.usage.input_tokens <= 8192 - 10
+    assert response.truncation == "auto"
+
+
+def test_parallel_tool_calls_false_gives_one_call(stack: Stack) -> None:
+    response = stack.client().responses.create(
+        model=MODEL, input="Weather in Paris and in Rome?", tools=[WEATHER], temperature=0,
+        tool_choice="required", parallel_tool_calls=False,
+    )  # fmt: skip
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert len(calls) == 1 and response.parallel_tool_calls is False
+    json.loads(calls[0].arguments)
+
+
+def test_client_disconnect_aborts_the_generation(stack: Stack) -> None:
+    body = {"model": MODEL, "input": "Write a very long essay about the sea.", "stream": True,
+            "temperature": 1, "max_output_tokens": 2000}  # fmt: skip
+    with httpx.stream("POST", f"{stack.base_url}/v1/responses", json=body, timeout=60) as r:
+        deltas = 0
+        for line in r.iter_lines():
+            deltas += line.startswith("event: response.output_text.delta")
+            if deltas >= 5:
+                break
+        assert engine_load(stack.neuron_address).running == 1
+    deadline = time.monotonic() + 10
+    while engine_load(stack.neuron_address).running and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_load(stack.neuron_address).running == 0

@@ -36,6 +36,8 @@ class ResponseBuilder:
         self.incomplete: dict[str, str] | None = None
         self._message: dict[str, Any] | None = None
         self._text: list[str] = []
+        self._reasoning: dict[str, Any] | None = None
+        self._thought: list[str] = []
         self._calls: dict[int, _Call] = {}
 
     def snapshot(self) -> dict[str, Any]:
@@ -61,6 +63,8 @@ class ResponseBuilder:
     def feed(self, message: pb.GenerateResponse) -> list[Event]:
         events: list[Event] = []
         for delta in message.choices:
+            if delta.reasoning:
+                events += self._reasoning_delta(delta.reasoning)
             if delta.text:
                 events += self._text_delta(delta.text)
             for call in delta.tool_calls:
@@ -78,6 +82,7 @@ class ResponseBuilder:
                     "cache_write_tokens": 0,
                 },
                 "output_tokens": u.completion_tokens,
+                # The engine counts tokens, not which of them were thoughts.
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": u.prompt_tokens + u.completion_tokens,
             }
@@ -101,8 +106,40 @@ class ResponseBuilder:
         events = self._close_all(status="incomplete")
         return [*events, ("response.failed", {"response": self.snapshot()})]
 
-    def _text_delta(self, text: str) -> list[Event]:
+    def _reasoning_delta(self, text: str) -> list[Event]:
         events: list[Event] = []
+        if self._reasoning is None:
+            self._reasoning = {"id": new_id("rs"), "type": "reasoning", "summary": []}
+            self._thought = []
+            self.output.append(self._reasoning)
+            index = len(self.output) - 1
+            events.append(
+                (
+                    "response.output_item.added",
+                    {"output_index": index, "item": dict(self._reasoning)},
+                )
+            )
+        self._thought.append(text)
+        index = self.output.index(self._reasoning)
+        payload = {"item_id": self._reasoning["id"], "output_index": index, "content_index": 0}
+        events.append(("response.reasoning_text.delta", {**payload, "delta": text}))
+        return events
+
+    def _close_reasoning(self) -> list[Event]:
+        if self._reasoning is None:
+            return []
+        item, self._reasoning = self._reasoning, None
+        index = self.output.index(item)
+        text = "".join(self._thought)
+        item["content"] = [{"type": "reasoning_text", "text": text}]
+        base = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        return [
+            ("response.reasoning_text.done", {**base, "text": text}),
+            ("response.output_item.done", {"output_index": index, "item": dict(item)}),
+        ]
+
+    def _text_delta(self, text: str) -> list[Event]:
+        events: list[Event] = self._close_reasoning()
         if self._message is None:
             self._message = {
                 "id": new_id("msg"),
@@ -139,6 +176,7 @@ class ResponseBuilder:
         events: list[Event] = []
         state = self._calls.get(call.index)
         if state is None:
+            events += self._close_reasoning()
             events += self._close_message()
             item = {
                 "type": "function_call",
@@ -184,7 +222,7 @@ class ResponseBuilder:
         ]
 
     def _close_all(self, status: str = "completed") -> list[Event]:
-        events = self._close_message(status)
+        events = self._close_reasoning() + self._close_message(status)
         for state in sorted(self._calls.values(), key=lambda c: c.output_index):
             arguments = "".join(state.arguments)
             state.item["arguments"] = arguments

@@ -126,6 +126,9 @@ def to_generate_request(
             for t in body.tools or []
         ],
     )
+    if body.parallel_tool_calls is not None:
+        request.parallel_tool_calls = body.parallel_tool_calls
+    request.truncate_oldest = body.truncation == "auto"
     if isinstance(body.tool_choice, NamedFunction):
         request.tool_choice.mode = pb.TOOL_CHOICE_MODE_NAMED
         request.tool_choice.name = body.tool_choice.name
@@ -189,6 +192,7 @@ class _Recorder:
     async def save(self) -> None:
         if not self._body.store:
             return
+        started = time.perf_counter()
         await self._store.put(
             StoredResponse(
                 id=self._builder.response_id,
@@ -198,6 +202,9 @@ class _Recorder:
                 input_items=self._items,
             )
         )
+        backend = self._store.backend
+        metrics.STORE_WRITE.labels(backend).observe(time.perf_counter() - started)
+        metrics.STORED_RESPONSES.labels(backend).inc()
 
 
 async def _run_in_background(

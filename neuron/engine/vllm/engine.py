@@ -35,7 +35,7 @@ from neuron.engine.base import (
     check_context,
     wrong_task,
 )
-from neuron.engine.vllm.prompt import openai_tool, render, sampling_params
+from neuron.engine.vllm.prompt import openai_tool, render_fitting, sampling_params
 from neuron.engine.vllm.shaping import AutoParser, ChoiceShaper, ParsedCalls, ReasoningSplit
 from neuron.models.bundled import ModelTask
 
@@ -135,7 +135,7 @@ class VllmEngine(Engine):
         model = self._served(request.model, ModelTask.GENERATE)
         completion_tokens = 0
         try:
-            prompt_ids = render(self._tokenizer, request)
+            prompt_ids = render_fitting(self._tokenizer, request, model.max_context_length)
             max_tokens = check_context(model, len(prompt_ids), request.sampling.max_tokens)
             params = sampling_params(request, max_tokens)
             shapers = [self._shaper(i, request) for i in range(request.sampling.n)]

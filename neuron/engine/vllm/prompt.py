@@ -5,6 +5,7 @@ any structured-output constraint (forced tool calls, JSON formats)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from neuraxis.errors import InvalidRequestError
@@ -15,6 +16,26 @@ from neuron.engine.base import (
     Tool,
     ToolChoiceMode,
 )
+
+
+def render_fitting(tokenizer: Any, request: EngineRequest, limit: int) -> list[int]:
+    """Render; with truncate_oldest, drop the oldest non-system turns until the
+    prompt leaves room for the requested output (or one turn is left)."""
+    ids = render(tokenizer, request)
+    room = limit - (request.sampling.max_tokens or 1)
+    messages = list(request.messages)
+    while request.truncate_oldest and len(ids) > room:
+        oldest = next(
+            (i for i, m in enumerate(messages) if m.role not in ("system", "developer")), None
+        )
+        if oldest is None or sum(m.role not in ("system", "developer") for m in messages) <= 1:
+            break
+        del messages[oldest]
+        # A tool result without the call it answers confuses templates: drop it too.
+        while oldest < len(messages) and messages[oldest].role == "tool":
+            del messages[oldest]
+        ids = render(tokenizer, replace(request, messages=tuple(messages)))
+    return ids
 
 
 def render(tokenizer: Any, request: EngineRequest) -> list[int]:
@@ -78,7 +99,7 @@ def _loads_or_text(arguments: str) -> Any:
         return arguments
 
 
-def required_calls_schema(tools: tuple[Tool, ...]) -> dict[str, Any]:
+def required_calls_schema(tools: tuple[Tool, ...], parallel: bool = True) -> dict[str, Any]:
     """A JSON array of one or more {name, parameters} objects, each naming one
     of the tools with arguments valid for its schema."""
     variants = [
@@ -92,7 +113,10 @@ def required_calls_schema(tools: tuple[Tool, ...]) -> dict[str, Any]:
         }
         for t in tools
     ]
-    return {"type": "array", "minItems": 1, "items": {"anyOf": variants}}
+    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": variants}}
+    if not parallel:
+        schema["maxItems"] = 1
+    return schema
 
 
 def structured_outputs(request: EngineRequest) -> Any:
@@ -108,7 +132,9 @@ def structured_outputs(request: EngineRequest) -> Any:
             )
         return StructuredOutputsParams(json=tool.parameters or {"type": "object"})
     if request.tools and mode is ToolChoiceMode.REQUIRED:
-        return StructuredOutputsParams(json=required_calls_schema(request.tools))
+        return StructuredOutputsParams(
+            json=required_calls_schema(request.tools, request.parallel_tool_calls)
+        )
     fmt = request.response_format
     if fmt.kind is ResponseFormatKind.JSON_SCHEMA:
         return StructuredOutputsParams(json=fmt.schema or {"type": "object"})

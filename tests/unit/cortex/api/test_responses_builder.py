@@ -1,0 +1,72 @@
+"""The Responses builder on scripted neuron streams: event order, items,
+statuses. (The real-process tests check the same against the real model;
+these cover what the small model never produces, like reasoning.)"""
+
+from __future__ import annotations
+
+from cortex.api.responses.builder import ResponseBuilder
+from neuraxis.v1 import neuron_pb2 as pb
+
+
+def _msg(**delta: object) -> pb.GenerateResponse:
+    return pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, **delta)])  # type: ignore[arg-type]
+
+
+def _end(reason: int = pb.FINISH_REASON_STOP) -> pb.GenerateResponse:
+    return pb.GenerateResponse(
+        choices=[pb.ChoiceDelta(index=0, finish_reason=reason)],  # type: ignore[arg-type]
+        usage=pb.Usage(prompt_tokens=5, completion_tokens=3, cached_prompt_tokens=2),
+    )
+
+
+def _run(*messages: pb.GenerateResponse) -> tuple[ResponseBuilder, list[str]]:
+    builder = ResponseBuilder("resp_1", 1, {"model": "m"})
+    kinds = [k for k, _ in builder.start()]
+    for m in messages:
+        kinds += [k for k, _ in builder.feed(m)]
+    kinds.append(builder.finish()[0])
+    return builder, kinds
+
+
+def test_reasoning_then_text() -> None:
+    builder, kinds = _run(_msg(reasoning="Hmm."), _msg(text="Paris"), _end())
+    assert kinds == [
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.reasoning_text.delta",
+        "response.reasoning_text.done", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added",
+        "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done",
+        "response.completed",
+    ]  # fmt: skip
+    reasoning, message = builder.output
+    assert reasoning["type"] == "reasoning" and reasoning["content"][0]["text"] == "Hmm."
+    assert message["content"][0]["text"] == "Paris" and message["status"] == "completed"
+    assert builder.usage is not None and builder.usage["input_tokens_details"]["cached_tokens"] == 2
+
+
+def test_length_makes_it_incomplete() -> None:
+    builder, kinds = _run(_msg(text="Once"), _end(pb.FINISH_REASON_LENGTH))
+    assert kinds[-1] == "response.incomplete"
+    assert builder.snapshot()["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_function_calls_have_no_content_parts() -> None:
+    call = pb.ToolCallDelta(index=0, id="call_1", name="f", arguments='{"a":')
+    more = pb.ToolCallDelta(index=0, arguments=" 1}")
+    builder, kinds = _run(_msg(tool_calls=[call]), _msg(tool_calls=[more]), _end())
+    assert "response.content_part.added" not in kinds
+    assert kinds.count("response.function_call_arguments.delta") == 2
+    (item,) = builder.output
+    assert item["arguments"] == '{"a": 1}' and item["call_id"] == "call_1"
+
+
+def test_failure_closes_items_and_ends_failed() -> None:
+    builder = ResponseBuilder("resp_1", 1, {})
+    builder.feed(_msg(text="Par"))
+    events = builder.fail("server_error", "neuron lost")
+    assert events[-1][0] == "response.failed"
+    snapshot = events[-1][1]["response"]
+    assert snapshot["status"] == "failed"
+    assert snapshot["error"] == {"code": "server_error", "message": "neuron lost"}
+    assert snapshot["output"][0]["status"] == "incomplete"
