@@ -4,6 +4,8 @@ pool of neurons; nothing else lives here."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,12 +22,15 @@ from cortex.api import (
     responses,
 )
 from cortex.api.errors import install_error_handlers
+from cortex.api.responses.routes import fail_orphans
 from cortex.config import CortexSettings
 from cortex.middleware import BodyLimit
 from cortex.routing.client import NeuronClient
 from cortex.routing.pool import NeuronPool
 from cortex.store.base import ResponseStore
 from cortex.store.sqlite import SqliteResponseStore
+
+log = logging.getLogger("neuraxis.cortex")
 
 
 def create_app(
@@ -46,14 +51,17 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.start()
+        orphans = await fail_orphans(store, app.state.instance)
+        if orphans:
+            log.warning("%d background responses were cut off by a restart: failed", orphans)
         try:
             yield
         finally:
-            # Background responses still running end as cancelled (and stored).
-            running = list(app.state.background.values())
-            for task in running:
+            # Background responses still running end as failed (and stored).
+            tasks = [run.task for run in app.state.background.values() if run.task]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             await pool.stop()
             await store.close()
 
@@ -62,8 +70,10 @@ def create_app(
     app.state.pool = pool
     app.state.store = store
     metrics.touch_store(store.backend)
-    # Background responses running in this process, by id (for cancel).
+    # Background responses running in this process, by id (for cancel), and
+    # the name under which this instance owns them in a shared store.
     app.state.background = {}
+    app.state.instance = f"{socket.gethostname()}:{settings.port}"
     app.state.settings = settings
     install_error_handlers(app)
     app.include_router(chat.router)

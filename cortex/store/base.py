@@ -9,7 +9,7 @@ it continued. `previous_response_id` chains are rebuilt from these.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -20,6 +20,15 @@ class StoredResponse:
     previous_response_id: str | None
     response: dict[str, Any]  # the Response object, as the client saw it
     input_items: list[dict[str, Any]]  # the request's input items, with ids
+    # The stream events so far (type, payload with sequence_number), for
+    # GET ?stream=true replays.
+    events: list[dict[str, Any]] = field(default_factory=list)
+    # The cortex instance running it (background responses), e.g. "host:port".
+    owner: str = ""
+
+    @property
+    def status(self) -> str:
+        return str(self.response.get("status", ""))
 
 
 class ResponseStore(abc.ABC):
@@ -36,6 +45,10 @@ class ResponseStore(abc.ABC):
     @abc.abstractmethod
     async def delete(self, response_id: str) -> bool:
         """True if it existed."""
+
+    @abc.abstractmethod
+    async def running(self, owner: str) -> list[StoredResponse]:
+        """Responses still queued or in progress that `owner` was running."""
 
     @abc.abstractmethod
     async def close(self) -> None: ...

@@ -19,10 +19,20 @@ CREATE TABLE IF NOT EXISTS neuraxis_responses (
     id TEXT PRIMARY KEY,
     created_at BIGINT NOT NULL,
     previous_response_id TEXT,
+    status TEXT NOT NULL DEFAULT '',
+    owner TEXT NOT NULL DEFAULT '',
     response JSONB NOT NULL,
-    input_items JSONB NOT NULL
-)
+    input_items JSONB NOT NULL,
+    events JSONB NOT NULL DEFAULT '[]'
+);
+ALTER TABLE neuraxis_responses ADD COLUMN IF NOT EXISTS status TEXT NOT NULL DEFAULT '';
+ALTER TABLE neuraxis_responses ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE neuraxis_responses ADD COLUMN IF NOT EXISTS events JSONB NOT NULL DEFAULT '[]';
 """
+_SELECT = (
+    "SELECT id, created_at, previous_response_id, owner, response::text, input_items::text, "
+    "events::text FROM neuraxis_responses "
+)
 
 
 class PostgresResponseStore(ResponseStore):
@@ -43,32 +53,32 @@ class PostgresResponseStore(ResponseStore):
     async def put(self, record: StoredResponse) -> None:
         pool = await self._connection_pool()
         await pool.execute(
-            "INSERT INTO neuraxis_responses VALUES ($1, $2, $3, $4, $5) "
-            "ON CONFLICT (id) DO UPDATE SET response = EXCLUDED.response, "
-            "input_items = EXCLUDED.input_items",
+            "INSERT INTO neuraxis_responses (id, created_at, previous_response_id, status, owner, "
+            "response, input_items, events) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+            "ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, owner = EXCLUDED.owner, "
+            "response = EXCLUDED.response, input_items = EXCLUDED.input_items, "
+            "events = EXCLUDED.events",
             record.id,
             record.created_at,
             record.previous_response_id,
+            record.status,
+            record.owner,
             json.dumps(record.response),
             json.dumps(record.input_items),
+            json.dumps(record.events),
         )
 
     async def get(self, response_id: str) -> StoredResponse | None:
         pool = await self._connection_pool()
-        row = await pool.fetchrow(
-            "SELECT id, created_at, previous_response_id, response::text, input_items::text "
-            "FROM neuraxis_responses WHERE id = $1",
-            response_id,
+        row = await pool.fetchrow(_SELECT + "WHERE id = $1", response_id)
+        return None if row is None else _record(row)
+
+    async def running(self, owner: str) -> list[StoredResponse]:
+        pool = await self._connection_pool()
+        rows = await pool.fetch(
+            _SELECT + "WHERE owner = $1 AND status IN ('queued', 'in_progress')", owner
         )
-        if row is None:
-            return None
-        return StoredResponse(
-            id=row[0],
-            created_at=row[1],
-            previous_response_id=row[2],
-            response=json.loads(row[3]),
-            input_items=json.loads(row[4]),
-        )
+        return [_record(row) for row in rows]
 
     async def delete(self, response_id: str) -> bool:
         pool = await self._connection_pool()
@@ -78,3 +88,15 @@ class PostgresResponseStore(ResponseStore):
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
+
+
+def _record(row: Any) -> StoredResponse:
+    return StoredResponse(
+        id=row[0],
+        created_at=row[1],
+        previous_response_id=row[2],
+        owner=row[3],
+        response=json.loads(row[4]),
+        input_items=json.loads(row[5]),
+        events=json.loads(row[6]),
+    )

@@ -11,18 +11,29 @@ import asyncio
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from cortex.store.base import ResponseStore, StoredResponse
 
+_COLUMNS = (
+    "id", "created_at", "previous_response_id", "status", "owner", "response", "input_items",
+    "events",
+)  # fmt: skip
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
     created_at INTEGER NOT NULL,
     previous_response_id TEXT,
+    status TEXT NOT NULL DEFAULT '',
+    owner TEXT NOT NULL DEFAULT '',
     response TEXT NOT NULL,
-    input_items TEXT NOT NULL
+    input_items TEXT NOT NULL,
+    events TEXT NOT NULL DEFAULT '[]'
 )
 """
+# Columns added after the first layout, for files written by older versions.
+_ADDED = {"status": "TEXT NOT NULL DEFAULT ''", "owner": "TEXT NOT NULL DEFAULT ''",
+          "events": "TEXT NOT NULL DEFAULT '[]'"}  # fmt: skip
 
 
 class SqliteResponseStore(ResponseStore):
@@ -34,6 +45,10 @@ class SqliteResponseStore(ResponseStore):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(_SCHEMA)
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(responses)")}
+        for column, definition in _ADDED.items():
+            if column not in present:
+                self._db.execute(f"ALTER TABLE responses ADD COLUMN {column} {definition}")
         self._lock = asyncio.Lock()
 
     async def put(self, record: StoredResponse) -> None:
@@ -41,27 +56,23 @@ class SqliteResponseStore(ResponseStore):
             record.id,
             record.created_at,
             record.previous_response_id,
+            record.status,
+            record.owner,
             json.dumps(record.response),
             json.dumps(record.input_items),
+            json.dumps(record.events),
         )
+        sql = f"INSERT OR REPLACE INTO responses ({', '.join(_COLUMNS)}) VALUES (?,?,?,?,?,?,?,?)"
         async with self._lock:
-            await asyncio.to_thread(
-                self._db.execute,
-                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?)",
-                row,
-            )
+            await asyncio.to_thread(self._db.execute, sql, row)
 
     async def get(self, response_id: str) -> StoredResponse | None:
-        async with self._lock:
-            row = await asyncio.to_thread(self._fetch, response_id)
-        if row is None:
-            return None
-        return StoredResponse(
-            id=row[0],
-            created_at=row[1],
-            previous_response_id=row[2],
-            response=json.loads(row[3]),
-            input_items=json.loads(row[4]),
+        rows = await self._select("WHERE id = ?", (response_id,))
+        return rows[0] if rows else None
+
+    async def running(self, owner: str) -> list[StoredResponse]:
+        return await self._select(
+            "WHERE owner = ? AND status IN ('queued', 'in_progress')", (owner,)
         )
 
     async def delete(self, response_id: str) -> bool:
@@ -75,11 +86,20 @@ class SqliteResponseStore(ResponseStore):
         async with self._lock:
             await asyncio.to_thread(self._db.close)
 
-    def _fetch(self, response_id: str) -> tuple[str, int, str | None, str, str] | None:
-        cursor = self._db.execute(
-            "SELECT id, created_at, previous_response_id, response, input_items "
-            "FROM responses WHERE id = ?",
-            (response_id,),
-        )
-        row = cursor.fetchone()
-        return None if row is None else (row[0], row[1], row[2], row[3], row[4])
+    async def _select(self, where: str, args: tuple[Any, ...]) -> list[StoredResponse]:
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM responses {where}"
+        async with self._lock:
+            rows = await asyncio.to_thread(lambda: self._db.execute(sql, args).fetchall())
+        return [_record(row) for row in rows]
+
+
+def _record(row: tuple[Any, ...]) -> StoredResponse:
+    return StoredResponse(
+        id=row[0],
+        created_at=row[1],
+        previous_response_id=row[2],
+        owner=row[4],
+        response=json.loads(row[5]),
+        input_items=json.loads(row[6]),
+        events=json.loads(row[7]),
+    )

@@ -6,6 +6,7 @@ store: false, a cortex restart) and failures."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -260,6 +261,12 @@ def test_unknown_previous_response_is_404(base: str) -> None:
         ),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]"),
         ({"prompt": {"id": "p"}}, "prompt"),
+        ({"conversation": "conv_1", "previous_response_id": "resp_x"}, "conversation"),
+        ({"input": 42}, "input"),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "call_nowhere", "output": "x"}]},
+            "input",
+        ),
     ],
 )
 def test_bad_input_is_400_naming_param(stack: Stack, body: dict[str, Any], param: str) -> None:
@@ -403,6 +410,50 @@ def test_client_disconnect_aborts_the_generation(stack: Stack) -> None:
             if deltas >= 5:
                 break
         assert engine_load(stack.neuron_address).running == 1
+    deadline = time.monotonic() + 10
+    while engine_load(stack.neuron_address).running and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_load(stack.neuron_address).running == 0
+
+
+def test_stream_replay_of_a_stored_response(stack: Stack) -> None:
+    events = _events(stack, input=QUESTION, temperature=0)
+    response_id = events[-1]["response"]["id"]
+    url = f"{stack.base_url}/v1/responses/{response_id}"
+    with httpx.stream("GET", url, params={"stream": "true"}) as r:
+        replayed = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: ")]
+    assert replayed == events
+    with httpx.stream("GET", url, params={"stream": "true", "starting_after": 3}) as r:
+        tail = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: ")]
+    assert tail == events[4:]
+
+
+def test_background_response_cut_by_a_cortex_crash_ends_failed(
+    stack: Stack, logs_dir: Path
+) -> None:
+    port = free_port()
+    state = ["--state-dir", str(logs_dir / "crash-state")]
+    args = _cortex_args(stack, port, state)
+    base = f"http://127.0.0.1:{port}"
+    first = Proc(args, logs_dir / "cortex-crash-1.log")
+    try:
+        wait_http_ready(first, f"{base}/readyz", 60)
+        client = strict_client(base)
+        queued = client.responses.create(
+            model=MODEL, input="Write a very long essay about the sea.", max_output_tokens=2000,
+            background=True,
+        )  # fmt: skip
+        _wait_status(client, queued.id, {"in_progress"})
+    finally:
+        first.stop(signal.SIGKILL)
+    second = Proc(args, logs_dir / "cortex-crash-2.log")
+    try:
+        wait_http_ready(second, f"{base}/readyz", 60)
+        failed = strict_client(base).responses.retrieve(queued.id)
+        assert failed.status == "failed"
+        assert failed.error is not None and "restarted" in failed.error.message
+    finally:
+        second.stop()
     deadline = time.monotonic() + 10
     while engine_load(stack.neuron_address).running and time.monotonic() < deadline:
         time.sleep(0.1)

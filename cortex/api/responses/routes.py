@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -31,7 +32,13 @@ from cortex.api.responses.items import (
     to_messages,
 )
 from cortex.routing.pool import NeuronPool
-from cortex.schemas.responses import UNSUPPORTED_FIELDS, NamedFunction, ResponsesRequest
+from cortex.schemas.responses import (
+    UNSUPPORTED_FIELDS,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    NamedFunction,
+    ResponsesRequest,
+)
 from cortex.store.base import ResponseStore, StoredResponse
 from neuraxis.errors import InvalidRequestError, NeuraxisError, NotFoundError
 from neuraxis.v1 import neuron_pb2 as pb
@@ -80,6 +87,20 @@ def _check(body: ResponsesRequest) -> None:
         raise InvalidRequestError(
             "'text.format.schema' is required for json_schema.", param="text.format.schema"
         )
+
+
+def _check_call_outputs(conversation: list[Item]) -> None:
+    """Every function_call_output must answer a call made earlier in the
+    conversation (this request's input or the stored chain)."""
+    calls: set[str] = set()
+    for item in conversation:
+        if isinstance(item, FunctionCallItem):
+            calls.add(item.call_id)
+        elif isinstance(item, FunctionCallOutputItem) and item.call_id not in calls:
+            raise InvalidRequestError(
+                f"No tool call found for function call output with call_id '{item.call_id}'.",
+                param="input",
+            )
 
 
 async def _history(store: ResponseStore, previous_id: str) -> list[Item]:
@@ -152,42 +173,60 @@ async def create_response(
     response_id = new_id("resp")
     items = [normalise(i) for i in body.items()]
     history = await _history(store, body.previous_response_id) if body.previous_response_id else []
-    internal = to_generate_request(body, history + parse_items(items), response_id)
+    conversation = history + parse_items(items)
+    _check_call_outputs(conversation)
+    internal = to_generate_request(body, conversation, response_id)
     pool.check_task(body.model, pb.MODEL_TASK_GENERATE, "/v1/responses")
     tracker = metrics.start("responses", pool.model_label(body.model), response_id)
     request.state.tracked = True
     stream = metrics.tracked(pool.generate(internal), tracker)
     builder = ResponseBuilder(response_id, int(time.time()), request_fields(body))
-    record = _Recorder(store, body, items, builder)
+    run = _Run(store, body, items, builder, request.app.state.instance)
     headers = {"X-Request-Id": response_id}
     if body.background:
         builder.fields["background"] = True
         builder.status = "queued"
-        await record.save()
-        tasks: dict[str, asyncio.Task[None]] = request.app.state.background
-        task = asyncio.create_task(_run_in_background(stream, builder, record))
-        tasks[response_id] = task
-        task.add_done_callback(lambda _: tasks.pop(response_id, None))
+        run.add(builder.start()[:1])
+        await run.save()
+        runs: dict[str, _Run] = request.app.state.background
+        run.task = asyncio.create_task(_run_in_background(stream, run))
+        runs[response_id] = run
+        run.task.add_done_callback(lambda _: runs.pop(response_id, None))
         return JSONResponse(builder.snapshot(), headers=headers)
     # Errors before the first token keep their HTTP status (see chat.py).
     first = await anext(stream)
     if body.stream:
-        frames = _stream(first, stream, builder, record)
+        frames = _stream(first, stream, run)
         return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
-    await cancel_on_disconnect(request, _consume(first, stream, builder))
-    builder.finish()
-    await record.save()
+    run.add(builder.start())
+    await cancel_on_disconnect(request, _consume(first, stream, run))
+    run.add([builder.finish()])
+    await run.save()
     return JSONResponse(builder.snapshot(), headers=headers)
 
 
-class _Recorder:
-    """Writes the response to the store when the request asked for it."""
+class _Run:
+    """One response being produced: its builder, its numbered events, and its
+    record in the store (written when the request asked for storing)."""
 
     def __init__(
         self, store: ResponseStore, body: ResponsesRequest, items: list[dict[str, Any]],
-        builder: ResponseBuilder,
+        builder: ResponseBuilder, owner: str,
     ) -> None:  # fmt: skip
-        self._store, self._body, self._items, self._builder = store, body, items, builder
+        self._store, self._body, self._items = store, body, items
+        self.builder, self.owner = builder, owner
+        self.events: list[dict[str, Any]] = []
+        self.task: asyncio.Task[None] | None = None
+        self.cancel_requested = False
+
+    def add(self, events: list[Event]) -> list[dict[str, Any]]:
+        """Number the events (sequence_number from 0, no gaps) and keep them."""
+        numbered = []
+        for kind, payload in events:
+            event = {"type": kind, "sequence_number": len(self.events), **payload}
+            self.events.append(event)
+            numbered.append(event)
+        return numbered
 
     async def save(self) -> None:
         if not self._body.store:
@@ -195,11 +234,13 @@ class _Recorder:
         started = time.perf_counter()
         await self._store.put(
             StoredResponse(
-                id=self._builder.response_id,
-                created_at=self._builder.created_at,
+                id=self.builder.response_id,
+                created_at=self.builder.created_at,
                 previous_response_id=self._body.previous_response_id,
-                response=self._builder.snapshot(),
+                response=self.builder.snapshot(),
                 input_items=self._items,
+                events=self.events,
+                owner=self.owner if self._body.background else "",
             )
         )
         backend = self._store.backend
@@ -207,74 +248,83 @@ class _Recorder:
         metrics.STORED_RESPONSES.labels(backend).inc()
 
 
-async def _run_in_background(
-    stream: AsyncIterator[pb.GenerateResponse], builder: ResponseBuilder, record: _Recorder
-) -> None:
+def _frame(event: dict[str, Any]) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+async def _run_in_background(stream: AsyncIterator[pb.GenerateResponse], run: _Run) -> None:
     """A background response: generate, then store the outcome, whatever it is."""
+    builder = run.builder
     try:
         builder.status = "in_progress"
-        await record.save()
+        run.add(builder.start()[1:])
+        await run.save()
         async for message in stream:
-            builder.feed(message)
-        builder.finish()
+            run.add(builder.feed(message))
+        run.add([builder.finish()])
     except asyncio.CancelledError:
-        builder.cancel()
-        await asyncio.shield(record.save())
+        if run.cancel_requested:
+            builder.cancel()
+        else:  # cortex is stopping
+            run.add(builder.fail("server_error", "cortex stopped while this response was running"))
+        await asyncio.shield(run.save())
         raise
     except NeuraxisError as e:
-        builder.fail("server_error", e.message)
+        run.add(builder.fail("server_error", e.message))
     except Exception:
         log.exception("background response %s failed", builder.response_id)
-        builder.fail("server_error", "The server had an error while processing your request.")
-    await record.save()
+        run.add(builder.fail("server_error", "The server had an error while processing it."))
+    await run.save()
+
+
+async def fail_orphans(store: ResponseStore, owner: str) -> int:
+    """At start-up: background responses this instance was running when it
+    died end as failed, instead of staying in progress forever."""
+    orphans = await store.running(owner)
+    for record in orphans:
+        response = dict(record.response)
+        response["status"] = "failed"
+        response["error"] = {
+            "code": "server_error",
+            "message": "cortex restarted while this response was running",
+        }
+        failed = {"type": "response.failed", "sequence_number": len(record.events),
+                  "response": response}  # fmt: skip
+        await store.put(replace(record, response=response, events=[*record.events, failed]))
+    return len(orphans)
 
 
 async def _consume(
-    first: pb.GenerateResponse, rest: AsyncIterator[pb.GenerateResponse], builder: ResponseBuilder
+    first: pb.GenerateResponse, rest: AsyncIterator[pb.GenerateResponse], run: _Run
 ) -> None:
-    builder.feed(first)
+    run.add(run.builder.feed(first))
     async for message in rest:
-        builder.feed(message)
+        run.add(run.builder.feed(message))
 
 
 async def _stream(
-    first: pb.GenerateResponse,
-    rest: AsyncIterator[pb.GenerateResponse],
-    builder: ResponseBuilder,
-    record: _Recorder,
+    first: pb.GenerateResponse, rest: AsyncIterator[pb.GenerateResponse], run: _Run
 ) -> AsyncIterator[bytes]:
-    sequence = 0
-
-    def frame(event: Event) -> bytes:
-        nonlocal sequence
-        kind, payload = event
-        data = json.dumps({"type": kind, "sequence_number": sequence, **payload})
-        sequence += 1
-        return f"event: {kind}\ndata: {data}\n\n".encode()
-
-    for event in builder.start():
-        yield frame(event)
+    builder = run.builder
+    for event in run.add(builder.start()):
+        yield _frame(event)
     try:
-        for event in builder.feed(first):
-            yield frame(event)
+        for event in run.add(builder.feed(first)):
+            yield _frame(event)
         async for message in rest:
-            for event in builder.feed(message):
-                yield frame(event)
-        terminal = builder.finish()
-        await record.save()
-        yield frame(terminal)
+            for event in run.add(builder.feed(message)):
+                yield _frame(event)
+        terminal = run.add([builder.finish()])
     except NeuraxisError as e:
-        for event in builder.fail("server_error", e.message):
-            if event[0] == "response.failed":
-                await record.save()
-            yield frame(event)
+        terminal = run.add(builder.fail("server_error", e.message))
     except Exception:
-        for event in builder.fail(
-            "server_error", "The server had an error while processing your request."
-        ):
-            if event[0] == "response.failed":
-                await record.save()
-            yield frame(event)
+        log.exception("response %s failed", builder.response_id)
+        terminal = run.add(builder.fail("server_error", "The server had an error."))
+    # Stored before the client hears the end, so an acknowledged response
+    # survives a crash.
+    await run.save()
+    for event in terminal:
+        yield _frame(event)
 
 
 async def _stored(request: Request, response_id: str) -> StoredResponse:
@@ -284,9 +334,44 @@ async def _stored(request: Request, response_id: str) -> StoredResponse:
     return record
 
 
-@router.get("/v1/responses/{response_id}")
-async def retrieve_response(response_id: str, request: Request) -> JSONResponse:
-    return JSONResponse((await _stored(request, response_id)).response)
+@router.get("/v1/responses/{response_id}", response_model=None)
+async def retrieve_response(
+    response_id: str,
+    request: Request,
+    stream: bool = False,
+    starting_after: int | None = Query(None, ge=-1),
+) -> JSONResponse | StreamingResponse:
+    record = await _stored(request, response_id)
+    if not stream:
+        return JSONResponse(record.response)
+    return StreamingResponse(
+        _replay(request, record, -1 if starting_after is None else starting_after),
+        media_type="text/event-stream",
+    )
+
+
+async def _replay(request: Request, record: StoredResponse, after: int) -> AsyncIterator[bytes]:
+    """The stored events after `after`; for a response still running, more as
+    they are stored, until its terminal event."""
+    terminal = (
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+        "response.cancelled",
+    )
+    while True:
+        for event in record.events[after + 1 :]:
+            yield _frame(event)
+            after = event["sequence_number"]
+            if event["type"] in terminal:
+                return
+        if record.status not in ("queued", "in_progress"):
+            return
+        await asyncio.sleep(0.25)
+        refreshed = await _store(request).get(record.id)
+        if refreshed is None:
+            return
+        record = refreshed
 
 
 @router.delete("/v1/responses/{response_id}")
@@ -332,10 +417,11 @@ async def cancel_response(response_id: str, request: Request) -> JSONResponse:
             "Only responses created with 'background': true can be cancelled.",
             param="response_id",
         )
-    task = request.app.state.background.get(response_id)
-    if task is not None:
-        task.cancel()  # aborts the generation in the neuron
-        await asyncio.gather(task, return_exceptions=True)
+    run = request.app.state.background.get(response_id)
+    if run is not None and run.task is not None:
+        run.cancel_requested = True
+        run.task.cancel()  # aborts the generation in the neuron
+        await asyncio.gather(run.task, return_exceptions=True)
         record = await _stored(request, response_id)
     elif record.response["status"] in ("queued", "in_progress"):
         raise InvalidRequestError(
