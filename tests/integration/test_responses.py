@@ -458,3 +458,36 @@ def test_background_response_cut_by_a_cortex_crash_ends_failed(
     while engine_load(stack.neuron_address).running and time.monotonic() < deadline:
         time.sleep(0.1)
     assert engine_load(stack.neuron_address).running == 0
+
+
+def test_neuron_killed_mid_stream_ends_with_response_failed(logs_dir: Path) -> None:
+    neuron_port, port = free_port(), free_port()
+    neuron = Proc(
+        ["neuron", "serve", "--engine", "sim", "--port", str(neuron_port), "--served-id",
+         "sim-slow", "--sim-itl-s", "0.05", "--metrics-port", "0"],
+        logs_dir / "sim-slow.log",
+    )  # fmt: skip
+    cortex = Proc(
+        ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}",
+         "--state-dir", str(logs_dir / "killed-state")],
+        logs_dir / "cortex-killed.log",
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http_ready(cortex, f"{base}/v1/models/sim-slow", 60)
+        body = {"model": "sim-slow", "input": "Hi", "stream": True, "max_output_tokens": 200}
+        events = []
+        with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    if events[-1]["type"] == "response.output_text.delta" and neuron.alive():
+                        neuron.stop(signal.SIGKILL)
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        assert events[-1]["type"] == "response.failed"
+        assert events[-1]["response"]["error"]["message"]
+        stored = strict_client(base).responses.retrieve(events[-1]["response"]["id"])
+        assert stored.status == "failed"
+    finally:
+        cortex.stop()
+        neuron.stop()
