@@ -4,7 +4,6 @@ chat completion or as chat.completion.chunk events."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -14,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from cortex import metrics
+from cortex.api import generation
 from cortex.api.choices import ChoiceState, collect, finish_reason, logprobs_out, usage_of
 from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.errors import error_envelope
@@ -35,17 +35,6 @@ from neuraxis.errors import InternalError, InvalidRequestError, NeuraxisError
 from neuraxis.v1 import neuron_pb2 as pb
 
 router = APIRouter()
-
-_TOOL_MODES = {
-    "none": pb.TOOL_CHOICE_MODE_NONE,
-    "auto": pb.TOOL_CHOICE_MODE_AUTO,
-    "required": pb.TOOL_CHOICE_MODE_REQUIRED,
-}
-_FORMATS = {
-    "text": pb.RESPONSE_FORMAT_KIND_TEXT,
-    "json_object": pb.RESPONSE_FORMAT_KIND_JSON_OBJECT,
-    "json_schema": pb.RESPONSE_FORMAT_KIND_JSON_SCHEMA,
-}
 
 
 def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.GenerateRequest:
@@ -76,29 +65,21 @@ def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.Gene
         for m in body.messages
     ]
     tools = [
-        pb.Tool(
-            name=t.function.name,
-            description=t.function.description or "",
-            parameters_json=json.dumps(t.function.parameters) if t.function.parameters else "",
-            strict=bool(t.function.strict),
-        )
-        for t in body.tools or []
+        generation.tool(f.name, f.description, f.parameters, f.strict)
+        for f in (t.function for t in body.tools or [])
     ]
     request = pb.GenerateRequest(
         request_id=request_id, model=body.model, messages=messages, sampling=sampling, tools=tools
     )
-    if body.parallel_tool_calls is not None:
-        request.parallel_tool_calls = body.parallel_tool_calls
-    if isinstance(body.tool_choice, NamedToolChoice):
-        request.tool_choice.mode = pb.TOOL_CHOICE_MODE_NAMED
-        request.tool_choice.name = body.tool_choice.function.name
-    elif body.tool_choice is not None:
-        request.tool_choice.mode = _TOOL_MODES[body.tool_choice]
+    choice = body.tool_choice
+    named = choice.function.name if isinstance(choice, NamedToolChoice) else None
+    mode = None if isinstance(choice, NamedToolChoice) else choice
+    generation.set_tool_choice(request, mode, named, body.parallel_tool_calls)
     if body.response_format is not None:
-        request.response_format.kind = _FORMATS[body.response_format.type]
         schema = body.response_format.json_schema
-        if schema is not None and schema.schema_ is not None:
-            request.response_format.schema_json = json.dumps(schema.schema_)
+        generation.set_format(
+            request, body.response_format.type, schema.schema_ if schema else None
+        )
     return request
 
 

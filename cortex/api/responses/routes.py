@@ -21,6 +21,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from cortex import metrics
+from cortex.api import generation
 from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.responses.builder import Event, ResponseBuilder
 from cortex.api.responses.items import (
@@ -47,16 +48,6 @@ router = APIRouter()
 log = logging.getLogger("neuraxis.cortex")
 
 _MAX_CHAIN = 1000
-_TOOL_MODES = {
-    "none": pb.TOOL_CHOICE_MODE_NONE,
-    "auto": pb.TOOL_CHOICE_MODE_AUTO,
-    "required": pb.TOOL_CHOICE_MODE_REQUIRED,
-}
-_FORMATS = {
-    "text": pb.RESPONSE_FORMAT_KIND_TEXT,
-    "json_object": pb.RESPONSE_FORMAT_KIND_JSON_OBJECT,
-    "json_schema": pb.RESPONSE_FORMAT_KIND_JSON_SCHEMA,
-}
 
 
 def _store(request: Request) -> ResponseStore:
@@ -138,28 +129,17 @@ def to_generate_request(
             top_p=body.top_p,
         ),
         tools=[
-            pb.Tool(
-                name=t.name,
-                description=t.description or "",
-                parameters_json=json.dumps(t.parameters) if t.parameters else "",
-                strict=bool(t.strict),
-            )
-            for t in body.tools or []
+            generation.tool(t.name, t.description, t.parameters, t.strict) for t in body.tools or []
         ],
     )
-    if body.parallel_tool_calls is not None:
-        request.parallel_tool_calls = body.parallel_tool_calls
     request.truncate_oldest = body.truncation == "auto"
-    if isinstance(body.tool_choice, NamedFunction):
-        request.tool_choice.mode = pb.TOOL_CHOICE_MODE_NAMED
-        request.tool_choice.name = body.tool_choice.name
-    elif body.tool_choice is not None:
-        request.tool_choice.mode = _TOOL_MODES[body.tool_choice]
+    choice = body.tool_choice
+    named = choice.name if isinstance(choice, NamedFunction) else None
+    mode = None if isinstance(choice, NamedFunction) else choice
+    generation.set_tool_choice(request, mode, named, body.parallel_tool_calls)
     fmt = body.text.format if body.text else None
     if fmt is not None:
-        request.response_format.kind = _FORMATS[fmt.type]
-        if fmt.schema_ is not None:
-            request.response_format.schema_json = json.dumps(fmt.schema_)
+        generation.set_format(request, fmt.type, fmt.schema_)
     return request
 
 
