@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-id", help="the model id clients ask for")
     serve.add_argument("--task", choices=["generate", "embed"], help="what a model directory does")
     serve.add_argument("--tool-parser", help="vLLM tool parser for tool_choice auto")
+    serve.add_argument(
+        "--generation",
+        choices=["auto", "cpu", "ampere", "ada", "hopper", "blackwell"],
+        help="the GPU generation this neuron is installed for (refuses another)",
+    )
     serve.add_argument("--reasoning-parser", help="vLLM reasoning parser (reasoning_content)")
     serve.add_argument("--cache-dir", type=Path, help="model cache directory")
     serve.add_argument("--max-model-len", type=int, help="context length")
@@ -186,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                 "served_id",
                 "task",
                 "tool_parser",
+                "generation",
                 "reasoning_parser",
                 "cache_dir",
                 "max_model_len",

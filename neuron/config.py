@@ -29,6 +29,9 @@ class NeuronSettings(BaseSettings):
     # The CPU backend takes whole GiB (VLLM_CPU_KVCACHE_SPACE).
     kv_cache_gib: int = Field(1, ge=1)
     dtype: str = "float32"
+    # The GPU generation this neuron is installed for; it refuses to start on
+    # another. "auto": whatever the host has.
+    generation: Literal["auto", "cpu", "ampere", "ada", "hopper", "blackwell"] = "auto"
     # vLLM tool parser for tool_choice "auto"; defaults to the bundled model's.
     tool_parser: str | None = None
     # vLLM reasoning parser (e.g. "deepseek_r1") for models that think aloud.

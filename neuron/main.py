@@ -7,11 +7,20 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from neuraxis.logs import configure_logging
 from neuraxis.v1 import neuron_pb2 as pb
 from neuron.config import NeuronSettings
 from neuron.engine.base import Engine
+from neuron.gpu import (
+    Generation,
+    UnsupportedGpuError,
+    check_installed_for,
+    detect,
+    host_generation,
+    load_nvml,
+)
 from neuron.models.bundled import BUNDLED_MODELS, ModelTask
 from neuron.models.prepare import default_cache_dir, prepare
 
@@ -76,10 +85,33 @@ def resolve_model(settings: NeuronSettings) -> ResolvedModel:
     return ResolvedModel(path, settings.served_id or path.name, task, None)
 
 
+_GENERATION_TO_PB = {
+    Generation.CPU: pb.GPU_GENERATION_CPU,
+    Generation.AMPERE: pb.GPU_GENERATION_AMPERE,
+    Generation.ADA: pb.GPU_GENERATION_ADA,
+    Generation.HOPPER: pb.GPU_GENERATION_HOPPER,
+    Generation.BLACKWELL: pb.GPU_GENERATION_BLACKWELL,
+}
+
+
+def detect_generation(settings: NeuronSettings, nvml: Any | None) -> Generation:
+    """The host's GPU generation, checked against the one the neuron is
+    installed for; a mismatch stops the neuron with both named."""
+    try:
+        detected = host_generation(detect(nvml))
+        if settings.generation != "auto":
+            check_installed_for(Generation(settings.generation), detected)
+    except UnsupportedGpuError as e:
+        raise SystemExit(f"neuron: {e}") from None
+    return detected
+
+
 def run(settings: NeuronSettings) -> int:
     from neuron.server import serve
 
     configure_logging(settings.json_logs)
+    generation = detect_generation(settings, load_nvml())
+    log.info("GPU generation: %s", generation.value)
     # vLLM's loggers then go through ours (JSON) instead of their own handler.
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     engine = build_engine(settings)
@@ -88,7 +120,7 @@ def run(settings: NeuronSettings) -> int:
             engine,
             host=settings.host,
             port=settings.port,
-            generation=pb.GPU_GENERATION_CPU,
+            generation=_GENERATION_TO_PB[generation],
             drain_timeout_s=settings.drain_timeout_s,
             metrics_port=settings.metrics_port,
         )

@@ -1,0 +1,126 @@
+"""GPU generation detection against real device names and compute
+capabilities, with NVML faked; and the refusal of a mismatched install."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from neuron.config import NeuronSettings
+from neuron.gpu import (
+    Generation,
+    UnsupportedGpuError,
+    check_installed_for,
+    check_model_options,
+    detect,
+    generation_of,
+    host_generation,
+)
+from neuron.main import detect_generation
+
+# (name NVML reports, compute capability, generation)
+REAL_DEVICES = [
+    ("NVIDIA A100-SXM4-80GB", (8, 0), Generation.AMPERE),
+    ("NVIDIA A10", (8, 6), Generation.AMPERE),
+    ("NVIDIA GeForce RTX 3090", (8, 6), Generation.AMPERE),
+    ("Orin (nvgpu)", (8, 7), Generation.AMPERE),
+    ("NVIDIA L4", (8, 9), Generation.ADA),
+    ("NVIDIA GeForce RTX 4090", (8, 9), Generation.ADA),
+    ("NVIDIA L40S", (8, 9), Generation.ADA),
+    ("NVIDIA H100 80GB HBM3", (9, 0), Generation.HOPPER),
+    ("NVIDIA H200", (9, 0), Generation.HOPPER),
+    ("NVIDIA B200", (10, 0), Generation.BLACKWELL),
+    ("NVIDIA GB300", (10, 3), Generation.BLACKWELL),
+    ("NVIDIA GeForce RTX 5090", (12, 0), Generation.BLACKWELL),
+    ("NVIDIA DGX Spark GB10", (12, 1), Generation.BLACKWELL),
+]
+
+
+@dataclass
+class FakeNvml:
+    """Stands in for pynvml: the calls detect() makes, on a list of devices."""
+
+    devices: list[tuple[str, tuple[int, int]]]
+    fail_init: bool = False
+    shut_down: bool = False
+
+    def nvmlInit(self) -> None:  # noqa: N802 (NVML's names)
+        if self.fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self.shut_down = True
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+        return index
+
+    def nvmlDeviceGetName(self, handle: int) -> bytes:  # noqa: N802
+        return self.devices[handle][0].encode()
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:  # noqa: N802
+        return self.devices[handle][1]
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:  # noqa: N802
+        return type("Memory", (), {"total": 80 * 2**30})()
+
+
+@pytest.mark.parametrize(("name", "capability", "generation"), REAL_DEVICES)
+def test_real_devices(name: str, capability: tuple[int, int], generation: Generation) -> None:
+    nvml = FakeNvml([(name, capability), (name, capability)])
+    devices = detect(nvml)
+    assert [d.name for d in devices] == [name, name]
+    assert {d.generation for d in devices} == {generation}
+    assert host_generation(devices) is generation
+    assert nvml.shut_down
+
+
+def test_no_nvml_or_no_driver_is_cpu() -> None:
+    assert host_generation(detect(None)) is Generation.CPU
+    assert host_generation(detect(FakeNvml([], fail_init=True))) is Generation.CPU
+
+
+def test_unknown_capability_and_mixed_hosts_are_refused() -> None:
+    with pytest.raises(UnsupportedGpuError, match=r"7\.5"):
+        generation_of(7, 5)  # Turing
+    mixed = detect(FakeNvml([("NVIDIA A100", (8, 0)), ("NVIDIA L4", (8, 9))]))
+    with pytest.raises(UnsupportedGpuError, match="mixes"):
+        host_generation(mixed)
+
+
+def test_generation_profiles_refuse_what_they_lack() -> None:
+    with pytest.raises(UnsupportedGpuError, match=r"fp8.*ampere"):
+        check_model_options(Generation.AMPERE, None, "fp8")
+    check_model_options(Generation.ADA, "fp8", "fp8")
+    with pytest.raises(UnsupportedGpuError, match="nvfp4"):
+        check_model_options(Generation.HOPPER, "nvfp4", None)
+    check_model_options(Generation.BLACKWELL, "nvfp4", "fp8")
+
+
+def test_mismatched_install_names_both_generations() -> None:
+    with pytest.raises(UnsupportedGpuError) as info:
+        check_installed_for(Generation.AMPERE, Generation.BLACKWELL)
+    assert "ampere" in str(info.value) and "blackwell" in str(info.value)
+    settings = NeuronSettings(generation="ampere")
+    with pytest.raises(SystemExit, match=r"installed for ampere.*host has ada"):
+        detect_generation(settings, FakeNvml([("NVIDIA L4", (8, 9))]))
+    ok = detect_generation(NeuronSettings(generation="ada"), FakeNvml([("NVIDIA L4", (8, 9))]))
+    assert ok is Generation.ADA
+
+
+def test_neuron_command_refuses_a_mismatched_generation_here() -> None:
+    """This host has no GPU: a neuron installed for Ampere stops at once."""
+    result = subprocess.run(
+        [sys.executable, "-m", "neuraxis.cli", "neuron", "serve", "--engine", "sim",
+         "--generation", "ampere", "--metrics-port", "0", "--port", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "installed for ampere" in result.stderr and "host has cpu" in result.stderr
+    assert "Traceback" not in result.stderr
