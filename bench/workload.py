@@ -102,9 +102,9 @@ async def via_grpc(stub: pb_grpc.NeuronStub, prompt: str, max_tokens: int) -> tu
     ttft = None
     tokens = 0
     async for response in stub.Generate(request, timeout=600):
-        if ttft is None and response.text:
+        if ttft is None and any(c.text for c in response.choices):
             ttft = time.perf_counter() - started
-        if response.finish_reason:
+        if response.HasField("usage"):
             tokens = response.usage.completion_tokens
     assert ttft is not None
     return ttft, tokens
