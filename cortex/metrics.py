@@ -2,10 +2,11 @@
 typed functions that record them.
 
 Names follow Prometheus conventions: base units (seconds), `_total` counters.
-Labels stay low-cardinality: `api` is one of a fixed set, `model` is a served
-or configured model id (anything else a client sends is counted as
-"unknown"), `replica` is a neuron address from the configuration, and
-`outcome` is one of OUTCOMES. Never a request id or a user string.
+Labels stay low-cardinality: `api` is chat, completions, embeddings or
+responses; `model` is a served or configured model id (anything else a client
+sends is counted as "unknown"); `replica` is a neuron address from the
+configuration; `outcome` is success, client_error, server_error or cancelled.
+Never a request id or a user string.
 
 With several uvicorn workers, prometheus_client's multiprocess mode
 (PROMETHEUS_MULTIPROC_DIR, set by cortex.main before this module is imported)
@@ -36,8 +37,6 @@ from neuraxis.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex.requests")
 
-APIS = ("chat", "completions", "embeddings", "responses")
-OUTCOMES = ("success", "client_error", "server_error", "cancelled")
 UNKNOWN_MODEL = "unknown"
 
 # LLM latencies: a first token in tens of milliseconds on a GPU to tens of

@@ -12,7 +12,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from cortex import metrics
 from cortex.api import generation
 from cortex.api.choices import ChoiceState, collect, finish_reason, logprobs_out, usage_of
 from cortex.api.disconnect import cancel_on_disconnect
@@ -121,9 +120,7 @@ async def create_chat_completion(
     internal = to_generate_request(body, request_id)
     pool.check_task(body.model, pb.MODEL_TASK_GENERATE, "/v1/chat/completions")
     created = int(time.time())
-    tracker = metrics.start("chat", pool.model_label(body.model), request_id)
-    request.state.tracked = True
-    stream = metrics.tracked(pool.generate(internal), tracker)
+    (stream,) = generation.dispatch(request, "chat", body.model, request_id, [internal])
     # Wait for the first message before answering, so that errors raised
     # before generation starts (bad model, prompt too long, no neuron) get
     # their own HTTP status instead of an error inside a 200 stream.

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from cortex import metrics
+from cortex.api import generation
 from cortex.api.choices import ChoiceState, collect, finish_reason, usage_of
 from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.errors import error_envelope
@@ -79,10 +79,7 @@ async def create_completion(
     created = int(time.time())
     n = body.n or 1
     prompts = body.prompts()
-    label = pool.model_label(body.model)
-    tracker = metrics.start("completions", label, request_id, parts=len(internals))
-    request.state.tracked = True
-    streams = [metrics.tracked(pool.generate(r), tracker) for r in internals]
+    streams = generation.dispatch(request, "completions", body.model, request_id, internals)
     firsts = await first_messages(streams)
     headers = {"X-Request-Id": request_id}
     base = Completion(id=request_id, created=created, model=body.model, choices=[])

@@ -5,8 +5,13 @@ mean the same by."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
+from fastapi import Request
+
+from cortex import metrics
+from cortex.routing.pool import NeuronPool
 from neuraxis.v1 import neuron_pb2 as pb
 
 _TOOL_MODES = {
@@ -47,3 +52,14 @@ def set_format(request: pb.GenerateRequest, kind: str, schema: dict[str, Any] | 
     request.response_format.kind = _FORMATS[kind]
     if schema is not None:
         request.response_format.schema_json = json.dumps(schema)
+
+
+def dispatch(
+    request: Request, api: str, model: str, request_id: str, internals: list[pb.GenerateRequest]
+) -> list[AsyncIterator[pb.GenerateResponse]]:
+    """Route the internal requests of one API request, observed by one tracker
+    (metrics and the request's log line)."""
+    pool: NeuronPool = request.app.state.pool
+    tracker = metrics.start(api, pool.model_label(model), request_id, parts=len(internals))
+    request.state.tracked = True  # the error handlers must not count it again
+    return [metrics.tracked(pool.generate(r), tracker) for r in internals]

@@ -88,12 +88,12 @@ class ResponseBuilder:
             }
         return events
 
-    def finish(self) -> Event:
-        """The terminal event of a generation that ended normally."""
+    def finish(self) -> list[Event]:
+        """The end of a generation that ended normally: anything still open
+        (a stream that stopped without a finish reason) is closed first."""
         events = self._close_all()
-        assert not events, "items are closed when their choice finishes"
         self.status = "incomplete" if self.incomplete else "completed"
-        return (f"response.{self.status}", {"response": self.snapshot()})
+        return [*events, (f"response.{self.status}", {"response": self.snapshot()})]
 
     def cancel(self) -> None:
         self._close_all(status="incomplete")

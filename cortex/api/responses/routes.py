@@ -157,9 +157,7 @@ async def create_response(
     _check_call_outputs(conversation)
     internal = to_generate_request(body, conversation, response_id)
     pool.check_task(body.model, pb.MODEL_TASK_GENERATE, "/v1/responses")
-    tracker = metrics.start("responses", pool.model_label(body.model), response_id)
-    request.state.tracked = True
-    stream = metrics.tracked(pool.generate(internal), tracker)
+    (stream,) = generation.dispatch(request, "responses", body.model, response_id, [internal])
     builder = ResponseBuilder(response_id, int(time.time()), request_fields(body))
     run = _Run(store, body, items, builder, request.app.state.instance)
     headers = {"X-Request-Id": response_id}
@@ -180,7 +178,7 @@ async def create_response(
         return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
     run.add(builder.start())
     await cancel_on_disconnect(request, _consume(first, stream, run))
-    run.add([builder.finish()])
+    run.add(builder.finish())
     await run.save()
     return JSONResponse(builder.snapshot(), headers=headers)
 
@@ -241,7 +239,7 @@ async def _run_in_background(stream: AsyncIterator[pb.GenerateResponse], run: _R
         await run.save()
         async for message in stream:
             run.add(builder.feed(message))
-        run.add([builder.finish()])
+        run.add(builder.finish())
     except asyncio.CancelledError:
         if run.cancel_requested:
             builder.cancel()
@@ -294,7 +292,7 @@ async def _stream(
         async for message in rest:
             for event in run.add(builder.feed(message)):
                 yield _frame(event)
-        terminal = run.add([builder.finish()])
+        terminal = run.add(builder.finish())
     except NeuraxisError as e:
         terminal = run.add(builder.fail("server_error", e.message))
     except Exception:

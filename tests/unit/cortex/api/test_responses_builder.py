@@ -24,7 +24,7 @@ def _run(*messages: pb.GenerateResponse) -> tuple[ResponseBuilder, list[str]]:
     kinds = [k for k, _ in builder.start()]
     for m in messages:
         kinds += [k for k, _ in builder.feed(m)]
-    kinds.append(builder.finish()[0])
+    kinds += [k for k, _ in builder.finish()]
     return builder, kinds
 
 
