@@ -23,6 +23,7 @@ from cortex.api import (
 )
 from cortex.api.errors import install_error_handlers
 from cortex.api.responses.routes import fail_orphans
+from cortex.cluster.spec import DeploymentSpec, load_spec
 from cortex.config import CortexSettings
 from cortex.middleware import BodyLimit
 from cortex.routing.client import NeuronClient
@@ -38,9 +39,11 @@ def create_app(
 ) -> FastAPI:
     """Build the app. A pool may be passed in (tests); otherwise one is made
     from the configured neuron addresses and started with the app."""
+    spec = load_spec(settings.deployment) if settings.cluster_mode and settings.deployment else None
+    expected = settings.models or ([m.id for m in spec.models if m.replicas] if spec else [])
     pool = pool or NeuronPool(
         [NeuronClient(address) for address in settings.neurons],
-        expected_models=settings.models,
+        expected_models=expected,
         poll_interval_s=settings.poll_interval_s,
         request_timeout_s=settings.request_timeout_s,
         max_retries=settings.max_retries,
@@ -51,6 +54,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.start()
+        follower = await _join_cluster(settings, spec, pool) if spec is not None else None
         orphans = await fail_orphans(store, app.state.instance)
         if orphans:
             log.warning("%d background responses were cut off by a restart: failed", orphans)
@@ -62,6 +66,8 @@ def create_app(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if follower is not None:
+                follower.cancel()
             await pool.stop()
             await store.close()
 
@@ -85,6 +91,22 @@ def create_app(
     app.include_router(observability.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
+
+
+async def _join_cluster(
+    settings: CortexSettings, spec: DeploymentSpec, pool: NeuronPool
+) -> asyncio.Task[None]:
+    """Join the Ray cluster, start or find the controller with the spec, and
+    follow its endpoint table in the background."""
+    from cortex.cluster.client import connect, ensure_controller, follow_table
+
+    assert settings.ray_address is not None
+    await asyncio.to_thread(connect, settings.ray_address)
+    controller = await asyncio.to_thread(
+        ensure_controller, spec, settings.health_interval_s, settings.replica_start_timeout_s
+    )
+    log.info("cluster mode: following the controller at %s", settings.ray_address)
+    return asyncio.create_task(follow_table(controller, pool))
 
 
 def _store_for(settings: CortexSettings) -> ResponseStore:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -45,6 +45,22 @@ class CortexSettings(BaseSettings):
     # cortex instance that uses the same database.
     postgres_dsn: str | None = None
 
+    # Cluster mode: the Ray cluster's address (host:port of the head's GCS).
+    # cortex starts or finds the controller there and follows its endpoint
+    # table instead of a static neuron list.
+    ray_address: str | None = None
+    # Cluster mode with the Ray head run by cortex itself (the head host's
+    # service), on ray_port of ray_node_ip.
+    ray_head: bool = False
+    ray_port: int = Field(6379, ge=1, le=65535)
+    ray_node_ip: str = "127.0.0.1"
+    # The deployment spec (TOML) the controller keeps true.
+    deployment: Path | None = None
+    # How often the controller checks replicas and the nodes.
+    health_interval_s: float = Field(2.0, gt=0)
+    # How long a replica may take to load its model before it counts as failed.
+    replica_start_timeout_s: float = Field(900.0, gt=0)
+
     @field_validator("neurons")
     @classmethod
     def _addresses(cls, value: list[str]) -> list[str]:
@@ -53,3 +69,18 @@ class CortexSettings(BaseSettings):
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"neuron address '{address}' is not host:port")
         return value
+
+    @model_validator(mode="after")
+    def _mode(self) -> CortexSettings:
+        if self.cluster_mode:
+            if self.deployment is None:
+                raise ValueError("cluster mode (ray_address or ray_head) needs a deployment spec")
+            if self.neurons:
+                raise ValueError("give either neurons (static mode) or a Ray cluster, not both")
+            if self.ray_head and self.ray_address:
+                raise ValueError("give either ray_head (start one here) or ray_address, not both")
+        return self
+
+    @property
+    def cluster_mode(self) -> bool:
+        return self.ray_head or self.ray_address is not None

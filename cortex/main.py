@@ -18,6 +18,22 @@ _SETTINGS_ENV = "NEURAXIS_CORTEX_SETTINGS_JSON"
 
 def run(settings: CortexSettings) -> int:
     configure_logging(settings.json_logs)
+    if not settings.ray_head:
+        return _serve(settings)
+    # The head host's service: a Ray head beside cortex, stopped with it.
+    from cortex.cluster.head import start_head, wait_for_head
+    from neuraxis.process import stop_process_group
+
+    address = f"{settings.ray_node_ip}:{settings.ray_port}"
+    head = start_head(settings.ray_port, settings.ray_node_ip)
+    try:
+        wait_for_head(address, head)
+        return _serve(settings.model_copy(update={"ray_head": False, "ray_address": address}))
+    finally:
+        stop_process_group(head, timeout_s=30)
+
+
+def _serve(settings: CortexSettings) -> int:
     options: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,

@@ -1,4 +1,5 @@
-"""The `neuraxis` command: up, cortex, neuron serve, model prepare."""
+"""The `neuraxis` command: up, cortex, neuron serve|agent, status, config
+check, model prepare."""
 
 from __future__ import annotations
 
@@ -63,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--kv-cache-gib", type=int, default=1, help="KV cache size in whole GiB (default 1)"
     )
     up.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
+    up.add_argument(
+        "--static",
+        action="store_true",
+        help="start the neurons directly, without Ray (the --*-port options apply)",
+    )
+    up.add_argument(
+        "--ray-port", type=int, default=0, help="the local Ray head's port (default: a free one)"
+    )
 
     cortex = sub.add_parser(
         "cortex", help="run the gateway", description="Run cortex, the OpenAI-compatible gateway."
@@ -78,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="a neuron's gRPC address (repeatable)",
     )
     cortex.add_argument("--workers", type=int, help="uvicorn worker processes")
+    cortex.add_argument("--ray-address", help="cluster mode: the Ray head's host:port")
+    cortex.add_argument(
+        "--ray-head",
+        action="store_const",
+        const=True,
+        help="cluster mode: start a Ray head here (on --ray-port)",
+    )
+    cortex.add_argument("--ray-port", type=int, help="the Ray head's port (default 6379)")
+    cortex.add_argument("--deployment", type=Path, help="cluster mode: the deployment spec")
     cortex.add_argument("--state-dir", type=Path, help="state (the Responses store)")
     cortex.add_argument("--postgres-dsn", help="keep stored responses in PostgreSQL")
     cortex.add_argument(
@@ -118,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--reasoning-parser", help="vLLM reasoning parser (reasoning_content)")
     serve.add_argument("--cache-dir", type=Path, help="model cache directory")
     serve.add_argument("--max-model-len", type=int, help="context length")
+    serve.add_argument("--dtype", help="weights dtype (default: the generation's)")
+    serve.add_argument("--quantization", help="vLLM quantisation method")
+    serve.add_argument("--kv-cache-dtype", help="KV-cache dtype (e.g. fp8)")
+    serve.add_argument("--tensor-parallel-size", type=int, help="GPUs per replica")
     serve.add_argument("--kv-cache-gib", type=int, help="KV cache size in whole GiB")
     serve.add_argument("--metrics-port", type=int, help="Prometheus metrics port (0: none)")
     serve.add_argument("--sim-ttft-s", type=float, help="sim engine: time to first token")
@@ -125,6 +147,53 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--sim-fail-after-tokens", type=int, help="sim engine: fail after this many tokens"
     )
+
+    agent = neuron_sub.add_parser(
+        "agent",
+        help="join a Ray cluster as a GPU host",
+        description="Detect this host's GPUs, refuse a generation other than the configured "
+        "one, and join the Ray cluster at ray_address labelled with the generation "
+        "(in the foreground).",
+    )
+    agent.add_argument("--config", type=Path, help="TOML settings file (neuron.toml)")
+    agent.add_argument("--ray-address", help="the Ray head's host:port")
+    agent.add_argument(
+        "--generation",
+        choices=["auto", "cpu", "ampere", "ada", "hopper", "blackwell"],
+        help="the GPU generation this host's neuron is installed for",
+    )
+    agent.add_argument("--node-ip", help="this host's address as the cluster sees it")
+
+    status = sub.add_parser(
+        "status",
+        help="show the cluster: nodes, models, replicas",
+        description="Nodes (host, generation, GPUs), models and their replicas (state, "
+        "address, generation, in-flight requests) and unplaceable replicas with the reason.",
+    )
+    status.add_argument("--address", help="the Ray head's host:port (default: from --config)")
+    status.add_argument("--config", type=Path, help="cortex's TOML settings file")
+    status.add_argument("--json", action="store_true", help="print JSON")
+
+    cluster = sub.add_parser("cluster", help="manage the cluster", description="Cluster commands.")
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="COMMAND")
+    stop = cluster_sub.add_parser(
+        "stop",
+        help="drain and stop every replica and the controller",
+        description="Drain every replica (in-flight requests finish), stop them and the "
+        "controller. Ray itself keeps running.",
+    )
+    stop.add_argument("--address", required=True, help="the Ray head's host:port")
+
+    config = sub.add_parser("config", help="configuration files", description="Config commands.")
+    config_sub = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
+    check = config_sub.add_parser(
+        "check",
+        help="check configuration files",
+        description="Parse configuration files as the services would and report problems.",
+    )
+    check.add_argument("--cortex", type=Path, help="cortex.toml")
+    check.add_argument("--neuron", type=Path, help="neuron.toml")
+    check.add_argument("--deployment", type=Path, help="the deployment spec")
 
     model = sub.add_parser("model", help="manage models", description="Model commands.")
     model_sub = model.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
@@ -161,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                     state_dir=args.state_dir,
                     kv_cache_gib=args.kv_cache_gib,
                     max_model_len=args.max_model_len,
+                    static=args.static,
+                    ray_port=args.ray_port,
                 )
             )
         if args.command == "cortex":
@@ -176,9 +247,20 @@ def main(argv: list[str] | None = None) -> int:
                 "metrics_enabled",
                 "state_dir",
                 "postgres_dsn",
+                "ray_address",
+                "ray_head",
+                "ray_port",
+                "deployment",
             )
             overrides = {k: getattr(args, k) for k in keys}
             return run_cortex(load_settings(CortexSettings, args.config, overrides))
+        if args.command == "neuron" and args.neuron_command == "agent":
+            from neuron.agent import run_agent
+            from neuron.config import NeuronSettings
+
+            keys = ("ray_address", "generation", "node_ip")
+            overrides = {k: getattr(args, k) for k in keys}
+            return run_agent(load_settings(NeuronSettings, args.config, overrides))
         if args.command == "neuron":
             from neuron.config import NeuronSettings
             from neuron.main import run as run_neuron
@@ -200,15 +282,89 @@ def main(argv: list[str] | None = None) -> int:
                 "sim_ttft_s",
                 "sim_itl_s",
                 "sim_fail_after_tokens",
+                "dtype",
+                "quantization",
+                "kv_cache_dtype",
+                "tensor_parallel_size",
             )
             overrides = {k: getattr(args, k) for k in keys}
             return run_neuron(load_settings(NeuronSettings, args.config, overrides))
+        if args.command == "status":
+            return _status(args.address, args.config, args.json)
+        if args.command == "cluster":
+            from cortex.cluster.client import ClusterError, connect, shutdown_controller
+
+            try:
+                connect(args.address)
+                shutdown_controller()
+            except ClusterError as e:
+                print(f"neuraxis: {e}", file=sys.stderr)
+                return 1
+            return 0
+        if args.command == "config":
+            from neuraxis.configcheck import check as check_config
+
+            if not (args.cortex or args.neuron or args.deployment):
+                print("neuraxis: name a file: --cortex, --neuron or --deployment", file=sys.stderr)
+                return 2
+            lines = check_config(args.cortex, args.neuron, args.deployment)
+            for line in lines:
+                print(line, file=sys.stderr if line.startswith("error") else sys.stdout)
+            return 1 if any(line.startswith("error") for line in lines) else 0
         if args.command == "model":
             return _prepare_models(args.models, args.cache_dir)
     except SettingsError as e:
         print(f"neuraxis: {e}", file=sys.stderr)
         return 2
     return 2
+
+
+def _status(address: str | None, config: Path | None, as_json: bool) -> int:
+    import os
+
+    from cortex.cluster.client import ClusterError, connect, status
+    from cortex.config import CortexSettings
+    from neuraxis.status import render, render_json
+
+    if address is None and config is not None:
+        settings = load_settings(CortexSettings, config, {})
+        head = f"{settings.ray_node_ip}:{settings.ray_port}" if settings.ray_head else None
+        address = settings.ray_address or head
+    address = address or os.environ.get("RAY_ADDRESS") or _embedded_cluster()
+    if not address:
+        print(
+            "neuraxis: give --address (the Ray head's host:port) or --config; "
+            "no `neuraxis up` is running",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        connect(address)
+        current = status()
+    except ClusterError as e:
+        print(f"neuraxis: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(render_json(current) if as_json else render(current))
+    return 0
+
+
+def _embedded_cluster() -> str | None:
+    """The address of a running `neuraxis up` (its token goes to the
+    environment, for Ray to read)."""
+    import json
+    import os
+
+    from cortex.config import default_state_dir
+    from neuraxis.embedded import EMBEDDED_CLUSTER_FILE
+
+    marker = default_state_dir() / EMBEDDED_CLUSTER_FILE
+    try:
+        found = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = str(found["token"])
+    return str(found["address"])
 
 
 def _prepare_models(models: list[str], cache_dir: Path | None) -> int:

@@ -1,19 +1,29 @@
 """`neuraxis up`: the embedded default on one machine.
 
-Prepares the bundled chat model, starts a neuron (vLLM on the CPU) and cortex
-as child processes, waits until cortex is ready, prints how to call it, and on
-Ctrl-C or SIGTERM stops everything it started. Each child runs in its own
-process group (so the terminal's Ctrl-C reaches only this supervisor, which
-stops the children in order) and is told by the kernel to exit if the
-supervisor dies without cleaning up.
+Prepares the bundled models, starts a local Ray head (labelled `cpu`, with a
+fresh auth token) and cortex in cluster mode with a deployment spec of one
+chat and one embedding replica; cortex starts the controller, which places
+the replicas (vLLM on the CPU) as Ray actors. It waits until cortex is ready,
+prints how to call it, and on Ctrl-C or SIGTERM stops cortex, drains the
+replicas through the controller and stops Ray. With --static it starts the
+two neurons directly instead, without Ray.
+
+Each child runs in its own process group (so the terminal's Ctrl-C reaches
+only this supervisor, which stops the children in order) and is told by the
+kernel to exit if the supervisor dies without cleaning up.
 """
 
 from __future__ import annotations
 
-import ctypes
+import json
+import os
+import secrets
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -21,11 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from neuraxis.process import stop_process_group
+from cortex.config import default_state_dir
+from neuraxis.process import die_with_parent, stop_process_group
+from neuron.gpu import GENERATION_LABEL
 from neuron.models.bundled import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
 from neuron.models.prepare import PrepareError, default_cache_dir, prepare_all
 
 READY_TIMEOUT_S = 900.0
+# In the state directory while `up` runs: the local Ray's address and token.
+EMBEDDED_CLUSTER_FILE = "embedded-cluster.json"
 STOP_TIMEOUT_S = 40.0
 
 
@@ -41,6 +55,8 @@ class EmbeddedOptions:
     state_dir: Path | None = None
     kv_cache_gib: int = 1
     max_model_len: int | None = None
+    static: bool = False
+    ray_port: int = 0  # 0: a free port
 
 
 class _StopRequestedError(Exception):
@@ -60,6 +76,111 @@ def run_embedded(options: EmbeddedOptions) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    if options.static:
+        return _run_static(options, cache_dir)
+    return _run_on_ray(options, cache_dir)
+
+
+def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
+    from cortex.cluster.head import start_head, wait_for_head
+
+    port = options.ray_port or _free_port()
+    address = f"127.0.0.1:{port}"
+    # Anyone who can reach a Ray cluster can run code on it: this one takes
+    # only processes that know a token made for this run.
+    token = secrets.token_hex(32)
+    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    env["NEURAXIS_CACHE_DIR"] = str(cache_dir)
+    env["NEURAXIS_REPLICA_HOST"] = "127.0.0.1"
+    workdir = Path(tempfile.mkdtemp(prefix="neuraxis-up-"))
+    spec = workdir / "deployment.toml"
+    spec.write_text(embedded_spec(options))
+    # `neuraxis status` with no arguments finds this cluster here.
+    marker = (options.state_dir or default_state_dir()) / EMBEDDED_CLUSTER_FILE
+    head: subprocess.Popen[bytes] | None = None
+    cortex: subprocess.Popen[bytes] | None = None
+    try:
+        _say(f"starting Ray on {address}")
+        head_log = workdir / "ray-head.log"
+        head = start_head(port, "127.0.0.1", {GENERATION_LABEL: "cpu"}, env, head_log)
+        try:
+            wait_for_head(address, head)
+        except RuntimeError as e:
+            tail = head_log.read_text(errors="replace")[-2000:]
+            raise SystemExit(f"neuraxis: {e}\n{tail}") from None
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch(mode=0o600)
+        marker.write_text(json.dumps({"address": address, "token": token}))
+        _say(
+            f"starting cortex on {options.host}:{options.port}; it places {DEFAULT_CHAT_MODEL} "
+            f"and {DEFAULT_EMBEDDING_MODEL} on Ray (vLLM CPU, ~40 s)"
+        )
+        cortex_cmd = ["cortex", "--host", options.host, "--port", str(options.port)]
+        cortex_cmd += ["--ray-address", address, "--deployment", str(spec)]
+        if options.state_dir is not None:
+            cortex_cmd += ["--state-dir", str(options.state_dir)]
+        cortex = _spawn(cortex_cmd, env)
+        base = f"http://{options.host}:{options.port}"
+        _wait_ready(base, [head, cortex])
+        _print_banner(base)
+        while head.poll() is None and cortex.poll() is None:
+            time.sleep(0.5)
+        print("neuraxis: Ray or cortex exited; stopping", file=sys.stderr)
+        return 1
+    except _StopRequestedError:
+        _say("stopping")
+        return 0
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if cortex is not None:
+            stop_process_group(cortex, timeout_s=STOP_TIMEOUT_S)
+        if head is not None:
+            if head.poll() is None:
+                _drain_replicas(address, env)
+            stop_process_group(head, timeout_s=STOP_TIMEOUT_S)
+        shutil.rmtree(workdir, ignore_errors=True)
+        marker.unlink(missing_ok=True)
+        _say("stopped")
+
+
+def embedded_spec(options: EmbeddedOptions) -> str:
+    """The embedded deployment: the bundled chat and embedding models, one
+    replica each, on the CPU."""
+    context = f"max_context = {options.max_model_len}\n" if options.max_model_len else ""
+    chat = _SPEC_MODEL.format(model=DEFAULT_CHAT_MODEL, extra=context, kv=options.kv_cache_gib)
+    # Pooling needs no room for generated tokens: the smallest KV cache.
+    embedding = _SPEC_MODEL.format(model=DEFAULT_EMBEDDING_MODEL, extra="", kv=1)
+    return f"{chat}\n{embedding}"
+
+
+_SPEC_MODEL = """[[models]]
+id = "{model}"
+source = "{model}"
+replicas = 1
+generations = ["cpu"]
+{extra}[models.engine]
+kv_cache_gib = {kv}
+"""
+
+
+def _drain_replicas(address: str, env: dict[str, str]) -> None:
+    """Let the controller drain and stop the replicas (in a child process, as
+    a Ray driver with the run's token), so that the engines shut down cleanly."""
+    child = _spawn(["cluster", "stop", "--address", address], env)
+    try:
+        child.wait(timeout=STOP_TIMEOUT_S + 30)
+    except subprocess.TimeoutExpired:
+        stop_process_group(child, timeout_s=5)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
     children: list[subprocess.Popen[bytes]] = []
     try:
         chat_cmd = _neuron_cmd(DEFAULT_CHAT_MODEL, options.neuron_port, cache_dir)
@@ -114,18 +235,13 @@ def _neuron_cmd(model: str, port: int, cache_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
+def _spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "neuraxis.cli", *args],
+        env=env,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
+        preexec_fn=die_with_parent,
     )
-
-
-def _die_with_parent() -> None:
-    pr_set_pdeathsig = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _wait_ready(base: str, children: list[subprocess.Popen[bytes]]) -> None:

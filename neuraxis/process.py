@@ -7,10 +7,14 @@ run in that group, and whatever of it outlives the child is killed."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 
 def stop_process_group(
@@ -39,3 +43,23 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def die_with_parent() -> None:
+    """A preexec_fn: the kernel sends the child SIGTERM when the thread that
+    started it dies, so that no child outlives a supervisor killed without
+    the chance to clean up."""
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def ray_binary() -> str:
+    """The `ray` command of this environment."""
+    beside = Path(sys.executable).parent / "ray"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("ray")
+    if found is None:
+        raise FileNotFoundError("the `ray` command is not installed beside neuraxis")
+    return found

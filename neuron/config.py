@@ -28,10 +28,19 @@ class NeuronSettings(BaseSettings):
     max_model_len: int | None = Field(None, ge=16)
     # The CPU backend takes whole GiB (VLLM_CPU_KVCACHE_SPACE).
     kv_cache_gib: int = Field(1, ge=1)
-    dtype: str = "float32"
+    # None: the GPU generation's default (float32 on the CPU).
+    dtype: str | None = None
+    # vLLM quantisation and KV-cache dtype; refused where the generation lacks them.
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    tensor_parallel_size: int = Field(1, ge=1)
     # The GPU generation this neuron is installed for; it refuses to start on
     # another. "auto": whatever the host has.
     generation: Literal["auto", "cpu", "ampere", "ada", "hopper", "blackwell"] = "auto"
+    # Cluster mode (`neuraxis neuron agent`): the Ray head to join (host:port).
+    ray_address: str | None = None
+    # The address this host is reached at by the others; default: Ray's guess.
+    node_ip: str | None = None
     # vLLM tool parser for tool_choice "auto"; defaults to the bundled model's.
     tool_parser: str | None = None
     # vLLM reasoning parser (e.g. "deepseek_r1") for models that think aloud.

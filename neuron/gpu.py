@@ -26,6 +26,18 @@ class Generation(Enum):
     BLACKWELL = "blackwell"
 
 
+# The Ray node label a host agent sets to its generation; placement selects on it.
+GENERATION_LABEL = "neuraxis.io/generation"
+
+# The GPU generations, oldest first ("ada or newer" means a suffix of this).
+GPU_GENERATIONS: tuple[Generation, ...] = (
+    Generation.AMPERE,
+    Generation.ADA,
+    Generation.HOPPER,
+    Generation.BLACKWELL,
+)
+
+
 def generation_of(major: int, minor: int) -> Generation:
     """The generation of a CUDA compute capability."""
     if major == 8 and minor in (0, 6, 7):

@@ -14,9 +14,11 @@ from neuraxis.v1 import neuron_pb2 as pb
 from neuron.config import NeuronSettings
 from neuron.engine.base import Engine
 from neuron.gpu import (
+    PROFILES,
     Generation,
     UnsupportedGpuError,
     check_installed_for,
+    check_model_options,
     detect,
     host_generation,
     load_nvml,
@@ -27,7 +29,7 @@ from neuron.models.prepare import default_cache_dir, prepare
 log = logging.getLogger("neuraxis.neuron")
 
 
-def build_engine(settings: NeuronSettings) -> Engine:
+def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
     if settings.engine == "sim":
         from neuron.engine.sim import SimEngine, SimOptions
 
@@ -48,7 +50,10 @@ def build_engine(settings: NeuronSettings) -> Engine:
             served_id=model.served_id,
             model_path=model.path,
             task=model.task,
-            dtype=settings.dtype,
+            dtype=settings.dtype or PROFILES[generation].dtype,
+            quantization=settings.quantization,
+            kv_cache_dtype=settings.kv_cache_dtype,
+            tensor_parallel_size=settings.tensor_parallel_size,
             max_model_len=settings.max_model_len,
             kv_cache_gib=settings.kv_cache_gib,
             tool_parser=settings.tool_parser or model.tool_parser,
@@ -101,6 +106,7 @@ def detect_generation(settings: NeuronSettings, nvml: Any | None) -> Generation:
         detected = host_generation(detect(nvml))
         if settings.generation != "auto":
             check_installed_for(Generation(settings.generation), detected)
+        check_model_options(detected, settings.quantization, settings.kv_cache_dtype)
     except UnsupportedGpuError as e:
         raise SystemExit(f"neuron: {e}") from None
     return detected
@@ -114,7 +120,7 @@ def run(settings: NeuronSettings) -> int:
     log.info("GPU generation: %s", generation.value)
     # vLLM's loggers then go through ours (JSON) instead of their own handler.
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
-    engine = build_engine(settings)
+    engine = build_engine(settings, generation)
     asyncio.run(
         serve(
             engine,

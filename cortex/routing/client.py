@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from neuraxis.errors import (
     ERROR_METADATA_KEY,
@@ -39,15 +40,20 @@ class NeuronClient:
         self.address = address
         self._channel: grpc.aio.Channel | None = None
         self._stub_: pb_grpc.NeuronStub | None = None
+        self._health: health_pb2_grpc.HealthStub | None = None
 
     @property
     def _stub(self) -> pb_grpc.NeuronStub:
         # A grpc.aio channel belongs to the event loop it was made in, so it
         # is made on first use, inside the server's loop.
         if self._stub_ is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
-            self._stub_ = pb_grpc.NeuronStub(self._channel)  # type: ignore[no-untyped-call]
+            self._stub_ = pb_grpc.NeuronStub(self._channel_())  # type: ignore[no-untyped-call]
         return self._stub_
+
+    def _channel_(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+        return self._channel
 
     async def info(self, timeout: float) -> pb.InfoResponse:
         try:
@@ -69,6 +75,16 @@ class NeuronClient:
             return load
         except grpc.aio.AioRpcError as e:
             raise self._translate(e) from None
+
+    async def serving(self, timeout: float) -> bool:
+        """Whether the neuron's grpc.health.v1 check says SERVING."""
+        if self._health is None:
+            self._health = health_pb2_grpc.HealthStub(self._channel_())
+        try:
+            response = await self._health.Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
 
     async def generate(
         self, request: pb.GenerateRequest, timeout: float

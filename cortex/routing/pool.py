@@ -1,7 +1,9 @@
 """The neurons cortex can route to, what each serves, and how busy it is.
 
-In static mode the pool is a configured list of addresses. A background task
-polls every neuron's Info to learn which are ready and which models they
+In static mode the pool is a configured list of addresses; in cluster mode it
+follows the controller's endpoint table (`update`), and a replica that leaves
+the table takes no new requests while its in-flight ones finish. A background
+task polls every neuron's Info to learn which are ready and which models they
 serve; a neuron that fails a request with UNAVAILABLE is taken out at once
 and comes back with its next good poll. Requests go to the ready neuron with
 the fewest outstanding requests, counted from the moment of dispatch. A
@@ -38,6 +40,7 @@ class NeuronState:
     models: dict[str, pb.ModelInfo] = field(default_factory=dict)
     outstanding: int = 0
     info: pb.InfoResponse | None = None
+    retired: bool = False  # left the endpoint table; closed once idle
 
 
 class NeuronPool:
@@ -66,8 +69,26 @@ class NeuronPool:
             self._poller.cancel()
         await asyncio.gather(*(s.client.close() for s in self._states), return_exceptions=True)
 
+    async def update(self, addresses: list[str]) -> None:
+        """Follow the endpoint table: add new neurons (polled at once), retire
+        the ones that left it."""
+        current = {s.client.address: s for s in self._states}
+        added = [NeuronState(NeuronClient(a)) for a in addresses if a not in current]
+        keep = set(addresses)
+        for state in self._states:
+            if state.client.address not in keep:
+                state.retired = True
+                state.ready = False
+                metrics.set_replica_health(state.client.address, False)
+                if state.outstanding == 0:
+                    await state.client.close()
+        self._states = [s for s in self._states if not s.retired] + added
+        if added:
+            await asyncio.gather(*(self._refresh_one(s) for s in added))
+        log.info("endpoint table: %s", ", ".join(addresses) or "empty")
+
     async def refresh(self) -> None:
-        await asyncio.gather(*(self._refresh_one(s) for s in self._states))
+        await asyncio.gather(*(self._refresh_one(s) for s in list(self._states)))
         counts = dict.fromkeys(self._expected, 0)
         for state in self._states:
             metrics.set_replica_health(state.client.address, state.ready)
@@ -116,10 +137,9 @@ class NeuronPool:
         )
 
     async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
-        tried: set[int] = set()
-        index = self._pick(request.model, tried)
+        tried: list[NeuronState] = []
+        state = self._pick(request.model, tried)
         while True:
-            state = self._states[index]
             state.outstanding += 1  # counted at dispatch, not at the first token
             metrics.ROUTED.labels(self.model_label(request.model), state.client.address).inc()
             started = False
@@ -129,38 +149,41 @@ class NeuronPool:
                     yield response
                 return
             except (UnavailableError, InternalError) as e:
-                index = self._retry_or_raise(request, index, e, tried, started)
+                state = self._retry_or_raise(request, state, e, tried, started)
             finally:
-                state.outstanding -= 1
+                await self._done(state)
 
     async def embed(self, request: pb.EmbedRequest) -> pb.EmbedResponse:
-        tried: set[int] = set()
-        index = self._pick(request.model, tried)
+        tried: list[NeuronState] = []
+        state = self._pick(request.model, tried)
         while True:
-            state = self._states[index]
             state.outstanding += 1
             metrics.ROUTED.labels(self.model_label(request.model), state.client.address).inc()
             try:
                 return await state.client.embed(request, self._timeout)
             except (UnavailableError, InternalError) as e:
-                index = self._retry_or_raise(request, index, e, tried, started=False)
+                state = self._retry_or_raise(request, state, e, tried, started=False)
             finally:
-                state.outstanding -= 1
+                await self._done(state)
+
+    async def _done(self, state: NeuronState) -> None:
+        state.outstanding -= 1
+        if state.retired and state.outstanding == 0:
+            await state.client.close()
 
     def _retry_or_raise(
         self,
         request: pb.GenerateRequest | pb.EmbedRequest,
-        index: int,
+        state: NeuronState,
         error: UnavailableError | InternalError,
-        tried: set[int],
+        tried: list[NeuronState],
         started: bool,
-    ) -> int:
+    ) -> NeuronState:
         """The neuron to retry on after a failure, or raise the failure: only
         before anything reached the client, and a bounded number of times."""
-        state = self._states[index]
         if isinstance(error, UnavailableError):
             state.ready = False
-        tried.add(index)
+        tried.append(state)
         retry = None
         if not started and len(tried) <= self._max_retries:
             retry = self._alternative(request.model, tried)
@@ -172,27 +195,29 @@ class NeuronPool:
             request.request_id,
             state.client.address,
             error.message,
-            self._states[retry].client.address,
+            retry.client.address,
         )
         return retry
 
-    def _alternative(self, model: str, exclude: set[int]) -> int | None:
+    def _alternative(self, model: str, exclude: list[NeuronState]) -> NeuronState | None:
         try:
             return self._pick(model, exclude)
         except NeuraxisError:
             return None
 
-    def _pick(self, model: str, exclude: set[int]) -> int:
+    def _pick(self, model: str, exclude: list[NeuronState]) -> NeuronState:
+        states = self._states
         candidates = [
             i
-            for i, s in enumerate(self._states)
-            if s.ready and model in s.models and i not in exclude
+            for i, s in enumerate(states)
+            if s.ready and model in s.models and all(s is not t for t in exclude)
         ]
         if candidates:
             # Fewest outstanding; ties rotate so that equal neurons share work.
             start = next(self._rotation)
-            n = len(self._states)
-            return min(candidates, key=lambda i: (self._states[i].outstanding, (i - start) % n))
+            n = len(states)
+            best = min(candidates, key=lambda i: (states[i].outstanding, (i - start) % n))
+            return states[best]
         known = model in self._expected or any(model in s.models for s in self._states)
         loading = any(not s.ever_seen for s in self._states)
         if known or loading:
@@ -213,6 +238,8 @@ class NeuronPool:
             if state.ready:
                 log.warning("neuron %s is not answering: %s", state.client.address, e.message)
             state.ready = False
+            return
+        if state.retired:
             return
         if info.ready and not state.ready:
             log.info(

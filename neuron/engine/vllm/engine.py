@@ -56,6 +56,9 @@ class VllmOptions:
     # One of vLLM's reasoning parsers (e.g. "deepseek_r1"), for models that
     # think before they answer: their thoughts go to reasoning_content.
     reasoning_parser: str | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    tensor_parallel_size: int = 1
 
 
 class VllmEngine(Engine):
@@ -95,7 +98,13 @@ class VllmEngine(Engine):
             self._reasoning_class = ReasoningParserManager.get_reasoning_parser(
                 opts.reasoning_parser
             )
-        optional: dict[str, Any] = {"dtype": opts.dtype}
+        optional: dict[str, Any] = {
+            "dtype": opts.dtype,
+            "tensor_parallel_size": opts.tensor_parallel_size,
+            "kv_cache_dtype": opts.kv_cache_dtype or "auto",
+        }
+        if opts.quantization:
+            optional["quantization"] = opts.quantization
         if opts.max_model_len is not None:
             optional["max_model_len"] = opts.max_model_len
         args = AsyncEngineArgs(

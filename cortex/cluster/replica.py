@@ -1,0 +1,146 @@
+"""A neuron replica as a Ray actor.
+
+The actor holds the GPUs Ray gave it and runs `neuraxis neuron serve` as its
+child on the same node, on free ports of the node's address: the neuron keeps
+its own process (its engine, its metrics port, its drain on SIGTERM) exactly
+as in static mode, and Ray's CUDA_VISIBLE_DEVICES reaches it through the
+environment. The child is told by the kernel to stop when the actor dies
+(PR_SET_PDEATHSIG), so killing the actor or losing its node takes the neuron
+with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from cortex.routing.client import NeuronClient
+from neuraxis.process import die_with_parent, stop_process_group
+
+LOG_TAIL_BYTES = 4000
+
+
+class ReplicaStartError(Exception):
+    """The neuron exited or never became ready; the message has its last log lines."""
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+# Where replicas listen instead of the node's address: 127.0.0.1 for a
+# cluster on one machine (`neuraxis up`, tests), so that nothing but local
+# processes can reach the neurons. Inherited from the node's environment.
+HOST_ENV = "NEURAXIS_REPLICA_HOST"
+
+
+def _node_ip() -> str:
+    """The address the node joined the cluster with, where the others reach
+    it (Ray replaces a loopback --node-ip-address with the host's)."""
+    if os.environ.get(HOST_ENV):
+        return os.environ[HOST_ENV]
+    here = ray.get_runtime_context().get_node_id()
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        if node["NodeID"] == here:
+            return str(node["NodeManagerAddress"])
+    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+
+
+class Replica:
+    def __init__(self, replica_id: str) -> None:
+        self.replica_id = replica_id
+        self._child: subprocess.Popen[bytes] | None = None
+        self._log_path: Path | None = None
+
+    async def where(self) -> dict[str, Any]:
+        """The node this actor was placed on (answers as soon as it is placed)."""
+        context = ray.get_runtime_context()
+        return {
+            "node_id": context.get_node_id(),
+            "host": _node_ip(),
+            "labels": dict(context.get_node_labels()),
+        }
+
+    async def start(self, neuron_args: list[str], timeout_s: float) -> dict[str, Any]:
+        """Start the neuron and return its addresses once it reports SERVING."""
+        host = _node_ip()
+        port, metrics_port = _free_port(host), _free_port(host)
+        log_dir = Path(tempfile.gettempdir()) / "neuraxis" / "replicas"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self._log_path = log_dir / f"{self.replica_id}.log"
+        cmd = [
+            sys.executable, "-m", "neuraxis.cli", "neuron", "serve",
+            "--host", host, "--port", str(port), "--metrics-port", str(metrics_port),
+            *neuron_args,
+        ]  # fmt: skip
+        env = dict(os.environ)
+        # Ray sets one OpenMP thread for its workers; the engine sizes its own.
+        env.pop("OMP_NUM_THREADS", None)
+        with open(self._log_path, "wb") as log:
+            # Started from the actor's event-loop thread, which lives as long
+            # as the actor: the death signal is tied to the starting thread.
+            self._child = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+        address = f"{host}:{port}"
+        client = NeuronClient(address)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not await client.serving(timeout=2.0):
+                if self._child.poll() is not None:
+                    raise ReplicaStartError(
+                        f"the neuron exited with code {self._child.returncode} during start-up: "
+                        f"{self._log_tail()}"
+                    )
+                if time.monotonic() > deadline:
+                    raise ReplicaStartError(
+                        f"the neuron was not ready after {timeout_s:.0f} s: {self._log_tail()}"
+                    )
+                await asyncio.sleep(0.5)
+        finally:
+            await client.close()
+        return {
+            "address": address,
+            "metrics_port": metrics_port,
+            "pid": self._child.pid,
+            "log": str(self._log_path),
+        }
+
+    async def check(self) -> dict[str, Any]:
+        """Whether the neuron process is still running."""
+        code = self._child.poll() if self._child else None
+        return {"running": self._child is not None and code is None, "exit_code": code}
+
+    async def drain(self, timeout_s: float) -> int | None:
+        """Stop the neuron with SIGTERM: it stops taking calls and lets the
+        in-flight ones finish (up to its drain timeout) before it exits."""
+        if self._child is None:
+            return None
+        child = self._child
+        return await asyncio.to_thread(stop_process_group, child, signal.SIGTERM, timeout_s)
+
+    def _log_tail(self) -> str:
+        if self._log_path is None or not self._log_path.exists():
+            return "(no log)"
+        data = self._log_path.read_bytes()[-LOG_TAIL_BYTES:]
+        return data.decode(errors="replace").strip() or "(empty log)"
+
+
+ReplicaActor = ray.remote(Replica)

@@ -1,0 +1,163 @@
+"""The deployment spec: which models the cluster serves, and where.
+
+A TOML file on the cortex side, one `[[models]]` table per model:
+
+    [[models]]
+    id = "smollm2-135m-instruct"   # the id clients ask for
+    source = "smollm2-135m-instruct"  # a bundled model id or a model directory
+    replicas = 2
+    min_generation = "ada"         # or: generations = ["ada", "blackwell"]
+    tensor_parallel_size = 1
+    max_context = 2048
+    [models.engine]
+    kv_cache_dtype = "fp8"         # checked against each generation's profile
+
+An invalid spec is refused at start with the line and the reason. Whether a
+generation can run a model's engine options is decided at placement
+(cortex/cluster/placement.py), where the nodes are known.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from neuron.gpu import GPU_GENERATIONS, Generation
+
+
+class SpecError(Exception):
+    """The spec is invalid; the message names the file, the line and why."""
+
+
+class EngineSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["vllm", "sim"] = "vllm"
+    # None: the generation profile's default.
+    dtype: str | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    # The CPU backend's KV cache, in whole GiB.
+    kv_cache_gib: int = Field(1, ge=1)
+    tool_parser: str | None = None
+    reasoning_parser: str | None = None
+    # Simulated engine only.
+    sim_ttft_s: float = Field(0.01, ge=0)
+    sim_itl_s: float = Field(0.005, ge=0)
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    task: Literal["generate", "embed"] | None = None
+    replicas: int = Field(1, ge=0)
+    generations: list[Generation] | None = None
+    min_generation: Generation | None = None
+    tensor_parallel_size: int = Field(1, ge=1)
+    max_context: int | None = Field(None, ge=16)
+    engine: EngineSpec = Field(default_factory=lambda: EngineSpec.model_validate({}))
+
+    @model_validator(mode="after")
+    def _where(self) -> ModelSpec:
+        if (self.generations is None) == (self.min_generation is None):
+            raise ValueError("give either 'generations' or 'min_generation'")
+        if self.min_generation is Generation.CPU:
+            raise ValueError(
+                "'min_generation' takes a GPU generation; for CPU nodes use generations = [\"cpu\"]"
+            )
+        allowed = self.allowed_generations()
+        if not allowed:
+            raise ValueError("'generations' is empty")
+        if Generation.CPU in allowed and len(allowed) > 1:
+            raise ValueError("'cpu' cannot be mixed with GPU generations")
+        if Generation.CPU in allowed and self.tensor_parallel_size != 1:
+            raise ValueError("'tensor_parallel_size' must be 1 on cpu")
+        return self
+
+    def allowed_generations(self) -> list[Generation]:
+        """The generations the spec allows, oldest first."""
+        if self.min_generation is not None:
+            start = GPU_GENERATIONS.index(self.min_generation)
+            return list(GPU_GENERATIONS[start:])
+        return sorted(set(self.generations or []), key=_generation_order)
+
+    def gpus_per_replica(self) -> int:
+        return 0 if self.allowed_generations() == [Generation.CPU] else self.tensor_parallel_size
+
+
+class DeploymentSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[ModelSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> DeploymentSpec:
+        seen: set[str] = set()
+        for model in self.models:
+            if model.id in seen:
+                raise ValueError(f"model id '{model.id}' appears twice")
+            seen.add(model.id)
+        return self
+
+    def model(self, model_id: str) -> ModelSpec | None:
+        return next((m for m in self.models if m.id == model_id), None)
+
+
+def _generation_order(generation: Generation) -> int:
+    return -1 if generation is Generation.CPU else GPU_GENERATIONS.index(generation)
+
+
+def load_spec(path: Path) -> DeploymentSpec:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError(f"deployment spec {path}: {e.strerror}") from None
+    return parse_spec(text, str(path))
+
+
+def parse_spec(text: str, source: str) -> DeploymentSpec:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{source}: {e}") from None
+    try:
+        return DeploymentSpec.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(err["loc"])
+        where = ".".join(str(p) for p in loc) or "(file)"
+        line = _line_of(text, loc)
+        at = f" line {line}" if line else ""
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise SpecError(f"{source}:{at}: {where}: {message}") from None
+
+
+def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
+    """The line of the setting at `loc` (models, index, key...), or of its
+    `[[models]]` table when the key itself is missing."""
+    if len(loc) < 2 or loc[0] != "models" or not isinstance(loc[1], int):
+        return None
+    lines = text.splitlines()
+    headers = [i for i, line in enumerate(lines) if re.match(r"\s*\[\[\s*models\s*\]\]", line)]
+    if loc[1] >= len(headers):
+        return None
+    start = headers[loc[1]]
+    end = headers[loc[1] + 1] if loc[1] + 1 < len(headers) else len(lines)
+    keys = [p for p in loc[2:] if isinstance(p, str)]
+    for key in reversed(keys):
+        pattern = re.compile(rf"\s*{re.escape(key)}\s*=")
+        for i in range(start, end):
+            if pattern.match(lines[i]):
+                return i + 1
+    return start + 1
+
+
+def spec_to_dict(spec: DeploymentSpec) -> dict[str, Any]:
+    """The spec as plain data (for passing to the controller actor)."""
+    return spec.model_dump(mode="json")

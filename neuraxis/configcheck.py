@@ -1,0 +1,39 @@
+"""`neuraxis config check`: parse configuration files the way the services
+will, and say what is wrong with each (before a restart finds out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from neuraxis.settings import SettingsError, load_settings
+
+
+def check(cortex: Path | None, neuron: Path | None, deployment: Path | None) -> list[str]:
+    """One line per file: '<path>: ok', or the problem. Raises nothing."""
+    from cortex.cluster.spec import SpecError, load_spec
+    from cortex.config import CortexSettings
+    from neuron.config import NeuronSettings
+
+    results: list[str] = []
+    if cortex is not None:
+        try:
+            settings = load_settings(CortexSettings, cortex, {})
+            results.append(f"{cortex}: ok")
+            if settings.deployment is not None and deployment is None:
+                deployment = settings.deployment
+        except SettingsError as e:
+            results.append(f"error: {e}")
+    if neuron is not None:
+        try:
+            load_settings(NeuronSettings, neuron, {})
+            results.append(f"{neuron}: ok")
+        except SettingsError as e:
+            results.append(f"error: {e}")
+    if deployment is not None:
+        try:
+            spec = load_spec(deployment)
+            models = ", ".join(f"{m.id}×{m.replicas}" for m in spec.models) or "no models"
+            results.append(f"{deployment}: ok ({models})")
+        except SpecError as e:
+            results.append(f"error: {e}")
+    return results

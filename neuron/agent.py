@@ -1,0 +1,73 @@
+"""`neuraxis neuron agent`: a GPU host joining the cluster.
+
+It detects the host's GPUs with NVML, refuses to go on when they are not of
+the generation this neuron is installed for (the config's `generation`; a
+mismatch names both), and then becomes `ray start --block`, joining the Ray
+head with the generation as a node label and the GPU count as its GPUs. It
+stays in the foreground (the process is replaced by Ray's), so systemd
+supervises it; the controller places replicas on the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from neuraxis.logs import configure_logging
+from neuraxis.process import ray_binary
+from neuron.config import NeuronSettings
+from neuron.gpu import (
+    GENERATION_LABEL,
+    Device,
+    Generation,
+    UnsupportedGpuError,
+    check_installed_for,
+    detect,
+    host_generation,
+    load_nvml,
+)
+
+log = logging.getLogger("neuraxis.neuron")
+
+
+def join_command(
+    ray: str, address: str, generation: Generation, devices: list[Device], node_ip: str | None
+) -> list[str]:
+    cmd = [
+        ray, "start", "--address", address, "--block", "--disable-usage-stats",
+        "--labels", f"{GENERATION_LABEL}={generation.value}", "--num-gpus", str(len(devices)),
+    ]  # fmt: skip
+    if node_ip:
+        cmd += ["--node-ip-address", node_ip]
+    return cmd
+
+
+def run_agent(settings: NeuronSettings) -> int:
+    configure_logging(settings.json_logs)
+    if not settings.ray_address:
+        raise SystemExit("neuron agent: set ray_address (the Ray head's host:port) to join")
+    try:
+        devices = detect(load_nvml())
+        generation = host_generation(devices)
+        if settings.generation != "auto":
+            check_installed_for(Generation(settings.generation), generation)
+    except UnsupportedGpuError as e:
+        raise SystemExit(f"neuron agent: {e}") from None
+    ray = ray_binary()
+    cmd = join_command(ray, settings.ray_address, generation, devices, settings.node_ip)
+    if settings.cache_dir is not None:
+        # Replicas on this node prepare and load models from here.
+        os.environ["NEURAXIS_CACHE_DIR"] = str(settings.cache_dir)
+    names = ", ".join(sorted({d.name for d in devices})) or "no GPU"
+    log.info(
+        "joining the Ray cluster at %s as a %s node (%d GPUs: %s)",
+        settings.ray_address,
+        generation.value,
+        len(devices),
+        names,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(ray, cmd)
+    return 0  # not reached: execv replaced this process
