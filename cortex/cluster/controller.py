@@ -305,6 +305,9 @@ class Controller:
         generations = eligibility(model).generations
         replica_id = f"{model.id}-{next(self._counter)}"
         actor = ReplicaActor.options(
+            # Named, so that an operator (or a test) can find a replica's actor.
+            name=replica_id,
+            namespace=NAMESPACE,
             num_cpus=0,
             num_gpus=model.gpus_per_replica(),
             label_selector=label_selector(generations),

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from cortex.cluster.controller import neuron_args
+from cortex.cluster.placement import NodeView, eligibility, label_selector, unplaceable_reason
+from cortex.cluster.spec import ModelSpec
+from neuron.gpu import GENERATION_LABEL, Generation
+
+
+def _model(**fields: object) -> ModelSpec:
+    return ModelSpec.model_validate({"id": "m", "source": "s", **fields})
+
+
+def _node(generation: Generation | None, gpus: int = 1, alive: bool = True) -> NodeView:
+    name = generation.value if generation else "none"
+    return NodeView(f"id-{name}", "10.0.0.1", generation, gpus, alive)
+
+
+CLUSTER = [_node(Generation.AMPERE), _node(Generation.ADA), _node(Generation.BLACKWELL, 2)]
+
+
+def test_the_label_selector_names_the_eligible_generations() -> None:
+    selector = label_selector([Generation.ADA, Generation.BLACKWELL])
+    assert selector == {GENERATION_LABEL: "in(ada,blackwell)"}
+
+
+def test_a_generation_that_lacks_an_option_is_not_eligible() -> None:
+    model = _model(generations=["ampere", "ada"], engine={"kv_cache_dtype": "fp8"})
+    elig = eligibility(model)
+    assert elig.generations == [Generation.ADA]
+    assert "KV-cache dtype 'fp8' is not available on ampere" in elig.refused[Generation.AMPERE]
+
+
+def test_a_model_only_its_refused_generations_allow_is_unplaceable() -> None:
+    model = _model(generations=["ampere"], engine={"kv_cache_dtype": "fp8"})
+    reason = unplaceable_reason(model, CLUSTER)
+    assert reason is not None and "'fp8' is not available on ampere" in reason
+
+
+def test_no_node_of_an_allowed_generation() -> None:
+    reason = unplaceable_reason(_model(generations=["hopper"]), CLUSTER)
+    assert reason == (
+        "no node of generation hopper in the cluster (generations present: ada, ampere, blackwell)"
+    )
+
+
+def test_a_dead_node_does_not_count() -> None:
+    nodes = [_node(Generation.ADA, alive=False)]
+    reason = unplaceable_reason(_model(min_generation="ada"), nodes)
+    assert reason is not None and "generations present: none" in reason
+
+
+def test_not_enough_gpus_on_any_one_node() -> None:
+    reason = unplaceable_reason(_model(min_generation="ada", tensor_parallel_size=4), CLUSTER)
+    assert reason == "a replica needs 4 GPUs on one ada, hopper, blackwell node; the largest has 2"
+
+
+def test_a_satisfiable_model_has_no_reason() -> None:
+    assert unplaceable_reason(_model(min_generation="ada", tensor_parallel_size=2), CLUSTER) is None
+    assert unplaceable_reason(_model(generations=["cpu"]), [_node(Generation.CPU, 0)]) is None
+
+
+def test_neuron_arguments_take_the_generation_profile_defaults() -> None:
+    model = _model(min_generation="ada", max_context=2048, engine={"kv_cache_dtype": "fp8"})
+    args = neuron_args(model, Generation.ADA)
+    assert args[:6] == ["--engine", "vllm", "--served-id", "m", "--generation", "ada"]
+    assert args[args.index("--dtype") + 1] == "bfloat16"
+    assert args[args.index("--kv-cache-dtype") + 1] == "fp8"
+    assert args[args.index("--max-model-len") + 1] == "2048"
+    cpu = neuron_args(_model(generations=["cpu"]), Generation.CPU)
+    assert cpu[cpu.index("--dtype") + 1] == "float32"
+
+
+def test_simulated_replicas_take_their_timing() -> None:
+    model = _model(generations=["ada"], engine={"kind": "sim", "sim_ttft_s": 0.2})
+    args = neuron_args(model, Generation.ADA)
+    assert "--model" not in args
+    assert args[args.index("--sim-ttft-s") + 1] == "0.2"

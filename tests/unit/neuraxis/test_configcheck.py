@@ -1,0 +1,43 @@
+"""The example configuration shipped in deploy/etc/neuraxis (and packaged
+into /etc/neuraxis) parses with the services' own settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from neuraxis.cli import main
+from neuraxis.configcheck import check
+
+ETC = Path(__file__).resolve().parents[3] / "deploy" / "etc" / "neuraxis"
+
+
+def test_the_shipped_configs_parse() -> None:
+    results = check(ETC / "cortex.toml", ETC / "neuron.toml", ETC / "deployment.toml")
+    assert results == [
+        f"{ETC / 'cortex.toml'}: ok",
+        f"{ETC / 'neuron.toml'}: ok",
+        f"{ETC / 'deployment.toml'}: ok (smollm2-135m-instruct×2, all-minilm-l6-v2×1)",
+    ]
+
+
+def test_the_command_names_the_bad_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "cortex.toml"
+    bad.write_text('port = "eighty"\n')
+    spec = tmp_path / "deployment.toml"
+    spec.write_text('[[models]]\nid = "a"\nsource = "b"\ngenerations = ["cpu"]\nreplicas = "x"\n')
+    code = main(["config", "check", "--cortex", str(bad), "--deployment", str(spec)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"invalid configuration in {bad}: port: Input should be a valid integer" in err
+    assert f"{spec}: line 5: models.0.replicas: Input should be a valid integer" in err
+
+
+def test_cluster_mode_needs_a_deployment_spec(tmp_path: Path) -> None:
+    config = tmp_path / "cortex.toml"
+    config.write_text("ray_head = true\n")
+    (line,) = check(config, None, None)
+    assert "cluster mode (ray_address or ray_head) needs a deployment spec" in line

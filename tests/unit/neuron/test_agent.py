@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from neuron.agent import join_command
+from neuron.gpu import GENERATION_LABEL, Device, Generation
+
+
+def test_the_node_joins_with_its_generation_label_and_gpu_count() -> None:
+    devices = [Device(i, "NVIDIA L40S", 48 * 1024**3, (8, 9), Generation.ADA) for i in range(4)]
+    cmd = join_command("/opt/neuraxis/bin/ray", "10.0.0.10:6379", Generation.ADA, devices, None)
+    assert cmd[:5] == ["/opt/neuraxis/bin/ray", "start", "--address", "10.0.0.10:6379", "--block"]
+    assert cmd[cmd.index("--labels") + 1] == f"{GENERATION_LABEL}=ada"
+    assert cmd[cmd.index("--num-gpus") + 1] == "4"
+    assert "--node-ip-address" not in cmd
+    with_ip = join_command("ray", "h:1", Generation.CPU, [], "10.0.0.21")
+    assert with_ip[with_ip.index("--node-ip-address") + 1] == "10.0.0.21"
+    assert with_ip[with_ip.index("--num-gpus") + 1] == "0"
