@@ -102,6 +102,10 @@ _GENERATION_TO_PB = {
 def detect_generation(settings: NeuronSettings, nvml: Any | None) -> Generation:
     """The host's GPU generation, checked against the one the neuron is
     installed for; a mismatch stops the neuron with both named."""
+    if settings.engine == "sim" and settings.generation != "auto":
+        # The simulated engine uses no GPU: it stands in for one of the
+        # generation it was placed for (placement and failover tests).
+        return Generation(settings.generation)
     try:
         detected = host_generation(detect(nvml))
         if settings.generation != "auto":

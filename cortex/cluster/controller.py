@@ -76,6 +76,7 @@ class Replica:
     generation: str | None = None
     address: str | None = None
     metrics_port: int | None = None
+    pid: int | None = None  # the neuron process, on its node
     log: str | None = None
     failures: int = 0
     in_flight: int | None = None
@@ -339,6 +340,7 @@ class Controller:
             return
         replica.address = started["address"]
         replica.metrics_port = started["metrics_port"]
+        replica.pid = started["pid"]
         replica.log = started["log"]
         replica.client = NeuronClient(replica.address)
         replica.state = ReplicaState.READY
@@ -423,6 +425,7 @@ class Controller:
             "node_id": replica.node_id,
             "generation": replica.generation,
             "in_flight": replica.in_flight,
+            "pid": replica.pid,
             "log": replica.log,
         }
 

@@ -138,33 +138,34 @@ class NeuronPool:
 
     async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
         tried: list[NeuronState] = []
-        state = self._pick(request.model, tried)
-        while True:
-            state.outstanding += 1  # counted at dispatch, not at the first token
-            metrics.ROUTED.labels(self.model_label(request.model), state.client.address).inc()
+        state: NeuronState | None = self._pick(request.model, tried)
+        while state is not None:
+            current, state = state, None
+            current.outstanding += 1  # counted at dispatch, not at the first token
+            metrics.ROUTED.labels(self.model_label(request.model), current.client.address).inc()
             started = False
             try:
-                async for response in state.client.generate(request, self._timeout):
+                async for response in current.client.generate(request, self._timeout):
                     started = True
                     yield response
-                return
             except (UnavailableError, InternalError) as e:
-                state = self._retry_or_raise(request, state, e, tried, started)
+                state = self._retry_or_raise(request, current, e, tried, started)
             finally:
-                await self._done(state)
+                await self._done(current)
 
     async def embed(self, request: pb.EmbedRequest) -> pb.EmbedResponse:
         tried: list[NeuronState] = []
         state = self._pick(request.model, tried)
         while True:
-            state.outstanding += 1
-            metrics.ROUTED.labels(self.model_label(request.model), state.client.address).inc()
+            current = state
+            current.outstanding += 1
+            metrics.ROUTED.labels(self.model_label(request.model), current.client.address).inc()
             try:
-                return await state.client.embed(request, self._timeout)
+                return await current.client.embed(request, self._timeout)
             except (UnavailableError, InternalError) as e:
-                state = self._retry_or_raise(request, state, e, tried, started=False)
+                state = self._retry_or_raise(request, current, e, tried, started=False)
             finally:
-                await self._done(state)
+                await self._done(current)
 
     async def _done(self, state: NeuronState) -> None:
         state.outstanding -= 1
