@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck proto proto-check bench bench-embeddings bench-metrics bench-responses install clean
+.PHONY: run test unit lint typecheck proto proto-check bench bench-embeddings bench-metrics bench-responses bench-failover install clean
 
 install: $(STAMP)
 
@@ -53,6 +53,10 @@ bench: $(STAMP)
 	$(PY) -m bench.embeddings_throughput
 	$(PY) -m bench.metrics_cost
 	$(PY) -m bench.responses_vs_chat
+	$(PY) -m bench.failover
+
+bench-failover: $(STAMP)
+	$(PY) -m bench.failover
 
 bench-embeddings: $(STAMP)
 	$(PY) -m bench.embeddings_throughput

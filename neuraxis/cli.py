@@ -8,6 +8,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from cortex.cluster.spec import SpecError
 from neuraxis.settings import SettingsError, load_settings
 
 
@@ -183,6 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
         "controller. Ray itself keeps running.",
     )
     stop.add_argument("--address", required=True, help="the Ray head's host:port")
+    apply = cluster_sub.add_parser(
+        "apply",
+        help="give the controller a new deployment spec",
+        description="Check a deployment spec and hand it to the running controller: new "
+        "replicas are placed, surplus ones drained, models left out of it stopped.",
+    )
+    apply.add_argument("deployment", type=Path, help="the deployment spec (TOML)")
+    apply.add_argument("--address", required=True, help="the Ray head's host:port")
 
     config = sub.add_parser("config", help="configuration files", description="Config commands.")
     config_sub = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
@@ -292,15 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "status":
             return _status(args.address, args.config, args.json)
         if args.command == "cluster":
-            from cortex.cluster.client import ClusterError, connect, shutdown_controller
-
-            try:
-                connect(args.address)
-                shutdown_controller()
-            except ClusterError as e:
-                print(f"neuraxis: {e}", file=sys.stderr)
-                return 1
-            return 0
+            return _cluster(args)
         if args.command == "config":
             from neuraxis.configcheck import check as check_config
 
@@ -313,10 +314,29 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if any(line.startswith("error") for line in lines) else 0
         if args.command == "model":
             return _prepare_models(args.models, args.cache_dir)
-    except SettingsError as e:
+    except (SettingsError, SpecError) as e:
         print(f"neuraxis: {e}", file=sys.stderr)
         return 2
     return 2
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    from cortex.cluster.client import ClusterError, apply_spec, connect, shutdown_controller
+    from cortex.cluster.spec import load_spec
+
+    try:
+        if args.cluster_command == "apply":
+            spec = load_spec(args.deployment)
+            connect(args.address)
+            apply_spec(spec)
+            print(f"{args.deployment}: applied")
+        else:
+            connect(args.address)
+            shutdown_controller()
+    except ClusterError as e:
+        print(f"neuraxis: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _status(address: str | None, config: Path | None, as_json: bool) -> int:

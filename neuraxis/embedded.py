@@ -92,11 +92,13 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     env["NEURAXIS_CACHE_DIR"] = str(cache_dir)
     env["NEURAXIS_REPLICA_HOST"] = "127.0.0.1"
+    state_dir = options.state_dir or default_state_dir()
+    env["NEURAXIS_REPLICA_LOG_DIR"] = str(state_dir / "replicas")
     workdir = Path(tempfile.mkdtemp(prefix="neuraxis-up-"))
     spec = workdir / "deployment.toml"
     spec.write_text(embedded_spec(options))
     # `neuraxis status` with no arguments finds this cluster here.
-    marker = (options.state_dir or default_state_dir()) / EMBEDDED_CLUSTER_FILE
+    marker = state_dir / EMBEDDED_CLUSTER_FILE
     head: subprocess.Popen[bytes] | None = None
     cortex: subprocess.Popen[bytes] | None = None
     try:
@@ -123,6 +125,7 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
         base = f"http://{options.host}:{options.port}"
         _wait_ready(base, [head, cortex])
         _print_banner(base)
+        _say(f"neuron logs: {state_dir / 'replicas'}; cluster: neuraxis status")
         while head.poll() is None and cortex.poll() is None:
             time.sleep(0.5)
         print("neuraxis: Ray or cortex exited; stopping", file=sys.stderr)

@@ -81,22 +81,22 @@ class Embedded:
 
     proc: Proc
     base_url: str
-    neuron_address: str
-    embedding_address: str
 
 
 def start_up(log_path: Path, state_dir: Path | None = None) -> Embedded:
-    port, neuron_port, embedding_port = free_port(), free_port(), free_port()
-    args = ["up", "--port", str(port), "--neuron-port", str(neuron_port)]
-    args += ["--embedding-port", str(embedding_port)]
-    args += ["--neuron-metrics-port", str(free_port())]
-    args += ["--embedding-metrics-port", str(free_port())]
+    """`neuraxis up` (Ray, the controller, the replicas and cortex) on free ports."""
+    port = free_port()
+    args = ["up", "--port", str(port), "--ray-port", str(free_port())]
     # Each stack keeps its Responses store beside its log unless told otherwise.
     args += ["--state-dir", str(state_dir or log_path.parent / f"{log_path.stem}-state")]
-    proc = Proc(args, log_path)
-    return Embedded(
-        proc, f"http://127.0.0.1:{port}", f"127.0.0.1:{neuron_port}", f"127.0.0.1:{embedding_port}"
-    )
+    return Embedded(Proc(args, log_path), f"http://127.0.0.1:{port}")
+
+
+def neuron_addresses(base_url: str) -> dict[str, str]:
+    """Each model's neuron (gRPC address), as cortex's service discovery
+    lists them: replicas placed by Ray listen on ports of their choosing."""
+    groups = httpx.get(f"{base_url}/sd/neurons", timeout=10).json()
+    return {g["labels"]["model"]: g["labels"]["replica"] for g in groups}
 
 
 def engine_load(address: str) -> Any:

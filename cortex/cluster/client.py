@@ -80,6 +80,10 @@ def status(timeout_s: float = 30.0) -> dict[str, Any]:
     return result
 
 
+def apply_spec(spec: DeploymentSpec, timeout_s: float = 60.0) -> None:
+    ray.get(find_controller().apply.remote(spec_to_dict(spec)), timeout=timeout_s)
+
+
 def shutdown_controller(timeout_s: float = 120.0) -> None:
     """Drain and stop every replica, then the controller itself."""
     controller = find_controller()

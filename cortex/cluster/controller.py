@@ -131,14 +131,6 @@ class Controller:
         else:
             await self._tick()
 
-    async def scale(self, model_id: str, replicas: int) -> None:
-        """Change a model's replica count (a scale-down drains)."""
-        model = self._spec.model(model_id)
-        if model is None:
-            raise ValueError(f"no model '{model_id}' in the deployment spec")
-        model.replicas = replicas
-        await self._tick()
-
     async def table(self, known_version: int, timeout_s: float) -> dict[str, Any]:
         """The endpoint table, once its version is newer than `known_version`
         or after `timeout_s` (a long poll)."""
@@ -255,6 +247,8 @@ class Controller:
     def _lost(self, replica: Replica, reason: str) -> None:
         """A replica died: forget it (the next reconcile places a replacement)
         and remember when, to measure the time to its replacement."""
+        if replica.id not in self._replicas:
+            return  # already handled by a concurrent pass
         log.warning("replica %s of %s at %s lost: %s", replica.id, replica.model,
                     replica.address, reason)  # fmt: skip
         self._forget(replica)

@@ -44,6 +44,9 @@ def _free_port(host: str) -> int:
 # cluster on one machine (`neuraxis up`, tests), so that nothing but local
 # processes can reach the neurons. Inherited from the node's environment.
 HOST_ENV = "NEURAXIS_REPLICA_HOST"
+# Where each replica's neuron writes its log (<replica id>.log); default: a
+# directory under the temporary directory. Inherited from the node too.
+LOG_DIR_ENV = "NEURAXIS_REPLICA_LOG_DIR"
 
 
 def _node_ip() -> str:
@@ -77,7 +80,9 @@ class Replica:
         """Start the neuron and return its addresses once it reports SERVING."""
         host = _node_ip()
         port, metrics_port = _free_port(host), _free_port(host)
-        log_dir = Path(tempfile.gettempdir()) / "neuraxis" / "replicas"
+        log_dir = Path(
+            os.environ.get(LOG_DIR_ENV) or Path(tempfile.gettempdir()) / "neuraxis" / "replicas"
+        )
         log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = log_dir / f"{self.replica_id}.log"
         cmd = [

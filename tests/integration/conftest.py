@@ -1,5 +1,6 @@
-"""Session-wide real processes: the embedded default (`neuraxis up`: a vLLM CPU
-neuron with SmolLM2 and cortex), started once because the engine takes ~30 s,
+"""Session-wide real processes: the embedded default (`neuraxis up`: a local
+Ray, the controller, vLLM CPU replicas of SmolLM2 and MiniLM, and cortex),
+started once because the engine takes ~30 s,
 and a cortex in front of two simulated neurons for failure paths."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from tests.procs import Proc, free_port, start_up, wait_http_ready
+from tests.procs import Proc, free_port, neuron_addresses, start_up, wait_http_ready
 
 MODEL = "smollm2-135m-instruct"
 EMBEDDING_MODEL = "all-minilm-l6-v2"
@@ -34,6 +35,7 @@ class Stack:
     neuron_address: str
     embedding_address: str
     proc: Proc
+    state_dir: Path
 
     def client(self) -> OpenAI:
         return strict_client(self.base_url)
@@ -50,11 +52,13 @@ def stack(logs_dir: Path) -> Iterator[Stack]:
     proc, base = up.proc, up.base_url
     try:
         wait_http_ready(proc, f"{base}/readyz", ENGINE_START_TIMEOUT_S)
+        neurons = neuron_addresses(base)
         yield Stack(
             base_url=base,
-            neuron_address=up.neuron_address,
-            embedding_address=up.embedding_address,
+            neuron_address=neurons[MODEL],
+            embedding_address=neurons[EMBEDDING_MODEL],
             proc=proc,
+            state_dir=logs_dir / "up-state",
         )
     finally:
         proc.stop()

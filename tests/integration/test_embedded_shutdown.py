@@ -16,15 +16,16 @@ import pytest
 from neuraxis.v1 import neuron_pb2 as pb
 from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
 from tests.integration.conftest import ENGINE_START_TIMEOUT_S, MODEL
-from tests.procs import start_up, wait_http_ready
+from tests.procs import neuron_addresses, start_up, wait_http_ready
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT])
 def test_up_serves_then_stops_everything(logs_dir: Path, sig: int) -> None:
     up = start_up(logs_dir / "up2.log")
-    proc, neuron, base = up.proc, up.neuron_address, up.base_url
+    proc, base = up.proc, up.base_url
     try:
         wait_http_ready(proc, f"{base}/readyz", ENGINE_START_TIMEOUT_S)
+        neuron = neuron_addresses(base)[MODEL]
         r = httpx.post(
             f"{base}/v1/chat/completions",
             json={
@@ -36,10 +37,10 @@ def test_up_serves_then_stops_everything(logs_dir: Path, sig: int) -> None:
         )
         assert "Paris" in r.json()["choices"][0]["message"]["content"]
         tree = psutil.Process(proc.popen.pid).children(recursive=True)
-        # The supervisor, the neuron, cortex and vLLM's engine core at least.
-        assert len(tree) >= 3
+        # Ray, cortex, the replicas' neurons and vLLM's engine cores at least.
+        assert len(tree) >= 5
         names = " ".join(" ".join(p.cmdline()) for p in tree)
-        assert "neuron" in names and "cortex" in names
+        assert "neuron" in names and "cortex" in names and "raylet" in names
 
         # Kill the engine core: the neuron must say UNAVAILABLE, not hang.
         chat_neuron = next(p for p in tree if "serve" in p.cmdline() and MODEL in p.cmdline())

@@ -203,19 +203,23 @@ def test_json_logs_carry_the_request_id_and_no_text(stack: Stack) -> None:
     )
     request_id = r.headers["x-request-id"]
     assert request_id == r.json()["id"]
+    # cortex logs to `up`'s output; the replicas' neurons to their own files.
+    log_paths = [stack.proc.log_path, *sorted((stack.state_dir / "replicas").glob("*.log"))]
+    assert len(log_paths) == 3
     deadline = time.monotonic() + 10
     lines: list[dict[str, Any]] = []
     while time.monotonic() < deadline and len({x["logger"] for x in lines}) < 2:
         time.sleep(0.2)
         lines = [
             json.loads(line)
-            for line in stack.proc.log_path.read_text(errors="replace").splitlines()
+            for path in log_paths
+            for line in path.read_text(errors="replace").splitlines()
             if line.startswith("{") and request_id in line
         ]
     loggers = {line["logger"] for line in lines}
     assert {"neuraxis.cortex.requests", "neuraxis.neuron"} <= loggers
     assert all(line["request_id"] == request_id for line in lines)
-    assert marker not in stack.proc.log_path.read_text(errors="replace")
+    assert not any(marker in p.read_text(errors="replace") for p in log_paths)
 
 
 def test_metrics_add_up_across_two_cortex_workers(stack: Stack, logs_dir: Path) -> None:
