@@ -6,6 +6,7 @@ and GPU count, staying in the foreground until stopped."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -17,6 +18,9 @@ from neuraxis.process import stop_process_group
 from tests.fake_nvml import fake_nvml_env
 from tests.procs import REPO, free_port
 
+# The head, the agent and the test's driver share a token: the cluster does
+# not depend on whatever ~/.ray/auth_token this machine holds.
+TOKEN_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "neuraxis-agent-test-" + "0" * 44}
 A100 = ("NVIDIA A100-SXM4-80GB", (8, 0))
 L40S = ("NVIDIA L40S", (8, 9))
 
@@ -37,8 +41,9 @@ def _agent(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.Po
 
 def _nodes(address: str) -> list[dict[str, Any]]:
     out = subprocess.run(
-        [sys.executable, "-c", _NODES, address], capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-c", _NODES, address],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ, **TOKEN_ENV),
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     nodes: list[dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
     return nodes
@@ -62,14 +67,15 @@ def test_the_agent_refuses_a_host_of_another_generation() -> None:
 def test_the_agent_joins_with_its_generation_label_and_gpus(tmp_path: Path) -> None:
     port = free_port()
     address = f"127.0.0.1:{port}"
-    head = start_head(port, "127.0.0.1", log_path=tmp_path / "head.log")
+    env = dict(os.environ, **TOKEN_ENV)
+    head = start_head(port, "127.0.0.1", env=env, log_path=tmp_path / "head.log")
     agent = None
     try:
         wait_for_head(address, head)
         log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115
         agent = _agent(
             ["--generation", "ada", "--ray-address", address],
-            fake_nvml_env([L40S, L40S]),
+            fake_nvml_env([L40S, L40S], base=env),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
