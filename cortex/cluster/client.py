@@ -49,9 +49,10 @@ def ensure_controller(
     spec: DeploymentSpec, health_interval_s: float, start_timeout_s: float = 900.0
 ) -> Any:
     """Start the controller, or find the one already running, and give it
-    the spec. It runs on this node (the head), detached from this process,
-    so that a cortex restart leaves the replicas serving."""
-    here = ray.get_runtime_context().get_node_id()
+    the spec. It runs on the head node (which leaves only with the cluster),
+    detached from this process, so that a cortex restart leaves the replicas
+    serving."""
+    here = _head_node_id() or ray.get_runtime_context().get_node_id()
     controller: Any = ControllerActor.options(
         name=CONTROLLER_NAME,
         namespace=NAMESPACE,
@@ -59,10 +60,17 @@ def ensure_controller(
         get_if_exists=True,
         num_cpus=0,
         max_concurrency=1000,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=True),
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
     ).remote(health_interval_s=health_interval_s, start_timeout_s=start_timeout_s)
     ray.get(controller.apply.remote(spec_to_dict(spec)))
     return controller
+
+
+def _head_node_id() -> str | None:
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        if node["Alive"] and "node:__internal_head__" in node.get("Resources", {}):
+            return str(node["NodeID"])
+    return None
 
 
 def find_controller() -> Any:

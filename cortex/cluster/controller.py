@@ -26,11 +26,13 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cortex.cluster.placement import (
     NodeView,
     eligibility,
     label_selector,
+    preferred_node,
     unplaceable_reason,
 )
 from cortex.cluster.replica import ReplicaActor
@@ -299,6 +301,16 @@ class Controller:
     def _place(self, model: ModelSpec) -> None:
         generations = eligibility(model).generations
         replica_id = f"{model.id}-{next(self._counter)}"
+        by_node: dict[str, list[str]] = {}
+        for other in self._replicas.values():
+            if other.node_id and other.state is not ReplicaState.DRAINING:
+                by_node.setdefault(other.node_id, []).append(other.model)
+        node = preferred_node(model, self._nodes, by_node)
+        # Soft: Ray still places it on another eligible node when this one is
+        # full; SPREAD when every eligible node already holds a replica.
+        strategy: Any = (
+            NodeAffinitySchedulingStrategy(node_id=node, soft=True) if node else "SPREAD"
+        )
         actor = ReplicaActor.options(
             # Named, so that an operator (or a test) can find a replica's actor.
             name=replica_id,
@@ -306,11 +318,13 @@ class Controller:
             num_cpus=0,
             num_gpus=model.gpus_per_replica(),
             label_selector=label_selector(generations),
-            scheduling_strategy="SPREAD",
+            scheduling_strategy=strategy,
             max_restarts=0,
             max_concurrency=16,
         ).remote(replica_id)
-        replica = Replica(replica_id, model.id, actor, created=time.time())
+        # Where it is meant to go, until the actor says where it went; the
+        # next placement of this pass then prefers another node.
+        replica = Replica(replica_id, model.id, actor, created=time.time(), node_id=node)
         failures = self._pending_failures.get(model.id)
         if failures:
             replica.replaces = failures.pop(0)

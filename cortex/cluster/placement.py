@@ -66,3 +66,25 @@ def unplaceable_reason(model: ModelSpec, nodes: list[NodeView]) -> str | None:
         most = max(n.gpus for n in matching)
         return f"a replica needs {need} GPUs on one {names} node; the largest has {most}"
     return None
+
+
+def preferred_node(
+    model: ModelSpec, nodes: list[NodeView], replicas: dict[str, list[str]]
+) -> str | None:
+    """A node for the next replica of `model` that holds none of its replicas
+    yet (so that losing one node loses one replica), the least loaded first;
+    None when every eligible node already holds one. `replicas` maps a node id
+    to the models of the replicas on it."""
+    wanted = set(eligibility(model).generations)
+    need = model.gpus_per_replica()
+    free = [
+        n
+        for n in nodes
+        if n.alive
+        and n.generation in wanted
+        and n.gpus >= need
+        and model.id not in replicas.get(n.node_id, [])
+    ]
+    if not free:
+        return None
+    return min(free, key=lambda n: (len(replicas.get(n.node_id, [])), n.node_id)).node_id

@@ -1,7 +1,13 @@
 from __future__ import annotations
 
 from cortex.cluster.controller import neuron_args
-from cortex.cluster.placement import NodeView, eligibility, label_selector, unplaceable_reason
+from cortex.cluster.placement import (
+    NodeView,
+    eligibility,
+    label_selector,
+    preferred_node,
+    unplaceable_reason,
+)
 from cortex.cluster.spec import ModelSpec
 from neuron.gpu import GENERATION_LABEL, Generation
 
@@ -75,3 +81,18 @@ def test_simulated_replicas_take_their_timing() -> None:
     args = neuron_args(model, Generation.ADA)
     assert "--model" not in args
     assert args[args.index("--sim-ttft-s") + 1] == "0.2"
+
+
+def test_the_next_replica_prefers_a_node_without_one() -> None:
+    model = _model(min_generation="ada")
+    # Nothing placed: the least loaded eligible node (ids break ties).
+    assert preferred_node(model, CLUSTER, {}) == "id-ada"
+    assert preferred_node(model, CLUSTER, {"id-ada": ["m"]}) == "id-blackwell"
+    assert preferred_node(model, CLUSTER, {"id-ada": ["other", "other"]}) == "id-blackwell"
+    # Every eligible node holds one: no preference (Ray spreads them).
+    assert preferred_node(model, CLUSTER, {"id-ada": ["m"], "id-blackwell": ["m"]}) is None
+    # Too few GPUs, or dead: not a candidate.
+    big = _model(min_generation="ada", tensor_parallel_size=2)
+    assert preferred_node(big, CLUSTER, {}) == "id-blackwell"
+    dead = [_node(Generation.ADA, alive=False)]
+    assert preferred_node(model, dead, {}) is None
