@@ -48,6 +48,8 @@ def break_one(cluster: SimCluster, how: str) -> str:
     ready = cluster.ready(MODEL)
     if how == "node removed":
         victim = ready[0]
+        where = [(r["id"], r["node_id"][:8], cluster.generation_of(r["node_id"])) for r in ready]
+        print(f"node removal: replicas on {where}; removing {victim['node_id'][:8]}")
         generation = cluster.generation_of(victim["node_id"])
         assert generation is not None
         cluster.cluster.remove_node(cluster.nodes.pop(generation))
@@ -59,6 +61,19 @@ def break_one(cluster: SimCluster, how: str) -> str:
         victim = ready[0]
         os.kill(victim["pid"], signal.SIGKILL)
     return str(victim["id"])
+
+
+def settle(cluster: SimCluster, timeout: float = 60) -> float:
+    """Wait until the two replicas are on different nodes again (the
+    controller moves one off a node that holds both); return how long."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        ready = cluster.ready(MODEL)
+        apart = len(ready) == 2 and len({r["node_id"] for r in ready}) == 2
+        if apart and len(cluster.model(MODEL)["replicas"]) == 2:
+            break
+        time.sleep(0.2)
+    return time.monotonic() - started
 
 
 def main() -> None:
@@ -81,18 +96,19 @@ def main() -> None:
                     cluster.wait_ready(MODEL, 2)
                     window = time.monotonic() - started
                     load.wait_for(CLIENTS)  # requests begun in the window end
-                    seen = load.summary(since=started)
+                    seen = load.summary(since=started, until=started + window)
+                    settled = settle(cluster)
                     rows.append(
                         {"how": how, "seconds_to_ready": failover["seconds_to_ready"],
-                         "window_s": window, **seen}
+                         "window_s": window, "settle_s": settled, **seen}
                     )  # fmt: skip
                     time.sleep(1)
     print(f"\nbaseline: {steady['completed']} requests completed in 10 s "
           f"({steady_rate:.1f}/s), {steady['requests'] - steady['completed']} failed")  # fmt: skip
     print("\n| failure | trials | time to replacement ready (s), median [max] "
           "| requests | failed before first token | cut mid-stream (error event) "
-          "| throughput vs baseline |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+          "| throughput vs baseline | back on separate nodes after (s), max |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for how in TRIALS:
         mine = [r for r in rows if r["how"] == how]
         ready = [r["seconds_to_ready"] for r in mine]
@@ -101,7 +117,8 @@ def main() -> None:
         print(
             f"| {how} | {len(mine)} | {statistics.median(ready):.2f} [{max(ready):.2f}] "
             f"| {requests} | {sum(r['failed_before_first_token'] for r in mine)} "
-            f"| {sum(r['failed_mid_stream'] for r in mine)} | {rate / steady_rate:.0%} |"
+            f"| {sum(r['failed_mid_stream'] for r in mine)} | {rate / steady_rate:.0%} "
+            f"| {max(r['settle_s'] for r in mine):.1f} |"
         )
 
 

@@ -99,10 +99,10 @@ class Load:
         while self.count() < target:
             time.sleep(0.02)
 
-    def summary(self, since: float = 0.0) -> dict[str, int]:
-        """Counts of the requests that started at or after `since`."""
+    def summary(self, since: float = 0.0, until: float = float("inf")) -> dict[str, int]:
+        """Counts of the requests that started in [since, until)."""
         with self._lock:
-            done = [o for o in self.outcomes if o.started_at >= since]
+            done = [o for o in self.outcomes if since <= o.started_at < until]
         return {
             "requests": len(done),
             "completed": sum(o.finished for o in done),

@@ -20,6 +20,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -53,6 +54,11 @@ REPLACE_AFTER = 10
 PENDING_REPORT_S = 10.0
 # Start failures of a model back off up to this long between attempts.
 MAX_BACKOFF_S = 60.0
+# How long a node where a replica's actor died (perhaps with the node, which
+# Ray reports dead only seconds later) is not preferred for new ones.
+SUSPECT_S = 15.0
+# At most one replica of a model moved to another node this often.
+REBALANCE_EVERY_S = 10.0
 # Time between taking a draining replica out of the table and stopping it,
 # so that cortex stops picking it first.
 DRAIN_DELAY_S = 1.0
@@ -110,6 +116,9 @@ class Controller:
         self._nodes: list[NodeView] = []
         self._unplaceable: dict[str, str] = {}
         self._backoff: dict[str, Backoff] = {}
+        # Nodes where a replica just died: no preferred target for a while.
+        self._suspect: dict[str, float] = {}
+        self._rebalanced: dict[str, float] = {}
         self._failovers: list[dict[str, Any]] = []
         self._pending_failures: dict[str, list[dict[str, Any]]] = {}
         self._counter = itertools.count(1)
@@ -224,7 +233,7 @@ class Controller:
         try:
             process = await asyncio.wait_for(replica.actor.check.remote(), timeout=10)
         except (RayError, TimeoutError) as e:
-            self._lost(replica, f"its actor is gone ({type(e).__name__})")
+            self._lost(replica, f"its actor is gone ({type(e).__name__})", node_may_be_gone=True)
             return
         if not process["running"]:
             self._lost(replica, f"its neuron exited with code {process['exit_code']}")
@@ -246,7 +255,7 @@ class Controller:
             log.warning("replica %s at %s is unhealthy", replica.id, replica.address)
             replica.state = ReplicaState.UNHEALTHY
 
-    def _lost(self, replica: Replica, reason: str) -> None:
+    def _lost(self, replica: Replica, reason: str, node_may_be_gone: bool = False) -> None:
         """A replica died: forget it (the next reconcile places a replacement)
         and remember when, to measure the time to its replacement."""
         if replica.id not in self._replicas:
@@ -254,6 +263,8 @@ class Controller:
         log.warning("replica %s of %s at %s lost: %s", replica.id, replica.model,
                     replica.address, reason)  # fmt: skip
         self._forget(replica)
+        if replica.node_id and node_may_be_gone:
+            self._suspect[replica.node_id] = time.monotonic() + SUSPECT_S
         self._pending_failures.setdefault(replica.model, []).append(
             {"model": replica.model, "replica": replica.id, "reason": reason,
              "failed_at": time.time(), "address": replica.address}
@@ -284,6 +295,7 @@ class Controller:
             return
         if surplus == 0:
             self._unplaceable.pop(model.id, None)
+            self._rebalance(model, active)
             return
         reason = unplaceable_reason(model, self._nodes)
         if reason is not None:
@@ -298,14 +310,45 @@ class Controller:
         for _ in range(-surplus):
             self._place(model)
 
+    def _rebalance(self, model: ModelSpec, active: list[Replica]) -> None:
+        """When a node holds several replicas of the model (a replacement had
+        nowhere else to go) and an eligible node with room holds none, move one:
+        drain it; the next pass places its replacement there."""
+        now = time.monotonic()
+        if len(active) < 2 or any(r.state is not ReplicaState.READY for r in active):
+            return
+        if now - self._rebalanced.get(model.id, 0.0) < REBALANCE_EVERY_S:
+            return
+        per_node = Counter(r.node_id for r in active)
+        crowded = [r for r in active if per_node[r.node_id] > 1]
+        if not crowded or self._preferred(model) is None:
+            return
+        self._rebalanced[model.id] = now
+        mover = max(crowded, key=lambda r: r.created)
+        log.info("moving replica %s of %s off node %s, which holds %d of its replicas",
+                 mover.id, model.id, mover.node_id, per_node[mover.node_id])  # fmt: skip
+        self._drain(mover)
+
+    def _preferred(self, model: ModelSpec) -> str | None:
+        by_node: dict[str, list[str]] = {}
+        used: dict[str, int] = {}
+        for other in self._replicas.values():
+            if other.node_id is None:
+                continue
+            spec = self._spec.model(other.model)
+            used[other.node_id] = used.get(other.node_id, 0) + (
+                spec.gpus_per_replica() if spec else 0
+            )
+            if other.state is not ReplicaState.DRAINING:
+                by_node.setdefault(other.node_id, []).append(other.model)
+        now = time.monotonic()
+        avoid = frozenset(n for n, until in self._suspect.items() if until > now)
+        return preferred_node(model, self._nodes, by_node, avoid, used)
+
     def _place(self, model: ModelSpec) -> None:
         generations = eligibility(model).generations
         replica_id = f"{model.id}-{next(self._counter)}"
-        by_node: dict[str, list[str]] = {}
-        for other in self._replicas.values():
-            if other.node_id and other.state is not ReplicaState.DRAINING:
-                by_node.setdefault(other.node_id, []).append(other.model)
-        node = preferred_node(model, self._nodes, by_node)
+        node = self._preferred(model)
         # Soft: Ray still places it on another eligible node when this one is
         # full; SPREAD when every eligible node already holds a replica.
         strategy: Any = (

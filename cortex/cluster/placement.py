@@ -69,12 +69,19 @@ def unplaceable_reason(model: ModelSpec, nodes: list[NodeView]) -> str | None:
 
 
 def preferred_node(
-    model: ModelSpec, nodes: list[NodeView], replicas: dict[str, list[str]]
+    model: ModelSpec,
+    nodes: list[NodeView],
+    replicas: dict[str, list[str]],
+    avoid: frozenset[str] = frozenset(),
+    used_gpus: dict[str, int] | None = None,
 ) -> str | None:
     """A node for the next replica of `model` that holds none of its replicas
     yet (so that losing one node loses one replica), the least loaded first;
     None when every eligible node already holds one. `replicas` maps a node id
-    to the models of the replicas on it."""
+    to the models of the replicas on it, `used_gpus` to the GPUs they hold;
+    `avoid` holds nodes where a replica just died (a node that left still
+    looks alive until Ray notices)."""
+    used = used_gpus or {}
     wanted = set(eligibility(model).generations)
     need = model.gpus_per_replica()
     free = [
@@ -82,8 +89,9 @@ def preferred_node(
         for n in nodes
         if n.alive
         and n.generation in wanted
-        and n.gpus >= need
+        and n.gpus - used.get(n.node_id, 0) >= need
         and model.id not in replicas.get(n.node_id, [])
+        and n.node_id not in avoid
     ]
     if not free:
         return None

@@ -91,6 +91,10 @@ def test_the_next_replica_prefers_a_node_without_one() -> None:
     assert preferred_node(model, CLUSTER, {"id-ada": ["other", "other"]}) == "id-blackwell"
     # Every eligible node holds one: no preference (Ray spreads them).
     assert preferred_node(model, CLUSTER, {"id-ada": ["m"], "id-blackwell": ["m"]}) is None
+    # A node whose GPUs our replicas already hold has no room.
+    assert preferred_node(model, CLUSTER, {}, used_gpus={"id-ada": 1}) == "id-blackwell"
+    # A node where a replica just died is not preferred.
+    assert preferred_node(model, CLUSTER, {}, avoid=frozenset({"id-ada"})) == "id-blackwell"
     # Too few GPUs, or dead: not a candidate.
     big = _model(min_generation="ada", tensor_parallel_size=2)
     assert preferred_node(big, CLUSTER, {}) == "id-blackwell"
