@@ -148,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--sim-fail-after-tokens", type=int, help="sim engine: fail after this many tokens"
     )
+    serve.add_argument(
+        "--sim-generation",
+        choices=["cpu", "ampere", "ada", "hopper", "blackwell"],
+        help="sim engine: the GPU generation it stands in for",
+    )
 
     agent = neuron_sub.add_parser(
         "agent",
@@ -291,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sim_ttft_s",
                 "sim_itl_s",
                 "sim_fail_after_tokens",
+                "sim_generation",
                 "dtype",
                 "quantization",
                 "kv_cache_dtype",

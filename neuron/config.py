@@ -55,3 +55,5 @@ class NeuronSettings(BaseSettings):
     sim_ttft_s: float = Field(0.01, ge=0)
     sim_itl_s: float = Field(0.005, ge=0)
     sim_fail_after_tokens: int | None = Field(None, ge=0)
+    # The GPU generation the simulated engine stands in for (no detection).
+    sim_generation: Literal["cpu", "ampere", "ada", "hopper", "blackwell"] | None = None

@@ -102,10 +102,10 @@ _GENERATION_TO_PB = {
 def detect_generation(settings: NeuronSettings, nvml: Any | None) -> Generation:
     """The host's GPU generation, checked against the one the neuron is
     installed for; a mismatch stops the neuron with both named."""
-    if settings.engine == "sim" and settings.generation != "auto":
+    if settings.engine == "sim" and settings.sim_generation:
         # The simulated engine uses no GPU: it stands in for one of the
-        # generation it was placed for (placement and failover tests).
-        return Generation(settings.generation)
+        # generation it was placed on (placement and failover tests).
+        return Generation(settings.sim_generation)
     try:
         detected = host_generation(detect(nvml))
         if settings.generation != "auto":

@@ -485,10 +485,12 @@ def neuron_args(model: ModelSpec, generation: Generation) -> list[str]:
     """`neuraxis neuron serve` arguments for a replica of `model` on a node of
     `generation` (the replica adds its host and ports)."""
     engine = model.engine
-    args = ["--engine", engine.kind, "--served-id", model.id, "--generation", generation.value]
+    args = ["--engine", engine.kind, "--served-id", model.id]
     if engine.kind == "sim":
         args += ["--sim-ttft-s", str(engine.sim_ttft_s), "--sim-itl-s", str(engine.sim_itl_s)]
+        args += ["--sim-generation", generation.value]
     else:
+        args += ["--generation", generation.value]
         args += ["--model", model.source, "--kv-cache-gib", str(engine.kv_cache_gib)]
         args += ["--dtype", engine.dtype or PROFILES[generation].dtype]
         args += ["--tensor-parallel-size", str(model.tensor_parallel_size)]

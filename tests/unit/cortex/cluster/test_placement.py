@@ -79,7 +79,8 @@ def test_neuron_arguments_take_the_generation_profile_defaults() -> None:
 def test_simulated_replicas_take_their_timing() -> None:
     model = _model(generations=["ada"], engine={"kind": "sim", "sim_ttft_s": 0.2})
     args = neuron_args(model, Generation.ADA)
-    assert "--model" not in args
+    assert "--model" not in args and "--generation" not in args
+    assert args[args.index("--sim-generation") + 1] == "ada"
     assert args[args.index("--sim-ttft-s") + 1] == "0.2"
 
 
