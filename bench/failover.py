@@ -23,21 +23,11 @@ from typing import Any
 
 import ray
 
-from bench.sim_cluster import SimCluster, sim_cluster
+from bench.sim_cluster import SimCluster, sim_cluster, two_replica_spec
 from bench.streaming_load import Load
 
 MODEL = "sim"
-SPEC = f"""
-[[models]]
-id = "{MODEL}"
-source = "sim"
-replicas = 2
-min_generation = "ada"
-[models.engine]
-kind = "sim"
-sim_ttft_s = 0.05
-sim_itl_s = 0.02
-"""
+SPEC = two_replica_spec(MODEL)
 CLIENTS = 4
 MAX_TOKENS = 20  # ~0.45 s a request
 TRIALS = {"actor killed": 4, "neuron SIGKILLed": 4, "node removed": 2}

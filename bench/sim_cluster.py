@@ -29,6 +29,22 @@ GENERATION_LABEL = "neuraxis.io/generation"
 NAMESPACE = "neuraxis"
 
 
+def two_replica_spec(model: str) -> str:
+    """A deployment-spec entry: two simulated replicas of `model` on ada or
+    newer (50 ms to the first token, 20 ms between tokens)."""
+    return f"""
+[[models]]
+id = "{model}"
+source = "sim"
+replicas = 2
+min_generation = "ada"
+[models.engine]
+kind = "sim"
+sim_ttft_s = 0.05
+sim_itl_s = 0.02
+"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

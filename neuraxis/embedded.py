@@ -27,6 +27,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -99,12 +100,13 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
     spec.write_text(embedded_spec(options))
     # `neuraxis status` with no arguments finds this cluster here.
     marker = state_dir / EMBEDDED_CLUSTER_FILE
-    head: subprocess.Popen[bytes] | None = None
-    cortex: subprocess.Popen[bytes] | None = None
-    try:
+    children: list[subprocess.Popen[bytes]] = []  # the head, then cortex
+
+    def run() -> int:
         _say(f"starting Ray on {address}")
         head_log = workdir / "ray-head.log"
         head = start_head(port, "127.0.0.1", {GENERATION_LABEL: "cpu"}, env, head_log)
+        children.append(head)
         try:
             wait_for_head(address, head)
         except RuntimeError as e:
@@ -115,36 +117,26 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
         marker.write_text(json.dumps({"address": address, "token": token}))
         _say(
             f"starting cortex on {options.host}:{options.port}; it places {DEFAULT_CHAT_MODEL} "
-            f"and {DEFAULT_EMBEDDING_MODEL} on Ray (vLLM CPU, ~40 s)"
+            f"and {DEFAULT_EMBEDDING_MODEL} on Ray (vLLM CPU, ~40 s; neuron logs in "
+            f"{state_dir / 'replicas'})"
         )
         cortex_cmd = ["cortex", "--host", options.host, "--port", str(options.port)]
         cortex_cmd += ["--ray-address", address, "--deployment", str(spec)]
         if options.state_dir is not None:
             cortex_cmd += ["--state-dir", str(options.state_dir)]
-        cortex = _spawn(cortex_cmd, env)
-        base = f"http://{options.host}:{options.port}"
-        _wait_ready(base, [head, cortex])
-        _print_banner(base)
-        _say(f"neuron logs: {state_dir / 'replicas'}; cluster: neuraxis status")
-        while head.poll() is None and cortex.poll() is None:
-            time.sleep(0.5)
-        print("neuraxis: Ray or cortex exited; stopping", file=sys.stderr)
-        return 1
-    except _StopRequestedError:
-        _say("stopping")
-        return 0
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if cortex is not None:
-            stop_process_group(cortex, timeout_s=STOP_TIMEOUT_S)
-        if head is not None:
-            if head.poll() is None:
+        children.append(_spawn(cortex_cmd, env))
+        return _serve(f"http://{options.host}:{options.port}", children)
+
+    def stop() -> None:
+        # cortex first (no new requests), then the replicas drain, then Ray.
+        for child in reversed(children):
+            if child is children[0] and child.poll() is None:
                 _drain_replicas(address, env)
-            stop_process_group(head, timeout_s=STOP_TIMEOUT_S)
+            stop_process_group(child, timeout_s=STOP_TIMEOUT_S)
         shutil.rmtree(workdir, ignore_errors=True)
         marker.unlink(missing_ok=True)
-        _say("stopped")
+
+    return _run_until_stopped(run, stop)
 
 
 def embedded_spec(options: EmbeddedOptions) -> str:
@@ -185,7 +177,8 @@ def _free_port() -> int:
 
 def _run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
     children: list[subprocess.Popen[bytes]] = []
-    try:
+
+    def run() -> int:
         chat_cmd = _neuron_cmd(DEFAULT_CHAT_MODEL, options.neuron_port, cache_dir)
         chat_cmd += ["--kv-cache-gib", str(options.kv_cache_gib)]
         chat_cmd += ["--metrics-port", str(options.neuron_metrics_port)]
@@ -209,26 +202,41 @@ def _run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
         if options.state_dir is not None:
             cortex_cmd += ["--state-dir", str(options.state_dir)]
         children.append(_spawn(cortex_cmd))
-        base = f"http://{options.host}:{options.port}"
-        _wait_ready(base, children)
-        _print_banner(base)
-        while all(c.poll() is None for c in children):
-            time.sleep(0.5)
-        dead = next(c for c in children if c.poll() is not None)
-        print(
-            f"neuraxis: a child process exited (code {dead.returncode}); stopping", file=sys.stderr
-        )
-        return 1
+        return _serve(f"http://{options.host}:{options.port}", children)
+
+    def stop() -> None:
+        # cortex first, so that it stops taking requests before the neuron goes.
+        for child in reversed(children):
+            stop_process_group(child, timeout_s=STOP_TIMEOUT_S)
+
+    return _run_until_stopped(run, stop)
+
+
+def _run_until_stopped(run: Callable[[], int], stop: Callable[[], None]) -> int:
+    """`run` until it returns or Ctrl-C / SIGTERM arrives; then `stop`, with
+    further signals ignored so that the stopping is not cut short."""
+    try:
+        return run()
     except _StopRequestedError:
         _say("stopping")
         return 0
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        # cortex first, so that it stops taking requests before the neuron goes.
-        for child in reversed(children):
-            stop_process_group(child, timeout_s=STOP_TIMEOUT_S)
+        stop()
         _say("stopped")
+
+
+def _serve(base: str, children: list[subprocess.Popen[bytes]]) -> int:
+    """Wait until cortex is ready, say how to call it, and watch the children:
+    when one exits, everything stops (exit code 1)."""
+    _wait_ready(base, children)
+    _print_banner(base)
+    while all(c.poll() is None for c in children):
+        time.sleep(0.5)
+    dead = next(c for c in children if c.poll() is not None)
+    print(f"neuraxis: a child process exited (code {dead.returncode}); stopping", file=sys.stderr)
+    return 1
 
 
 def _neuron_cmd(model: str, port: int, cache_dir: Path) -> list[str]:

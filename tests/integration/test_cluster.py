@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +27,13 @@ import httpx
 import pytest
 import ray
 
-from bench.sim_cluster import SimCluster, sim_cluster
+from bench.sim_cluster import SimCluster, sim_cluster, two_replica_spec
 from bench.streaming_load import Load, Outcome, stream_once
 
 MODEL = "sim-ada-plus"
-SPEC = f"""
-[[models]]
-id = "{MODEL}"
-source = "sim"
-replicas = 2
-min_generation = "ada"
-[models.engine]
-kind = "sim"
-sim_ttft_s = 0.05
-sim_itl_s = 0.02
-
+SPEC = (
+    two_replica_spec(MODEL)
+    + """
 # No hopper node in this cluster.
 [[models]]
 id = "sim-hopper"
@@ -61,6 +53,7 @@ generations = ["ampere"]
 kind = "sim"
 kv_cache_dtype = "fp8"
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -153,24 +146,40 @@ def test_status_command_shows_nodes_models_replicas_and_reasons(
     assert {n["generation"] for n in data["nodes"]} >= {"ampere", "ada", "blackwell"}
 
 
+def _failover_under_load(
+    cluster: SimCluster,
+    figures: dict[str, Any],
+    name: str,
+    victim: dict[str, Any],
+    fail: Callable[[], None],
+    max_tokens: int = 10,
+    delay_s: float = 0.0,
+) -> dict[str, Any]:
+    """Four clients stream without pause; `fail` breaks `victim` after 8
+    requests (and `delay_s`); wait for the replacement and 8 more requests.
+    Checks the failover contract and returns the controller's record."""
+    with Load(cluster.base_url, MODEL, clients=4, max_tokens=max_tokens) as load:
+        load.wait_for(8)
+        time.sleep(delay_s)
+        fail()
+        failover = cluster.wait_for_failover(victim["id"])
+        cluster.wait_ready(MODEL, 2)
+        load.wait_for(8)
+    figures[name] = {**load.summary(), "seconds_to_ready": failover["seconds_to_ready"]}
+    print(f"{name}:", figures[name])
+    assert_no_unstarted_request_failed(load)
+    assert load.summary()["completed"] >= 16
+    return failover
+
+
 def test_a_killed_replica_is_replaced_and_no_unstarted_request_fails(
     ray_cluster: SimCluster, figures: dict[str, Any]
 ) -> None:
     victim = ray_cluster.ready(MODEL)[0]
-    with Load(ray_cluster.base_url, MODEL, clients=4) as load:
-        load.wait_for(20)
-        ray.kill(ray.get_actor(victim["id"], namespace="neuraxis"))
-        failover = ray_cluster.wait_for_failover(victim["id"])
-        ray_cluster.wait_ready(MODEL, 2)
-        load.wait_for(20)
-    summary = load.summary()
-    figures["actor_killed"] = {
-        **summary,
-        "seconds_to_ready": failover["seconds_to_ready"],
-    }
-    print("actor killed:", figures["actor_killed"])
-    assert_no_unstarted_request_failed(load)
-    assert summary["completed"] >= 40
+    actor = ray.get_actor(victim["id"], namespace="neuraxis")
+    failover = _failover_under_load(
+        ray_cluster, figures, "actor_killed", victim, lambda: ray.kill(actor)
+    )
     replacement = next(r for r in ray_cluster.ready(MODEL) if r["id"] == failover["replacement"])
     assert ray_cluster.generation_of(replacement["node_id"]) in ("ada", "blackwell")
 
@@ -179,21 +188,11 @@ def test_a_crashed_neuron_is_replaced_and_cut_streams_end_with_an_error_event(
     ray_cluster: SimCluster, figures: dict[str, Any]
 ) -> None:
     victim = ray_cluster.ready(MODEL)[0]
-    with Load(ray_cluster.base_url, MODEL, clients=4, max_tokens=40) as load:
-        load.wait_for(8)
-        # Mid-way through the clients' streams (each ~0.85 s), not at their start.
-        time.sleep(0.4)
-        os.kill(victim["pid"], signal.SIGKILL)  # the engine process dies at once
-        failover = ray_cluster.wait_for_failover(victim["id"])
-        ray_cluster.wait_ready(MODEL, 2)
-        load.wait_for(8)
-    summary = load.summary()
-    figures["neuron_killed"] = {
-        **summary,
-        "seconds_to_ready": failover["seconds_to_ready"],
-    }
-    print("neuron SIGKILLed:", figures["neuron_killed"])
-    assert_no_unstarted_request_failed(load)
+    # The engine process dies at once, mid-way through streams of ~0.85 s.
+    failover = _failover_under_load(
+        ray_cluster, figures, "neuron_killed", victim,
+        lambda: os.kill(victim["pid"], signal.SIGKILL), max_tokens=40, delay_s=0.4,
+    )  # fmt: skip
     assert "exited" in failover["reason"]
 
 
@@ -202,19 +201,10 @@ def test_a_lost_node_is_replaced_elsewhere_and_no_unstarted_request_fails(
 ) -> None:
     ready = ray_cluster.ready(MODEL)
     victim = next(r for r in ready if ray_cluster.generation_of(r["node_id"]) == "ada")
-    with Load(ray_cluster.base_url, MODEL, clients=4) as load:
-        load.wait_for(20)
-        ray_cluster.cluster.remove_node(ray_cluster.nodes["ada"])
-        failover = ray_cluster.wait_for_failover(victim["id"])
-        ray_cluster.wait_ready(MODEL, 2)
-        load.wait_for(20)
-    summary = load.summary()
-    figures["node_removed"] = {
-        **summary,
-        "seconds_to_ready": failover["seconds_to_ready"],
-    }
-    print("node removed:", figures["node_removed"])
-    assert_no_unstarted_request_failed(load)
+    _failover_under_load(
+        ray_cluster, figures, "node_removed", victim,
+        lambda: ray_cluster.cluster.remove_node(ray_cluster.nodes["ada"]),
+    )  # fmt: skip
     # Both replicas now on the blackwell node: the only eligible one left.
     generations = [ray_cluster.generation_of(r["node_id"]) for r in ray_cluster.ready(MODEL)]
     assert generations == ["blackwell", "blackwell"]
