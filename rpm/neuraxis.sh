@@ -1,0 +1,20 @@
+#!/bin/sh
+# /usr/bin/neuraxis (neuraxis-common): runs the neuraxis command from the
+# environment an RPM installed under /opt/neuraxis. `neuraxis neuron ...`
+# prefers the neuron's environment (it has the engine), anything else the
+# cortex's (smaller, quicker to start); either serves where only one is
+# installed. Paths are taken relative to this script, so that a tree installed
+# with `rpm --root DIR` runs as DIR/usr/bin/neuraxis too.
+here=$(dirname "$(readlink -f "$0")")
+opt="$here/../../opt/neuraxis"
+case "$1" in
+neuron) order="neuron cortex" ;;
+*) order="cortex neuron" ;;
+esac
+for env in $order; do
+    if [ -x "$opt/$env/bin/python" ]; then
+        exec "$opt/$env/bin/python" -m neuraxis.cli "$@"
+    fi
+done
+echo "neuraxis: no environment under /opt/neuraxis: install neuraxis-cortex or a neuraxis-neuron-<flavour> package" >&2
+exit 1
