@@ -69,3 +69,45 @@ bench-responses: $(STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# RPM packages (rpm/, docs/deploy.md). `make rpm` builds neuraxis-common,
+# neuraxis-cortex and neuraxis-neuron-cpu; `make rpm-srpm` the source RPMs of
+# every flavour; `make rpm-gpu` the GPU flavours' binary RPMs (on a build host
+# with ~15 GB free a flavour); `make rpm-test` builds and tests them (CI).
+# rpmbuild comes from Debian's rpm package here, installed on first use like
+# the rest of what these commands need (python3-seccomp: a test runs cortex
+# under the unit's MemoryDenyWriteExecute filter).
+RPM_DIR ?= build/rpm
+RPM_BUILD := NEURAXIS_RPM_DIR=$(RPM_DIR) rpm/build.sh
+
+.PHONY: rpm rpm-srpm rpm-gpu rpm-locks rpm-lock-check rpm-test rpm-tools rpm-clean
+
+rpm-tools:
+	@if ! command -v rpmbuild >/dev/null 2>&1 || ! /usr/bin/python3 -c 'import seccomp' 2>/dev/null; then \
+	    command -v apt-get >/dev/null 2>&1 || { echo "neuraxis: the RPM targets need rpmbuild (the rpm package)"; exit 1; }; \
+	    apt-get install -y -q rpm python3-seccomp >/dev/null 2>&1 || \
+	        { apt-get update -q >/dev/null && apt-get install -y -q rpm python3-seccomp >/dev/null; }; \
+	fi
+
+rpm: rpm-tools
+	$(RPM_BUILD) binary cortex cpu
+
+rpm-srpm: rpm-tools
+	$(RPM_BUILD) srpm cortex cpu ampere ada blackwell
+
+rpm-gpu: rpm-tools
+	$(RPM_BUILD) binary ampere ada blackwell
+
+# Regenerate the lock files from pyproject.toml and rpm/lock.py; check that
+# the GPU ones still resolve for the target (rpm-test does it too).
+rpm-locks: $(STAMP)
+	$(PY) rpm/lock.py
+
+rpm-lock-check: $(STAMP)
+	$(PY) rpm/lock.py --check ampere ada blackwell
+
+rpm-test: $(STAMP) rpm rpm-srpm
+	NEURAXIS_RPM_TESTS=1 NEURAXIS_RPM_DIR=$(RPM_DIR) $(PY) -m pytest -q -p no:cacheprovider -s tests/rpm
+
+rpm-clean:
+	rm -rf $(RPM_DIR)

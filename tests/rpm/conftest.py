@@ -1,0 +1,145 @@
+"""Tests of the built RPMs (`make rpm-test`, which builds them first).
+
+They read the packages from $NEURAXIS_RPM_DIR (default build/rpm) and install
+them once per session into a scratch root (`rpm -i --root DIR --nodeps`),
+removed at the end. Outside `make rpm-test` (NEURAXIS_RPM_TESTS unset) they
+are deselected: building the packages takes minutes and `make test` does not.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RPM_DIR = Path(os.environ.get("NEURAXIS_RPM_DIR", ROOT / "build" / "rpm")).resolve()
+ENABLED = os.environ.get("NEURAXIS_RPM_TESTS") == "1"
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+RELEASE = os.environ.get("NEURAXIS_RPM_RELEASE", "1")
+FLAVOURS = ("cpu", "ampere", "ada", "blackwell")
+GPU_FLAVOURS = ("ampere", "ada", "blackwell")
+
+
+def lock_module() -> ModuleType:
+    """rpm/lock.py (a script, not a package module)."""
+    spec = importlib.util.spec_from_file_location("neuraxis_rpm_lock", ROOT / "rpm" / "lock.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def pytest_report_header() -> str:
+    if ENABLED:
+        return f"neuraxis RPM tests on {RPM_DIR}"
+    return "tests/rpm deselected (make rpm-test builds the RPMs and runs them)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if ENABLED:
+        return
+    here = Path(__file__).parent
+    ours = [item for item in items if here in Path(str(item.path)).parents]
+    if ours:
+        config.hook.pytest_deselected(items=ours)
+        items[:] = [item for item in items if item not in ours]
+
+
+@dataclass(frozen=True)
+class Packages:
+    common: Path
+    cortex: Path
+    neuron_cpu: Path
+    srpms: dict[str, Path]  # source package name -> path
+
+    @property
+    def binaries(self) -> list[Path]:
+        return [self.common, self.cortex, self.neuron_cpu]
+
+
+def _built(path: Path) -> Path:
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: `make rpm-test` builds the packages before the tests")
+    return path
+
+
+@pytest.fixture(scope="session")
+def packages() -> Packages:
+    nevr = f"{VERSION}-{RELEASE}"
+    srpms = {
+        name: _built(RPM_DIR / "SRPMS" / f"{name}-{nevr}.src.rpm")
+        for name in ["neuraxis", *(f"neuraxis-neuron-{f}" for f in FLAVOURS)]
+    }
+    return Packages(
+        common=_built(RPM_DIR / "RPMS" / "noarch" / f"neuraxis-common-{nevr}.noarch.rpm"),
+        cortex=_built(RPM_DIR / "RPMS" / "x86_64" / f"neuraxis-cortex-{nevr}.x86_64.rpm"),
+        neuron_cpu=_built(RPM_DIR / "RPMS" / "x86_64" / f"neuraxis-neuron-cpu-{nevr}.x86_64.rpm"),
+        srpms=srpms,
+    )
+
+
+def rpm_query(package: Path, *args: str) -> list[str]:
+    out = subprocess.run(
+        ["rpm", "-qp", *args, str(package)], check=True, capture_output=True, text=True
+    ).stdout
+    return out.splitlines()
+
+
+@pytest.fixture(scope="session")
+def scratch_root(packages: Packages) -> Iterator[Path]:
+    """The three binary RPMs installed into an empty directory, as rpm would
+    on a host, minus what needs the host (scriptlets find none of their tools
+    there and do nothing). /dev/urandom is a plain file of random bytes, so
+    that cortex's %post makes the Ray token."""
+    root = RPM_DIR / "scratch-root"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "dev").mkdir(parents=True)
+    (root / "dev" / "urandom").write_bytes(os.urandom(64))
+    result = subprocess.run(
+        ["rpm", "-i", "--root", str(root), "--nodeps", *map(str, packages.binaries)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"rpm -i --root failed ({result.returncode}): {result.stderr}")
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+# A private mount namespace in which the scratch root's /opt/neuraxis and
+# /etc/neuraxis are at their real paths (over copy-on-write overlays of /opt,
+# /etc and /var, which gain them and empty /var/lib/neuraxis and
+# /var/cache/neuraxis). The host's own directories are untouched. Commands run
+# there as the units run them: the environments' scripts by their shebangs,
+# the configs by their absolute paths.
+_AS_INSTALLED = r"""
+set -e
+root=$1 scratch=$2
+shift 2
+for dir in opt etc var; do
+    mkdir -p "$scratch/upper/$dir" "$scratch/work/$dir"
+    mount -t overlay overlay \
+        -o "lowerdir=/$dir,upperdir=$scratch/upper/$dir,workdir=$scratch/work/$dir" "/$dir"
+done
+mkdir -p /opt/neuraxis /etc/neuraxis /var/lib/neuraxis/models /var/cache/neuraxis
+mount --bind "$root/opt/neuraxis" /opt/neuraxis
+mount --bind "$root/etc/neuraxis" /etc/neuraxis
+exec "$@"
+"""
+
+
+def as_installed(root: Path, scratch: Path, command: list[str]) -> list[str]:
+    """`command` run in a namespace where the packages look installed."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _AS_INSTALLED,
+            "as-installed", str(root), str(scratch), *command]  # fmt: skip
