@@ -73,7 +73,7 @@ clean:
 # RPM packages (rpm/, docs/deploy.md). `make rpm` builds neuraxis-common,
 # neuraxis-cortex and neuraxis-neuron-cpu; `make rpm-srpm` the source RPMs of
 # every flavour; `make rpm-gpu` the GPU flavours' binary RPMs (on a build host
-# with ~15 GB free a flavour); `make rpm-test` builds and tests them (CI).
+# with ~20 GB free a flavour); `make rpm-test` builds and tests them (CI).
 # rpmbuild comes from Debian's rpm package here, installed on first use like
 # the rest of what these commands need (python3-seccomp: a test runs cortex
 # under the unit's MemoryDenyWriteExecute filter).

@@ -8,7 +8,7 @@
 # ampere, ada, blackwell). Output in $NEURAXIS_RPM_DIR (default build/rpm):
 # SRPMS/, RPMS/{x86_64,noarch}/, and build-times.txt with each build's seconds.
 # The binary build needs the package index (PyPI) for the locked wheels; a GPU
-# flavour needs ~15 GB free under $NEURAXIS_RPM_DIR while it builds. Debian's
+# flavour needs ~20 GB free under $NEURAXIS_RPM_DIR while it builds. Debian's
 # rpm has none of the BuildRequires in its database, hence --nodeps.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -7,6 +7,12 @@
 # with `rpm --root DIR` runs as DIR/usr/bin/neuraxis too.
 here=$(dirname "$(readlink -f "$0")")
 opt="$here/../../opt/neuraxis"
+# The Ray cluster's token (the services use it; `neuraxis status` needs it
+# too), for whoever may read it: root and the neuraxis group.
+token="$here/../../etc/neuraxis/ray-auth-token"
+if [ -z "${RAY_AUTH_TOKEN_PATH-}${RAY_AUTH_TOKEN-}" ] && [ -r "$token" ]; then
+    export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$token"
+fi
 case "$1" in
 neuron) order="neuron cortex" ;;
 *) order="cortex neuron" ;;

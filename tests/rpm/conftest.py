@@ -125,8 +125,8 @@ def scratch_root(packages: Packages) -> Iterator[Path]:
 # the configs by their absolute paths.
 _AS_INSTALLED = r"""
 set -e
-root=$1 scratch=$2
-shift 2
+root=$1 scratch=$2 etc=$3
+shift 3
 for dir in opt etc var; do
     mkdir -p "$scratch/upper/$dir" "$scratch/work/$dir"
     mount -t overlay overlay \
@@ -134,12 +134,16 @@ for dir in opt etc var; do
 done
 mkdir -p /opt/neuraxis /etc/neuraxis /var/lib/neuraxis/models /var/cache/neuraxis
 mount --bind "$root/opt/neuraxis" /opt/neuraxis
-mount --bind "$root/etc/neuraxis" /etc/neuraxis
+mount --bind "$etc" /etc/neuraxis
 exec "$@"
 """
 
 
-def as_installed(root: Path, scratch: Path, command: list[str]) -> list[str]:
-    """`command` run in a namespace where the packages look installed."""
+def as_installed(
+    root: Path, scratch: Path, command: list[str], etc: Path | None = None
+) -> list[str]:
+    """`command` run in a namespace where the packages look installed; `etc`:
+    another directory to see as /etc/neuraxis (another host's)."""
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _AS_INSTALLED,
-            "as-installed", str(root), str(scratch), *command]  # fmt: skip
+            "as-installed", str(root), str(scratch), str(etc or root / "etc/neuraxis"),
+            *command]  # fmt: skip

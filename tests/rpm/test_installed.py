@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -169,6 +170,31 @@ def test_the_cpu_neuron_accepts_a_host_without_gpus(scratch_root: Path, tmp_path
         kill_processes_mentioning(ray_tmp)
 
 
+def test_a_neuron_host_without_the_token_says_so(scratch_root: Path, tmp_path: Path) -> None:
+    """A GPU host (no neuraxis-cortex: no token made there) whose operator
+    has not copied the head's token yet: the agent stops, naming the file."""
+    etc = tmp_path / "etc-neuraxis"
+    etc.mkdir()
+    shutil.copy(scratch_root / "etc/neuraxis/neuron.toml", etc)
+    unit = "neuraxis-neuron.service"
+    env = fake_nvml_env([], unit_env(scratch_root, unit))
+    env["NEURAXIS_NEURON_RAY_ADDRESS"] = f"127.0.0.1:{free_port()}"
+    env["RAY_TMPDIR"] = ray_tmp = tempfile.mkdtemp(prefix="nx-ray-")
+    env["HOME"] = str(tmp_path)
+    try:
+        result = subprocess.run(
+            as_installed(scratch_root, tmp_path / "ns", unit_command(scratch_root, unit), etc),
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        )  # fmt: skip
+    finally:
+        kill_processes_mentioning(ray_tmp)
+    assert result.returncode != 0
+    assert (
+        "RAY_AUTH_TOKEN_PATH is set but file cannot be opened or is empty: "
+        "/etc/neuraxis/ray-auth-token"
+    ) in result.stderr, result.stderr[-2000:]
+
+
 def test_the_ray_token_is_made_at_install(scratch_root: Path) -> None:
     token = scratch_root / "etc/neuraxis/ray-auth-token"
     assert re.fullmatch(r"[0-9a-f]{64}", token.read_text())
@@ -275,13 +301,14 @@ def test_cortex_and_its_ray_head_run_as_the_unit_says(
     assert json.loads(body) == {"status": "ok"}
 
     # The controller on the token-authenticated head answers `neuraxis status`
-    # given the unit's environment (the token path)...
-    status = as_installed(scratch_root, tmp_path / "ns-status", [
-        "/opt/neuraxis/cortex/bin/neuraxis", "status", "--json",
-        "--address", f"127.0.0.1:{c.ray_port}"])  # fmt: skip
+    # from an operator's shell: /usr/bin/neuraxis finds the token itself...
+    address = f"127.0.0.1:{c.ray_port}"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("NEURAXIS_", "RAY_"))}
+    clean["HOME"] = str(tmp_path)  # no ~/.ray/auth_token there
+    status = [str(scratch_root / "usr/bin/neuraxis"), "status", "--json", "--address", address]
     deadline = time.monotonic() + 60
     while True:
-        result = subprocess.run(status, capture_output=True, text=True, env=c.env, cwd=tmp_path)
+        result = subprocess.run(status, capture_output=True, text=True, env=clean, cwd=tmp_path)
         if result.returncode == 0 or time.monotonic() > deadline:
             break
         time.sleep(2)
@@ -289,11 +316,12 @@ def test_cortex_and_its_ray_head_run_as_the_unit_says(
     models = {m["id"] for m in json.loads(result.stdout)["models"]}
     assert models == {"smollm2-135m-instruct", "all-minilm-l6-v2"}
 
-    # ...and turns away a client without the token.
-    no_token = {k: v for k, v in c.env.items() if not k.startswith("RAY_AUTH")}
-    no_token["HOME"] = str(tmp_path)
-    refused = subprocess.run(status, capture_output=True, text=True, env=no_token,
-                             cwd=tmp_path, timeout=120)  # fmt: skip
+    # ...and the head turns away a client without it.
+    python = scratch_root / "opt/neuraxis/cortex/bin/python"
+    refused = subprocess.run(
+        [str(python), "-P", "-m", "neuraxis.cli", "status", "--json", "--address", address],
+        capture_output=True, text=True, env=clean, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
     assert refused.returncode != 0
     assert re.search(r"(?i)authenticat|token", refused.stderr), refused.stderr[-2000:]
 

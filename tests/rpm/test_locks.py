@@ -1,7 +1,7 @@
 """The GPU flavours' lock files resolve for the target (CPython 3.11, x86_64,
 glibc 2.34) as they stand: complete, every pinned wheel on the index with the
 locked hash, and still what pyproject.toml and rpm/lock.py ask for. Their
-binary RPMs are not built here (the CUDA wheels need ~15 GB a flavour)."""
+binary RPMs are not built here (~4 GB of CUDA wheels and ~20 GB of disk a flavour)."""
 
 from __future__ import annotations
 
