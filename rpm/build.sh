@@ -18,8 +18,11 @@ shift
 [ $# -gt 0 ] || set -- cortex cpu
 out=$(realpath -m "${NEURAXIS_RPM_DIR:-build/rpm}")
 release=${NEURAXIS_RPM_RELEASE:-1}
-version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+python=${NEURAXIS_RPM_PYTHON:-/usr/bin/python3.11}
+version=$("$python" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
 top=$out/rpmbuild
+# The build trees hold a whole payload (GBs): never leave them behind.
+trap 'rm -rf "${top:?}/BUILD" "${top:?}/BUILDROOT"' EXIT
 
 command -v rpmbuild >/dev/null || {
     echo "rpm/build.sh: rpmbuild is missing (Debian: apt-get install rpm; make rpm does it)" >&2
@@ -80,8 +83,11 @@ for target in "$@"; do
     srpm=$out/SRPMS/$name-$version-$release.src.rpm
     started=$(date +%s)
     # --rebuild: from the source RPM alone, as a GPU build host would.
-    rpmbuild_ --rebuild "$srpm" 2>&1 | tee "$out/$name.log" | grep -E '^(Wrote|error|RPM build)' || true
-    [ "${PIPESTATUS[0]}" = 0 ] || {
+    status=0
+    rpmbuild_ --rebuild "$srpm" >"$out/$name.log" 2>&1 || status=$?
+    grep -E '^(Wrote|error|RPM build)' "$out/$name.log" || true
+    [ "$status" = 0 ] || {
+        tail -20 "$out/$name.log" >&2
         echo "rpm/build.sh: $name failed; the log is $out/$name.log" >&2
         exit 1
     }
@@ -96,5 +102,4 @@ for target in "$@"; do
     mv "$out/build-times.txt.new" "$out/build-times.txt"
     echo "rpm/build.sh: $name built in ${seconds}s"
 done
-rm -rf "${top:?}/BUILD" "${top:?}/BUILDROOT"
 ls -la "$out"/RPMS/*/
