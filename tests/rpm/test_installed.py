@@ -148,13 +148,24 @@ def test_the_cpu_neuron_refuses_a_gpu_host(
     ) in result.stderr
 
 
-def test_the_cpu_neuron_accepts_a_host_without_gpus(scratch_root: Path, tmp_path: Path) -> None:
+@pytest.fixture
+def ray_tmp() -> Iterator[str]:
+    """RAY_TMPDIR for a test: short (Ray's socket paths), removed after it."""
+    path = tempfile.mkdtemp(prefix="nx-ray-")
+    yield path
+    kill_processes_mentioning(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_cpu_neuron_accepts_a_host_without_gpus(
+    scratch_root: Path, tmp_path: Path, ray_tmp: str
+) -> None:
     """The control: the same command with NVML reporting no GPU passes the
     check and goes on to join Ray (here, a head that is not there)."""
     unit = "neuraxis-neuron.service"
     env = fake_nvml_env([], unit_env(scratch_root, unit))
     env["NEURAXIS_NEURON_RAY_ADDRESS"] = f"127.0.0.1:{free_port()}"
-    env["RAY_TMPDIR"] = ray_tmp = tempfile.mkdtemp(prefix="nx-ray-")
+    env["RAY_TMPDIR"] = ray_tmp
     proc = subprocess.Popen(
         as_installed(scratch_root, tmp_path, unit_command(scratch_root, unit)),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
@@ -170,7 +181,9 @@ def test_the_cpu_neuron_accepts_a_host_without_gpus(scratch_root: Path, tmp_path
         kill_processes_mentioning(ray_tmp)
 
 
-def test_a_neuron_host_without_the_token_says_so(scratch_root: Path, tmp_path: Path) -> None:
+def test_a_neuron_host_without_the_token_says_so(
+    scratch_root: Path, tmp_path: Path, ray_tmp: str
+) -> None:
     """A GPU host (no neuraxis-cortex: no token made there) whose operator
     has not copied the head's token yet: the agent stops, naming the file."""
     etc = tmp_path / "etc-neuraxis"
@@ -179,7 +192,7 @@ def test_a_neuron_host_without_the_token_says_so(scratch_root: Path, tmp_path: P
     unit = "neuraxis-neuron.service"
     env = fake_nvml_env([], unit_env(scratch_root, unit))
     env["NEURAXIS_NEURON_RAY_ADDRESS"] = f"127.0.0.1:{free_port()}"
-    env["RAY_TMPDIR"] = ray_tmp = tempfile.mkdtemp(prefix="nx-ray-")
+    env["RAY_TMPDIR"] = ray_tmp
     env["HOME"] = str(tmp_path)
     try:
         result = subprocess.run(
@@ -251,13 +264,12 @@ class Cortex:
 
 
 @pytest.fixture
-def cortex_service(scratch_root: Path, tmp_path: Path) -> Iterator[Cortex]:
+def cortex_service(scratch_root: Path, tmp_path: Path, ray_tmp: str) -> Iterator[Cortex]:
     """neuraxis-cortex.service's command and environment, with the packaged
     cortex.toml (cluster mode: a Ray head beside cortex, the packaged
     deployment spec), under the unit's MemoryDenyWriteExecute (systemd's
     seccomp filter); loopback ports instead of the example's address."""
     unit = "neuraxis-cortex.service"
-    ray_tmp = tempfile.mkdtemp(prefix="nx-ray-")  # short: Ray's socket paths
     http_port, ray_port = free_port(), free_port()
     env = unit_env(scratch_root, unit)
     env.update(
