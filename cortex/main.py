@@ -5,7 +5,9 @@ multiprocess mode)."""
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -26,11 +28,24 @@ def run(settings: CortexSettings) -> int:
 
     address = f"{settings.ray_node_ip}:{settings.ray_port}"
     head = start_head(settings.ray_port, settings.ray_node_ip)
+    # uvicorn re-raises the SIGTERM it shut down for once it has restored the
+    # previous handler: with this one, that unwinds to the `finally` below
+    # instead of killing the process before it stops the head.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         wait_for_head(address, head)
         return _serve(settings.model_copy(update={"ray_head": False, "ray_address": address}))
     finally:
+        if head.poll() is None:
+            # The cluster ends with its head: the replicas drain first.
+            from cortex.cluster.client import drain_cluster
+
+            drain_cluster(address)
         stop_process_group(head, timeout_s=30)
+
+
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 def _serve(settings: CortexSettings) -> int:

@@ -18,6 +18,7 @@ from neuraxis.logs import configure_logging
 from neuraxis.process import ray_binary
 from neuron.config import NeuronSettings
 from neuron.gpu import (
+    EXIT_WRONG_GPU,
     GENERATION_LABEL,
     Device,
     Generation,
@@ -53,7 +54,8 @@ def run_agent(settings: NeuronSettings) -> int:
         if settings.generation != "auto":
             check_installed_for(Generation(settings.generation), generation)
     except UnsupportedGpuError as e:
-        raise SystemExit(f"neuron agent: {e}") from None
+        print(f"neuron agent: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_WRONG_GPU) from None
     ray = ray_binary()
     cmd = join_command(ray, settings.ray_address, generation, devices, settings.node_ip)
     if settings.cache_dir is not None:

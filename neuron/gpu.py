@@ -58,6 +58,11 @@ class UnsupportedGpuError(Exception):
     pass
 
 
+# The exit status of a neuron (or host agent) refused by its hardware:
+# sysexits' EX_CONFIG, which systemd is told not to retry (the flavour is wrong).
+EXIT_WRONG_GPU = 78
+
+
 @dataclass(frozen=True)
 class Device:
     index: int

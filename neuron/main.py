@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from neuraxis.v1 import neuron_pb2 as pb
 from neuron.config import NeuronSettings
 from neuron.engine.base import Engine
 from neuron.gpu import (
+    EXIT_WRONG_GPU,
     PROFILES,
     Generation,
     UnsupportedGpuError,
@@ -112,7 +114,8 @@ def detect_generation(settings: NeuronSettings, nvml: Any | None) -> Generation:
             check_installed_for(Generation(settings.generation), detected)
         check_model_options(detected, settings.quantization, settings.kv_cache_dtype)
     except UnsupportedGpuError as e:
-        raise SystemExit(f"neuron: {e}") from None
+        print(f"neuron: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_WRONG_GPU) from None
     return detected
 
 

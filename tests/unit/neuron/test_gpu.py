@@ -3,6 +3,7 @@ capabilities, with NVML faked; and the refusal of a mismatched install."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -103,13 +104,15 @@ def test_generation_profiles_refuse_what_they_lack() -> None:
     check_model_options(Generation.BLACKWELL, "nvfp4", "fp8")
 
 
-def test_mismatched_install_names_both_generations() -> None:
+def test_mismatched_install_names_both_generations(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(UnsupportedGpuError) as info:
         check_installed_for(Generation.AMPERE, Generation.BLACKWELL)
     assert "ampere" in str(info.value) and "blackwell" in str(info.value)
     settings = NeuronSettings(generation="ampere")
-    with pytest.raises(SystemExit, match=r"installed for ampere.*host has ada"):
+    with pytest.raises(SystemExit) as stopped:
         detect_generation(settings, FakeNvml([("NVIDIA L4", (8, 9))]))
+    assert stopped.value.code == 78
+    assert re.search(r"installed for ampere.*host has ada", capsys.readouterr().err)
     ok = detect_generation(NeuronSettings(generation="ada"), FakeNvml([("NVIDIA L4", (8, 9))]))
     assert ok is Generation.ADA
 
@@ -121,6 +124,6 @@ def test_neuron_command_refuses_a_mismatched_generation_here() -> None:
          "--generation", "ampere", "--metrics-port", "0", "--port", "0"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert result.returncode != 0
+    assert result.returncode == 78
     assert "installed for ampere" in result.stderr and "host has cpu" in result.stderr
     assert "Traceback" not in result.stderr
