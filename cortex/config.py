@@ -54,6 +54,9 @@ class CortexSettings(BaseSettings):
     ray_head: bool = False
     ray_port: int = Field(6379, ge=1, le=65535)
     ray_node_ip: str = "127.0.0.1"
+    # The head's Ray ports fixed (6380-6384, 52365, workers 10002-10999), as
+    # the firewalld service opens them; otherwise Ray picks free ones.
+    ray_fixed_ports: bool = False
     # The deployment spec (TOML) the controller keeps true.
     deployment: Path | None = None
     # How often the controller checks replicas and the nodes.

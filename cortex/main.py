@@ -27,7 +27,7 @@ def run(settings: CortexSettings) -> int:
     from neuraxis.process import stop_process_group
 
     address = f"{settings.ray_node_ip}:{settings.ray_port}"
-    head = start_head(settings.ray_port, settings.ray_node_ip)
+    head = start_head(settings.ray_port, settings.ray_node_ip, fixed_ports=settings.ray_fixed_ports)
     # uvicorn re-raises the SIGTERM it shut down for once it has restored the
     # previous handler: with this one, that unwinds to the `finally` below
     # instead of killing the process before it stops the head.

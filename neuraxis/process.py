@@ -63,3 +63,19 @@ def ray_binary() -> str:
     if found is None:
         raise FileNotFoundError("the `ray` command is not installed beside neuraxis")
     return found
+
+
+# Fixed Ray ports for hosts behind a firewall (deploy/firewalld/neuraxis-ray.xml
+# opens exactly these); the GCS port is the head's ray_port (6379).
+FIXED_RAY_PORT_ARGS = [
+    "--node-manager-port", "6380", "--object-manager-port", "6381",
+    "--runtime-env-agent-port", "6382", "--dashboard-agent-grpc-port", "6383",
+    "--metrics-export-port", "6384", "--dashboard-agent-listen-port", "52365",
+    "--min-worker-port", "10002", "--max-worker-port", "10999",
+]  # fmt: skip
+# The ports replicas' neurons take on such hosts (neuraxis-neuron.xml):
+# gRPC and metrics, as "first-last" ranges, inherited by Ray's workers.
+FIXED_REPLICA_PORTS = {
+    "NEURAXIS_REPLICA_PORTS": "50051-50099",
+    "NEURAXIS_REPLICA_METRICS_PORTS": "9400-9449",
+}

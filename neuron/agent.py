@@ -15,7 +15,7 @@ import os
 import sys
 
 from neuraxis.logs import configure_logging
-from neuraxis.process import ray_binary
+from neuraxis.process import FIXED_RAY_PORT_ARGS, FIXED_REPLICA_PORTS, ray_binary
 from neuron.config import NeuronSettings
 from neuron.gpu import (
     EXIT_WRONG_GPU,
@@ -33,7 +33,12 @@ log = logging.getLogger("neuraxis.neuron")
 
 
 def join_command(
-    ray: str, address: str, generation: Generation, devices: list[Device], node_ip: str | None
+    ray: str,
+    address: str,
+    generation: Generation,
+    devices: list[Device],
+    node_ip: str | None,
+    fixed_ports: bool = False,
 ) -> list[str]:
     cmd = [
         ray, "start", "--address", address, "--block", "--disable-usage-stats",
@@ -41,6 +46,8 @@ def join_command(
     ]  # fmt: skip
     if node_ip:
         cmd += ["--node-ip-address", node_ip]
+    if fixed_ports:
+        cmd += FIXED_RAY_PORT_ARGS
     return cmd
 
 
@@ -57,7 +64,11 @@ def run_agent(settings: NeuronSettings) -> int:
         print(f"neuron agent: {e}", file=sys.stderr)
         raise SystemExit(EXIT_WRONG_GPU) from None
     ray = ray_binary()
-    cmd = join_command(ray, settings.ray_address, generation, devices, settings.node_ip)
+    cmd = join_command(
+        ray, settings.ray_address, generation, devices, settings.node_ip, settings.ray_fixed_ports
+    )
+    if settings.ray_fixed_ports:
+        os.environ.update(FIXED_REPLICA_PORTS)  # inherited by the replicas
     if settings.cache_dir is not None:
         # Replicas on this node prepare and load models from here.
         os.environ["NEURAXIS_CACHE_DIR"] = str(settings.cache_dir)

@@ -41,6 +41,9 @@ class NeuronSettings(BaseSettings):
     ray_address: str | None = None
     # The address this host is reached at by the others; default: Ray's guess.
     node_ip: str | None = None
+    # Fixed Ray ports and replica port ranges (neurons 50051-50099, metrics
+    # 9400-9449), as the firewalld services open them; otherwise free ones.
+    ray_fixed_ports: bool = False
     # vLLM tool parser for tool_choice "auto"; defaults to the bundled model's.
     tool_parser: str | None = None
     # vLLM reasoning parser (e.g. "deepseek_r1") for models that think aloud.

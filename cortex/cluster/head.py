@@ -14,14 +14,18 @@ from pathlib import Path
 
 import grpc
 
-from neuraxis.process import die_with_parent, ray_binary
+from neuraxis.process import FIXED_RAY_PORT_ARGS, die_with_parent, ray_binary
 
 # Ray's object store holds only small control messages here.
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 
 
 def head_command(
-    port: int, node_ip: str, labels: dict[str, str] | None = None, num_cpus: int = 1
+    port: int,
+    node_ip: str,
+    labels: dict[str, str] | None = None,
+    num_cpus: int = 1,
+    fixed_ports: bool = False,
 ) -> list[str]:
     cmd = [
         ray_binary(), "start", "--head", "--block", "--port", str(port),
@@ -29,6 +33,8 @@ def head_command(
         "--num-cpus", str(num_cpus), "--num-gpus", "0",
         "--object-store-memory", str(OBJECT_STORE_BYTES),
     ]  # fmt: skip
+    if fixed_ports:
+        cmd += FIXED_RAY_PORT_ARGS
     if labels:
         cmd += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
     return cmd
@@ -40,11 +46,12 @@ def start_head(
     labels: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
     log_path: Path | None = None,
+    fixed_ports: bool = False,
 ) -> subprocess.Popen[bytes]:
     out = open(log_path, "ab") if log_path else None  # noqa: SIM115 (the child owns it)
     try:
         return subprocess.Popen(
-            head_command(port, node_ip, labels),
+            head_command(port, node_ip, labels, fixed_ports=fixed_ports),
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
             env=env,

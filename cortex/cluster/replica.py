@@ -34,10 +34,21 @@ class ReplicaStartError(Exception):
     """The neuron exited or never became ready; the message has its last log lines."""
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def _free_port(host: str, env: str, taken: int = 0) -> int:
+    """A free port of the range in environment variable `env` ("first-last",
+    set by the host agent for firewalled hosts), or any free port."""
+    first, _, last = os.environ.get(env, "").partition("-")
+    candidates = range(int(first), int(last) + 1) if first and last else [0]
+    for port in candidates:
+        if taken and port == taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise ReplicaStartError(f"no free port left in {env}={os.environ[env]}")
 
 
 # Where replicas listen instead of the node's address: 127.0.0.1 for a
@@ -79,7 +90,8 @@ class Replica:
     async def start(self, neuron_args: list[str], timeout_s: float) -> dict[str, Any]:
         """Start the neuron and return its addresses once it reports SERVING."""
         host = _node_ip()
-        port, metrics_port = _free_port(host), _free_port(host)
+        port = _free_port(host, "NEURAXIS_REPLICA_PORTS")
+        metrics_port = _free_port(host, "NEURAXIS_REPLICA_METRICS_PORTS", taken=port)
         log_dir = Path(
             os.environ.get(LOG_DIR_ENV) or Path(tempfile.gettempdir()) / "neuraxis" / "replicas"
         )

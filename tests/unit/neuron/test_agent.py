@@ -14,3 +14,11 @@ def test_the_node_joins_with_its_generation_label_and_gpu_count() -> None:
     with_ip = join_command("ray", "h:1", Generation.CPU, [], "10.0.0.21")
     assert with_ip[with_ip.index("--node-ip-address") + 1] == "10.0.0.21"
     assert with_ip[with_ip.index("--num-gpus") + 1] == "0"
+
+
+def test_firewalled_hosts_use_the_fixed_ray_ports() -> None:
+    cmd = join_command("ray", "h:6379", Generation.ADA, [], None, fixed_ports=True)
+    assert cmd[cmd.index("--node-manager-port") + 1] == "6380"
+    assert cmd[cmd.index("--min-worker-port") + 1] == "10002"
+    assert cmd[cmd.index("--max-worker-port") + 1] == "10999"
+    assert "--node-manager-port" not in join_command("ray", "h:1", Generation.ADA, [], None)
