@@ -348,7 +348,6 @@ def _cluster(args: argparse.Namespace) -> int:
 def _status(address: str | None, config: Path | None, as_json: bool) -> int:
     import os
 
-    from cortex.cluster.client import ClusterError, connect, status
     from cortex.config import CortexSettings
     from neuraxis.status import render, render_json
 
@@ -364,6 +363,10 @@ def _status(address: str | None, config: Path | None, as_json: bool) -> int:
             file=sys.stderr,
         )
         return 2
+    # Imported once the address (and a running `up`'s token) is known: Ray
+    # reads its authentication settings when it is first imported.
+    from cortex.cluster.client import ClusterError, connect, status
+
     try:
         connect(address)
         current = status()

@@ -87,9 +87,14 @@ def start_up(log_path: Path, state_dir: Path | None = None) -> Embedded:
     """`neuraxis up` (Ray, the controller, the replicas and cortex) on free ports."""
     port = free_port()
     args = ["up", "--port", str(port), "--ray-port", str(free_port())]
-    # Each stack keeps its Responses store beside its log unless told otherwise.
-    args += ["--state-dir", str(state_dir or log_path.parent / f"{log_path.stem}-state")]
+    # Each stack keeps its state beside its log unless told otherwise, laid out
+    # as $XDG_STATE_HOME/neuraxis would be (XDG_STATE_HOME=<log>-state).
+    args += ["--state-dir", str(state_dir or up_state_dir(log_path))]
     return Embedded(Proc(args, log_path), f"http://127.0.0.1:{port}")
+
+
+def up_state_dir(log_path: Path) -> Path:
+    return log_path.parent / f"{log_path.stem}-state" / "neuraxis"
 
 
 def neuron_addresses(base_url: str) -> dict[str, str]:

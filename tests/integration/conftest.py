@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from tests.procs import Proc, free_port, neuron_addresses, start_up, wait_http_ready
+from tests.procs import (
+    Proc,
+    free_port,
+    neuron_addresses,
+    start_up,
+    up_state_dir,
+    wait_http_ready,
+)
 
 MODEL = "smollm2-135m-instruct"
 EMBEDDING_MODEL = "all-minilm-l6-v2"
@@ -58,7 +65,7 @@ def stack(logs_dir: Path) -> Iterator[Stack]:
             neuron_address=neurons[MODEL],
             embedding_address=neurons[EMBEDDING_MODEL],
             proc=proc,
-            state_dir=logs_dir / "up-state",
+            state_dir=up_state_dir(logs_dir / "up.log"),
         )
     finally:
         proc.stop()

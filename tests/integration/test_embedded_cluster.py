@@ -13,9 +13,10 @@ from tests.integration.conftest import EMBEDDING_MODEL, MODEL, Stack
 from tests.procs import REPO
 
 
-def _status(address: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _status(address: str | None, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    where = ["--address", address] if address else []
     return subprocess.run(
-        [sys.executable, "-m", "neuraxis.cli", "status", "--address", address, "--json"],
+        [sys.executable, "-m", "neuraxis.cli", "status", *where, "--json"],
         capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
     )  # fmt: skip
 
@@ -43,3 +44,14 @@ def test_the_local_ray_refuses_a_client_without_the_token(stack: Stack) -> None:
     out = _status(found["address"], env)
     assert out.returncode != 0
     assert "token" in (out.stdout + out.stderr).lower()
+
+
+def test_status_with_no_arguments_finds_the_running_up(stack: Stack) -> None:
+    """What a user types in a second terminal: the address and the token come
+    from the state directory of the running `neuraxis up`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env["XDG_STATE_HOME"] = str(stack.state_dir.parent)
+    out = _status(None, env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    models = {m["id"] for m in json.loads(out.stdout)["models"]}
+    assert models == {MODEL, EMBEDDING_MODEL}
