@@ -198,9 +198,6 @@ class Controller:
         tasks = [r.task for r in self._replicas.values() if r.task is not None]
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def ping(self) -> bool:
-        return True
-
     # -- reconciling ---------------------------------------------------------
 
     async def _run(self) -> None:
