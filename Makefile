@@ -28,22 +28,24 @@ run: $(STAMP)
 
 # Lint and type checks first (a minute at most), then the unit and the
 # real-process integration tests.
-test: $(STAMP)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
+test: lint typecheck
 	$(PY) -m pytest -q -p no:cacheprovider
 
 unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
+# ruff's rules and formatting, then the import layers (pyproject.toml's
+# [tool.importlinter]: app above cortex | neuron, both above core).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 proto: $(STAMP)
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. proto/neuraxis/v1/neuron.proto
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. proto/neuraxis/core/v1/neuron.proto
 
 proto-check: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_proto_stubs.py

@@ -22,8 +22,8 @@ from pathlib import Path
 import grpc
 import httpx
 
-from neuraxis.v1 import neuron_pb2 as pb
-from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
+from neuraxis.core.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 from tests.procs import start_up, wait_http_ready
 
 MODEL = "all-minilm-l6-v2"
@@ -62,9 +62,10 @@ async def _rate(path: str, batch: int, requests: int, base: str, neuron: str) ->
                 assert len(response.json()["data"]) == batch
             else:
                 request = pb.EmbedRequest(
-                    request_id=f"bench-{uuid.uuid4().hex}", model=MODEL,
+                    request_id=f"bench-{uuid.uuid4().hex}",
+                    model=MODEL,
                     inputs=[pb.EmbedInput(text=t) for t in texts],
-                )  # fmt: skip
+                )
                 reply = await stub.Embed(request, timeout=120)
                 assert len(reply.embeddings) == batch
         elapsed = time.perf_counter() - started

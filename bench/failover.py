@@ -89,15 +89,24 @@ def main() -> None:
                     seen = load.summary(since=started, until=started + window)
                     settled = settle(cluster)
                     rows.append(
-                        {"how": how, "seconds_to_ready": failover["seconds_to_ready"],
-                         "window_s": window, "settle_s": settled, **seen}
-                    )  # fmt: skip
+                        {
+                            "how": how,
+                            "seconds_to_ready": failover["seconds_to_ready"],
+                            "window_s": window,
+                            "settle_s": settled,
+                            **seen,
+                        }
+                    )
                     time.sleep(1)
-    print(f"\nbaseline: {steady['completed']} requests completed in 10 s "
-          f"({steady_rate:.1f}/s), {steady['requests'] - steady['completed']} failed")  # fmt: skip
-    print("\n| failure | trials | time to replacement ready (s), median [max] "
-          "| requests | failed before first token | cut mid-stream (error event) "
-          "| throughput vs baseline | back on separate nodes after (s), max |")  # fmt: skip
+    print(
+        f"\nbaseline: {steady['completed']} requests completed in 10 s "
+        f"({steady_rate:.1f}/s), {steady['requests'] - steady['completed']} failed"
+    )
+    print(
+        "\n| failure | trials | time to replacement ready (s), median [max] "
+        "| requests | failed before first token | cut mid-stream (error event) "
+        "| throughput vs baseline | back on separate nodes after (s), max |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for how in TRIALS:
         mine = [r for r in rows if r["how"] == how]

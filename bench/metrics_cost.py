@@ -34,10 +34,18 @@ def main() -> int:
     up = start_up(args.out.parent / "up-metrics.log")
     port = free_port()
     bare = Proc(
-        ["cortex", "--port", str(port), "--neuron", up.neuron_address, "--model", MODEL,
-         "--no-metrics"],
+        [
+            "cortex",
+            "--port",
+            str(port),
+            "--neuron",
+            up.neuron_address,
+            "--model",
+            MODEL,
+            "--no-metrics",
+        ],
         args.out.parent / "cortex-no-metrics.log",
-    )  # fmt: skip
+    )
     bases = {"metrics": up.base_url, "no-metrics": f"http://127.0.0.1:{port}"}
     runs: dict[str, list[Run]] = {name: [] for name in bases}
     try:
@@ -51,9 +59,15 @@ def main() -> int:
             order = list(bases) if r % 2 == 0 else list(bases)[::-1]
             for name in order + order[::-1]:
                 result = asyncio.run(
-                    run("cortex", args.concurrency, requests, args.max_tokens, bases[name],
-                        up.neuron_address)
-                )  # fmt: skip
+                    run(
+                        "cortex",
+                        args.concurrency,
+                        requests,
+                        args.max_tokens,
+                        bases[name],
+                        up.neuron_address,
+                    )
+                )
                 runs[name].append(result)
                 print(
                     f"  {name:<10} ttft p50 {statistics.median(result.ttfts) * 1000:7.1f} ms  "

@@ -23,7 +23,7 @@ import httpx
 import ray
 from ray.cluster_utils import Cluster
 
-from neuraxis.process import stop_process_group
+from neuraxis.core.process import stop_process_group
 
 GENERATION_LABEL = "neuraxis.io/generation"
 NAMESPACE = "neuraxis"
@@ -127,10 +127,23 @@ def sim_cluster(
         env = dict(os.environ, NEURAXIS_CORTEX_HEALTH_INTERVAL_S=str(health_interval_s))
         with open(sim.cortex_log, "wb") as log:
             cortex = subprocess.Popen(
-                [sys.executable, "-m", "neuraxis.cli", "cortex", "--port", str(port),
-                 "--ray-address", cluster.address, "--deployment", str(spec_path)],
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "neuraxis.app.cli",
+                    "cortex",
+                    "--port",
+                    str(port),
+                    "--ray-address",
+                    cluster.address,
+                    "--deployment",
+                    str(spec_path),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         sim.base_url = f"http://127.0.0.1:{port}"
         if wait_for_model:
             _wait_listed(sim, cortex, wait_for_model)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import grpc
 import httpx
 
-from neuraxis.v1 import neuron_pb2 as pb
-from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
+from neuraxis.core.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 
 MODEL = "smollm2-135m-instruct"
 PROMPTS = [

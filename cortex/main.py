@@ -13,7 +13,7 @@ from typing import Any
 import uvicorn
 
 from cortex.config import CortexSettings
-from neuraxis.logs import configure_logging
+from neuraxis.core.logs import configure_logging
 
 _SETTINGS_ENV = "NEURAXIS_CORTEX_SETTINGS_JSON"
 
@@ -24,7 +24,7 @@ def run(settings: CortexSettings) -> int:
         return _serve(settings)
     # The head host's service: a Ray head beside cortex, stopped with it.
     from cortex.cluster.head import start_head, wait_for_head
-    from neuraxis.process import stop_process_group
+    from neuraxis.core.process import stop_process_group
 
     address = f"{settings.ray_node_ip}:{settings.ray_port}"
     head = start_head(settings.ray_port, settings.ray_node_ip, fixed_ports=settings.ray_fixed_ports)

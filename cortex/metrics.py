@@ -32,8 +32,8 @@ from prometheus_client import (
 )
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 
-from neuraxis.errors import NeuraxisError, mapping_for
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.errors import NeuraxisError, mapping_for
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex.requests")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cortex.api.errors import error_envelope
-from neuraxis.errors import RequestTooLargeError, mapping_for
+from neuraxis.core.errors import RequestTooLargeError, mapping_for
 
 
 class BodyLimit:

@@ -14,20 +14,16 @@ import logging
 import os
 import sys
 
-from neuraxis.logs import configure_logging
-from neuraxis.process import FIXED_RAY_PORT_ARGS, FIXED_REPLICA_PORTS, ray_binary
-from neuron.config import NeuronSettings
-from neuron.gpu import (
+from neuraxis.core.generations import (
     EXIT_WRONG_GPU,
     GENERATION_LABEL,
-    Device,
     Generation,
     UnsupportedGpuError,
-    check_installed_for,
-    detect,
-    host_generation,
-    load_nvml,
 )
+from neuraxis.core.logs import configure_logging
+from neuraxis.core.neuron_settings import NeuronSettings
+from neuraxis.core.process import FIXED_RAY_PORT_ARGS, FIXED_REPLICA_PORTS, ray_binary
+from neuron.gpu import Device, check_installed_for, detect, host_generation, load_nvml
 
 log = logging.getLogger("neuraxis.neuron")
 
@@ -41,9 +37,17 @@ def join_command(
     fixed_ports: bool = False,
 ) -> list[str]:
     cmd = [
-        ray, "start", "--address", address, "--block", "--disable-usage-stats",
-        "--labels", f"{GENERATION_LABEL}={generation.value}", "--num-gpus", str(len(devices)),
-    ]  # fmt: skip
+        ray,
+        "start",
+        "--address",
+        address,
+        "--block",
+        "--disable-usage-stats",
+        "--labels",
+        f"{GENERATION_LABEL}={generation.value}",
+        "--num-gpus",
+        str(len(devices)),
+    ]
     if node_ip:
         cmd += ["--node-ip-address", node_ip]
     if fixed_ports:

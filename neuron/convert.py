@@ -1,4 +1,4 @@
-"""Translation between the neuraxis.v1 protobuf messages and the engine's own
+"""Translation between the neuraxis.core.v1 protobuf messages and the engine's own
 types, in both directions. Pure functions, no I/O."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from neuraxis.errors import InvalidRequestError
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.errors import InvalidRequestError
+from neuraxis.core.protomaps import TASK_TO_PB
+from neuraxis.core.v1 import neuron_pb2 as pb
 from neuron.engine.base import (
     EmbedRequest,
     EngineRequest,
@@ -23,7 +24,6 @@ from neuron.engine.base import (
     ToolChoice,
     ToolChoiceMode,
 )
-from neuron.models.bundled import ModelTask
 
 _FINISH_TO_PB = {
     FinishReason.STOP: pb.FINISH_REASON_STOP,
@@ -31,7 +31,6 @@ _FINISH_TO_PB = {
     FinishReason.ABORT: pb.FINISH_REASON_ABORT,
     FinishReason.TOOL_CALLS: pb.FINISH_REASON_TOOL_CALLS,
 }
-_TASK_TO_PB = {ModelTask.GENERATE: pb.MODEL_TASK_GENERATE, ModelTask.EMBED: pb.MODEL_TASK_EMBED}
 _TOOL_MODE = {
     pb.TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.AUTO,
     pb.TOOL_CHOICE_MODE_NONE: ToolChoiceMode.NONE,
@@ -171,7 +170,7 @@ def model_info(model: ServedModel) -> pb.ModelInfo:
     return pb.ModelInfo(
         id=model.id,
         max_context_length=model.max_context_length,
-        task=_TASK_TO_PB[model.task],
+        task=TASK_TO_PB[model.task],
         created=model.created,
         auto_tool_choice=model.auto_tool_choice,
         supports_dimensions=model.supports_dimensions,

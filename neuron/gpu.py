@@ -1,10 +1,8 @@
-"""GPU generations: detecting them with NVML, and what each one can run.
+"""GPU detection with NVML: which devices a host has and their generation.
 
-A neuron runs on one generation. The compute capability decides it:
-8.0/8.6/8.7 Ampere, 8.9 Ada, 9.0 Hopper, 10.x/12.x Blackwell; no GPU (or no
-NVML) is `cpu`. Each generation has a profile of engine defaults and of what
-it supports, so that a model asking for something its generation lacks (an
-FP8 KV cache on Ampere, say) is refused with a reason before any CUDA error.
+The compute capability decides it: 8.0/8.6/8.7 Ampere, 8.9 Ada, 9.0 Hopper,
+10.x/12.x Blackwell; no GPU (or no NVML) is `cpu`. The generations and their
+profiles are the cluster's vocabulary, in neuraxis/core/generations.py.
 
 NVML is reached through the `nvidia-ml-py` package when it is installed; the
 detection takes the NVML module as a parameter so that tests can pass a fake
@@ -14,28 +12,9 @@ one with real device names and capabilities.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-
-class Generation(Enum):
-    CPU = "cpu"
-    AMPERE = "ampere"
-    ADA = "ada"
-    HOPPER = "hopper"
-    BLACKWELL = "blackwell"
-
-
-# The Ray node label a host agent sets to its generation; placement selects on it.
-GENERATION_LABEL = "neuraxis.io/generation"
-
-# The GPU generations, oldest first ("ada or newer" means a suffix of this).
-GPU_GENERATIONS: tuple[Generation, ...] = (
-    Generation.AMPERE,
-    Generation.ADA,
-    Generation.HOPPER,
-    Generation.BLACKWELL,
-)
+from neuraxis.core.generations import Generation, UnsupportedGpuError
 
 
 def generation_of(major: int, minor: int) -> Generation:
@@ -54,15 +33,6 @@ def generation_of(major: int, minor: int) -> Generation:
     )
 
 
-class UnsupportedGpuError(Exception):
-    pass
-
-
-# The exit status of a neuron (or host agent) refused by its hardware:
-# sysexits' EX_CONFIG, which systemd is told not to retry (the flavour is wrong).
-EXIT_WRONG_GPU = 78
-
-
 @dataclass(frozen=True)
 class Device:
     index: int
@@ -70,69 +40,6 @@ class Device:
     memory_bytes: int
     capability: tuple[int, int]
     generation: Generation
-
-
-@dataclass(frozen=True)
-class Profile:
-    """Engine defaults and abilities of a generation (overridable per model)."""
-
-    dtype: str
-    attention_backend: str | None
-    quantizations: frozenset[str]
-    kv_cache_dtypes: frozenset[str]
-
-
-PROFILES: dict[Generation, Profile] = {
-    Generation.CPU: Profile(
-        dtype="float32",  # bfloat16 gives nonsense from small models on CPU
-        attention_backend=None,
-        quantizations=frozenset(),
-        kv_cache_dtypes=frozenset({"auto"}),
-    ),
-    Generation.AMPERE: Profile(
-        dtype="bfloat16",
-        attention_backend="FLASH_ATTN",
-        quantizations=frozenset({"awq", "gptq", "bitsandbytes", "compressed-tensors"}),
-        kv_cache_dtypes=frozenset({"auto"}),
-    ),
-    Generation.ADA: Profile(
-        dtype="bfloat16",
-        attention_backend="FLASH_ATTN",
-        quantizations=frozenset({"awq", "gptq", "bitsandbytes", "compressed-tensors", "fp8"}),
-        kv_cache_dtypes=frozenset({"auto", "fp8", "fp8_e4m3", "fp8_e5m2"}),
-    ),
-    Generation.HOPPER: Profile(
-        dtype="bfloat16",
-        attention_backend="FLASH_ATTN",
-        quantizations=frozenset({"awq", "gptq", "bitsandbytes", "compressed-tensors", "fp8"}),
-        kv_cache_dtypes=frozenset({"auto", "fp8", "fp8_e4m3", "fp8_e5m2"}),
-    ),
-    Generation.BLACKWELL: Profile(
-        dtype="bfloat16",
-        attention_backend="FLASHINFER",
-        quantizations=frozenset(
-            {"awq", "gptq", "bitsandbytes", "compressed-tensors", "fp8", "nvfp4", "mxfp4"}
-        ),
-        kv_cache_dtypes=frozenset({"auto", "fp8", "fp8_e4m3", "fp8_e5m2"}),
-    ),
-}
-
-
-def check_model_options(
-    generation: Generation, quantization: str | None, kv_cache_dtype: str | None
-) -> None:
-    """Refuse, with the reason, options the generation cannot run."""
-    profile = PROFILES[generation]
-    if quantization and quantization not in profile.quantizations:
-        raise UnsupportedGpuError(
-            f"quantization '{quantization}' is not available on {generation.value}; "
-            f"it supports: {', '.join(sorted(profile.quantizations)) or 'none'}"
-        )
-    if kv_cache_dtype and kv_cache_dtype not in profile.kv_cache_dtypes:
-        raise UnsupportedGpuError(
-            f"KV-cache dtype '{kv_cache_dtype}' is not available on {generation.value}; "
-            f"it supports: {', '.join(sorted(profile.kv_cache_dtypes))}"
-        )
 
 
 def load_nvml() -> Any | None:

@@ -10,22 +10,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuraxis.logs import configure_logging
-from neuraxis.v1 import neuron_pb2 as pb
-from neuron.config import NeuronSettings
-from neuron.engine.base import Engine
-from neuron.gpu import (
+from neuraxis.core.generations import (
     EXIT_WRONG_GPU,
     PROFILES,
     Generation,
     UnsupportedGpuError,
-    check_installed_for,
     check_model_options,
-    detect,
-    host_generation,
-    load_nvml,
 )
-from neuron.models.bundled import BUNDLED_MODELS, ModelTask
+from neuraxis.core.logs import configure_logging
+from neuraxis.core.neuron_settings import NeuronSettings
+from neuraxis.core.protomaps import GENERATION_TO_PB
+from neuraxis.core.tasks import ModelTask
+from neuron.engine.base import Engine
+from neuron.gpu import check_installed_for, detect, host_generation, load_nvml
+from neuron.models.bundled import BUNDLED_MODELS
 from neuron.models.prepare import default_cache_dir, prepare
 
 log = logging.getLogger("neuraxis.neuron")
@@ -88,17 +86,8 @@ def resolve_model(settings: NeuronSettings) -> ResolvedModel:
             f"neuron: model '{settings.model}' is neither a bundled model ({known}) "
             "nor a model directory with a config.json"
         )
-    task = ModelTask.EMBED if settings.task == "embed" else ModelTask.GENERATE
+    task = settings.task
     return ResolvedModel(path, settings.served_id or path.name, task, None)
-
-
-_GENERATION_TO_PB = {
-    Generation.CPU: pb.GPU_GENERATION_CPU,
-    Generation.AMPERE: pb.GPU_GENERATION_AMPERE,
-    Generation.ADA: pb.GPU_GENERATION_ADA,
-    Generation.HOPPER: pb.GPU_GENERATION_HOPPER,
-    Generation.BLACKWELL: pb.GPU_GENERATION_BLACKWELL,
-}
 
 
 def detect_generation(settings: NeuronSettings, nvml: Any | None) -> Generation:
@@ -133,7 +122,7 @@ def run(settings: NeuronSettings) -> int:
             engine,
             host=settings.host,
             port=settings.port,
-            generation=_GENERATION_TO_PB[generation],
+            generation=GENERATION_TO_PB[generation],
             drain_timeout_s=settings.drain_timeout_s,
             metrics_port=settings.metrics_port,
         )

@@ -1,5 +1,5 @@
 """The neuron's gRPC server: a thin servicer that translates between the
-neuraxis.v1 protobuf messages and the engine interface, plus the standard
+neuraxis.core.v1 protobuf messages and the engine interface, plus the standard
 grpc.health.v1 service.
 
 The server starts listening before the engine has loaded, reporting
@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from neuraxis.errors import (
+from neuraxis.core.errors import (
     ERROR_METADATA_KEY,
     PARAM_METADATA_KEY,
     InternalError,
@@ -27,14 +27,14 @@ from neuraxis.errors import (
     UnavailableError,
     mapping_for,
 )
-from neuraxis.v1 import neuron_pb2 as pb
-from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
+from neuraxis.core.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 from neuron import convert, metrics
 from neuron.engine.base import Engine
 
 log = logging.getLogger("neuraxis.neuron")
 
-SERVICE_NAME = "neuraxis.v1.Neuron"
+SERVICE_NAME = "neuraxis.core.v1.Neuron"
 
 
 class _Call:

@@ -44,16 +44,39 @@ def postgres_server() -> Iterator[str]:
         shutil.chown(data, "postgres", "postgres")
     port = free_port()
     subprocess.run(
-        _as_postgres([str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres",
-                      "--auth=trust", "-E", "UTF8"]),
-        check=True, capture_output=True,
-    )  # fmt: skip
+        _as_postgres(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+            ]
+        ),
+        check=True,
+        capture_output=True,
+    )
     options = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=on"
     subprocess.run(
-        _as_postgres([str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-w",
-                      "-l", str(data / "server.log"), "start"]),
-        check=True, capture_output=True,
-    )  # fmt: skip
+        _as_postgres(
+            [
+                str(bin_dir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-o",
+                options,
+                "-w",
+                "-l",
+                str(data / "server.log"),
+                "start",
+            ]
+        ),
+        check=True,
+        capture_output=True,
+    )
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from neuraxis.process import stop_process_group
+from neuraxis.core.process import stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ class Proc:
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop())
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "neuraxis.cli", *args],
+            [sys.executable, "-m", "neuraxis.app.cli", *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=child_env(),
@@ -108,8 +108,8 @@ def engine_load(address: str) -> Any:
     """A neuron's engine load (running and waiting requests), over gRPC."""
     import grpc
 
-    from neuraxis.v1 import neuron_pb2 as pb
-    from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
+    from neuraxis.core.v1 import neuron_pb2 as pb
+    from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 
     with grpc.insecure_channel(address) as channel:
         return pb_grpc.NeuronStub(channel).Load(pb.LoadRequest(), timeout=5)

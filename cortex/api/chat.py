@@ -1,5 +1,5 @@
 """POST /v1/chat/completions: validate, translate to the internal request
-(neuraxis.v1.GenerateRequest), route, and render the neuron's stream as a
+(neuraxis.core.v1.GenerateRequest), route, and render the neuron's stream as a
 chat completion or as chat.completion.chunk events."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from cortex.schemas.chat import (
 )
 from cortex.schemas.common import ChoiceLogprobs, stop_list
 from cortex.sse import DONE, data_frame
-from neuraxis.errors import InternalError, InvalidRequestError, NeuraxisError
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.errors import InternalError, InvalidRequestError, NeuraxisError
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 

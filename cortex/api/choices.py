@@ -13,8 +13,8 @@ from cortex.schemas.common import (
     TokenLogprobOut,
     TopLogprobOut,
 )
-from neuraxis.errors import UnavailableError
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.errors import UnavailableError
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 _FINISH = {
     pb.FINISH_REASON_STOP: "stop",

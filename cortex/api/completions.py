@@ -28,8 +28,8 @@ from cortex.schemas.completions import (
     CompletionRequest,
 )
 from cortex.sse import DONE, data_frame
-from neuraxis.errors import InternalError, InvalidRequestError, NeuraxisError
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.errors import InternalError, InvalidRequestError, NeuraxisError
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 

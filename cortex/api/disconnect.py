@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from fastapi import Request
 
-from neuraxis.errors import InternalError
+from neuraxis.core.errors import InternalError
 
 T = TypeVar("T")
 

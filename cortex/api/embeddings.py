@@ -13,8 +13,8 @@ from cortex import metrics
 from cortex.api.disconnect import cancel_on_disconnect
 from cortex.routing.pool import NeuronPool
 from cortex.schemas.embeddings import EmbeddingData, EmbeddingList, EmbeddingRequest, EmbeddingUsage
-from neuraxis.errors import InvalidRequestError
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.errors import InvalidRequestError
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 

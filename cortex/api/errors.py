@@ -1,6 +1,6 @@
 """Every error cortex returns, rendered as the OpenAI error envelope.
 
-The status, type and code come from neuraxis.errors.ERROR_TABLE; this module
+The status, type and code come from neuraxis.core.errors.ERROR_TABLE; this module
 only renders them and installs the handlers that turn FastAPI's and
 Starlette's own errors (validation, unknown routes, bad JSON) into the same
 envelope. Nothing here ever puts a stack trace in a body.
@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cortex import metrics
 from cortex.schemas.errors import ErrorBody, ErrorEnvelope
-from neuraxis.errors import (
+from neuraxis.core.errors import (
     InternalError,
     InvalidRequestError,
     NeuraxisError,

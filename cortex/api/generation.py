@@ -12,7 +12,7 @@ from fastapi import Request
 
 from cortex import metrics
 from cortex.routing.pool import NeuronPool
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 _TOOL_MODES = {
     "none": pb.TOOL_CHOICE_MODE_NONE,

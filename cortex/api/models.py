@@ -6,8 +6,8 @@ from fastapi import APIRouter, Request
 
 from cortex.routing.pool import NeuronPool
 from cortex.schemas.models import ModelCard, ModelList
-from neuraxis.errors import ModelNotFoundError
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.errors import ModelNotFoundError
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 

@@ -10,17 +10,9 @@ from fastapi.responses import Response
 
 from cortex import metrics
 from cortex.routing.pool import NeuronPool
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.protomaps import generation_name
 
 router = APIRouter()
-
-_GENERATION = {
-    pb.GPU_GENERATION_CPU: "cpu",
-    pb.GPU_GENERATION_AMPERE: "ampere",
-    pb.GPU_GENERATION_ADA: "ada",
-    pb.GPU_GENERATION_HOPPER: "hopper",
-    pb.GPU_GENERATION_BLACKWELL: "blackwell",
-}
 
 
 @router.get("/metrics")
@@ -44,7 +36,7 @@ async def neuron_targets(request: Request) -> list[dict[str, Any]]:
                 "labels": {
                     "replica": address,
                     "model": ",".join(m.id for m in info.models) or "loading",
-                    "generation": _GENERATION.get(info.generation, "unknown"),
+                    "generation": generation_name(info.generation),
                 },
             }
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 Stream = AsyncIterator[pb.GenerateResponse]
 

@@ -39,8 +39,8 @@ from cortex.cluster.placement import (
 from cortex.cluster.replica import ReplicaActor
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
 from cortex.routing.client import NeuronClient
-from neuraxis.errors import NeuraxisError
-from neuron.gpu import GENERATION_LABEL, PROFILES, Generation
+from neuraxis.core.errors import NeuraxisError
+from neuraxis.core.generations import GENERATION_LABEL, PROFILES, Generation
 
 log = logging.getLogger("neuraxis.controller")
 
@@ -134,8 +134,10 @@ class Controller:
     async def apply(self, spec: dict[str, Any]) -> None:
         """Take a (new) deployment spec; the next pass reconciles to it."""
         self._spec = DeploymentSpec.model_validate(spec)
-        log.info("deployment spec: %s", ", ".join(
-            f"{m.id}×{m.replicas}" for m in self._spec.models) or "no models")  # fmt: skip
+        log.info(
+            "deployment spec: %s",
+            ", ".join(f"{m.id}×{m.replicas}" for m in self._spec.models) or "no models",
+        )
         if self._loop is None:
             self._changed = asyncio.Condition()
             self._loop = asyncio.create_task(self._run())
@@ -257,15 +259,21 @@ class Controller:
         and remember when, to measure the time to its replacement."""
         if replica.id not in self._replicas:
             return  # already handled by a concurrent pass
-        log.warning("replica %s of %s at %s lost: %s", replica.id, replica.model,
-                    replica.address, reason)  # fmt: skip
+        log.warning(
+            "replica %s of %s at %s lost: %s", replica.id, replica.model, replica.address, reason
+        )
         self._forget(replica)
         if replica.node_id and node_may_be_gone:
             self._suspect[replica.node_id] = time.monotonic() + SUSPECT_S
         self._pending_failures.setdefault(replica.model, []).append(
-            {"model": replica.model, "replica": replica.id, "reason": reason,
-             "failed_at": time.time(), "address": replica.address}
-        )  # fmt: skip
+            {
+                "model": replica.model,
+                "replica": replica.id,
+                "reason": reason,
+                "failed_at": time.time(),
+                "address": replica.address,
+            }
+        )
 
     def _forget(self, replica: Replica) -> None:
         self._replicas.pop(replica.id, None)
@@ -284,8 +292,12 @@ class Controller:
         ]
         surplus = len(active) - model.replicas
         if surplus > 0:
-            order = [ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.UNHEALTHY,
-                     ReplicaState.READY]  # fmt: skip
+            order = [
+                ReplicaState.PENDING,
+                ReplicaState.STARTING,
+                ReplicaState.UNHEALTHY,
+                ReplicaState.READY,
+            ]
             victims = sorted(active, key=lambda r: (order.index(r.state), -r.created))
             for replica in victims[:surplus]:
                 self._drain(replica)
@@ -322,8 +334,13 @@ class Controller:
             return
         self._rebalanced[model.id] = now
         mover = max(crowded, key=lambda r: r.created)
-        log.info("moving replica %s of %s off node %s, which holds %d of its replicas",
-                 mover.id, model.id, mover.node_id, per_node[mover.node_id])  # fmt: skip
+        log.info(
+            "moving replica %s of %s off node %s, which holds %d of its replicas",
+            mover.id,
+            model.id,
+            mover.node_id,
+            per_node[mover.node_id],
+        )
         self._drain(mover)
 
     def _preferred(self, model: ModelSpec) -> str | None:
@@ -370,8 +387,12 @@ class Controller:
             replica.replaces = failures.pop(0)
         self._replicas[replica_id] = replica
         replica.task = asyncio.create_task(self._start(replica, model))
-        log.info("placing %s (%s, %d GPUs)", replica_id,
-                 "/".join(g.value for g in generations), model.gpus_per_replica())  # fmt: skip
+        log.info(
+            "placing %s (%s, %d GPUs)",
+            replica_id,
+            "/".join(g.value for g in generations),
+            model.gpus_per_replica(),
+        )
 
     async def _start(self, replica: Replica, model: ModelSpec) -> None:
         try:
@@ -394,8 +415,14 @@ class Controller:
         replica.state = ReplicaState.READY
         replica.ready_at = time.time()
         self._backoff.pop(model.id, None)
-        log.info("replica %s of %s ready at %s on %s (%s)", replica.id, model.id,
-                 replica.address, replica.host, replica.generation)  # fmt: skip
+        log.info(
+            "replica %s of %s ready at %s on %s (%s)",
+            replica.id,
+            model.id,
+            replica.address,
+            replica.host,
+            replica.generation,
+        )
         if replica.replaces is not None:
             failover = dict(replica.replaces)
             failover.update(
@@ -413,8 +440,13 @@ class Controller:
         delay = min(2.0**backoff.failures, MAX_BACKOFF_S)
         backoff.not_before = time.monotonic() + delay
         backoff.last_error = reason
-        log.error("replica %s of %s failed to start (next attempt in %.0f s): %s",
-                  replica.id, model.id, delay, reason)  # fmt: skip
+        log.error(
+            "replica %s of %s failed to start (next attempt in %.0f s): %s",
+            replica.id,
+            model.id,
+            delay,
+            reason,
+        )
         if replica.replaces is not None:
             self._pending_failures.setdefault(model.id, []).insert(0, replica.replaces)
         self._forget(replica)

@@ -3,7 +3,7 @@
 `ray start --head --block` stays in the foreground and stops every Ray
 process it started when it gets SIGTERM, so the head is supervised like any
 other child: its own process group, the parent's death signal, and
-neuraxis.process.stop_process_group to stop it.
+neuraxis.core.process.stop_process_group to stop it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 
-from neuraxis.process import FIXED_RAY_PORT_ARGS, die_with_parent, ray_binary
+from neuraxis.core.process import FIXED_RAY_PORT_ARGS, die_with_parent, ray_binary
 
 # Ray's object store holds only small control messages here.
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
@@ -28,11 +28,23 @@ def head_command(
     fixed_ports: bool = False,
 ) -> list[str]:
     cmd = [
-        ray_binary(), "start", "--head", "--block", "--port", str(port),
-        "--node-ip-address", node_ip, "--include-dashboard=false", "--disable-usage-stats",
-        "--num-cpus", str(num_cpus), "--num-gpus", "0",
-        "--object-store-memory", str(OBJECT_STORE_BYTES),
-    ]  # fmt: skip
+        ray_binary(),
+        "start",
+        "--head",
+        "--block",
+        "--port",
+        str(port),
+        "--node-ip-address",
+        node_ip,
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        "--num-cpus",
+        str(num_cpus),
+        "--num-gpus",
+        "0",
+        "--object-store-memory",
+        str(OBJECT_STORE_BYTES),
+    ]
     if fixed_ports:
         cmd += FIXED_RAY_PORT_ARGS
     if labels:

@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cortex.cluster.spec import ModelSpec
-from neuron.gpu import GENERATION_LABEL, Generation, UnsupportedGpuError, check_model_options
+from neuraxis.core.generations import (
+    GENERATION_LABEL,
+    Generation,
+    UnsupportedGpuError,
+    check_model_options,
+)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from typing import Any
 import ray
 
 from cortex.routing.client import NeuronClient
-from neuraxis.process import die_with_parent, stop_process_group
+from neuraxis.core.process import die_with_parent, stop_process_group
 
 LOG_TAIL_BYTES = 4000
 
@@ -98,10 +98,19 @@ class Replica:
         log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = log_dir / f"{self.replica_id}.log"
         cmd = [
-            sys.executable, "-m", "neuraxis.cli", "neuron", "serve",
-            "--host", host, "--port", str(port), "--metrics-port", str(metrics_port),
+            sys.executable,
+            "-m",
+            "neuraxis.app.cli",
+            "neuron",
+            "serve",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(metrics_port),
             *neuron_args,
-        ]  # fmt: skip
+        ]
         env = dict(os.environ)
         # Ray sets one OpenMP thread for its workers; the engine sizes its own.
         env.pop("OMP_NUM_THREADS", None)

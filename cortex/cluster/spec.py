@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from neuron.gpu import GPU_GENERATIONS, Generation
+from neuraxis.core.generations import GPU_GENERATIONS, Generation
 
 
 class SpecError(Exception):

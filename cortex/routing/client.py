@@ -13,15 +13,15 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from neuraxis.errors import (
+from neuraxis.core.errors import (
     ERROR_METADATA_KEY,
     PARAM_METADATA_KEY,
     NeuraxisError,
     UnavailableError,
     from_grpc,
 )
-from neuraxis.v1 import neuron_pb2 as pb
-from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
+from neuraxis.core.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 
 _CHANNEL_OPTIONS = [
     # Notice a neuron that vanished without closing its connection.

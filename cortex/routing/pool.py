@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 
 from cortex import metrics
 from cortex.routing.client import NeuronClient
-from neuraxis.errors import (
+from neuraxis.core.errors import (
     InternalError,
     InvalidRequestError,
     ModelNotFoundError,
     NeuraxisError,
     UnavailableError,
 )
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex")
 

@@ -13,9 +13,15 @@ from cortex.schemas.common import ChoiceLogprobs, CompletionUsage, Stop
 # that sets them gets a 400 naming the field rather than an answer that
 # silently ignores it.
 UNSUPPORTED_FIELDS = (
-    "functions", "function_call", "logit_bias", "audio", "modalities", "prediction",
-    "web_search_options", "reasoning_effort",
-)  # fmt: skip
+    "functions",
+    "function_call",
+    "logit_bias",
+    "audio",
+    "modalities",
+    "prediction",
+    "web_search_options",
+    "reasoning_effort",
+)
 
 
 class TextPart(BaseModel):

@@ -16,9 +16,15 @@ from typing import Any
 from cortex.store.base import ResponseStore, StoredResponse
 
 _COLUMNS = (
-    "id", "created_at", "previous_response_id", "status", "owner", "response", "input_items",
+    "id",
+    "created_at",
+    "previous_response_id",
+    "status",
+    "owner",
+    "response",
+    "input_items",
     "events",
-)  # fmt: skip
+)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
@@ -32,8 +38,11 @@ CREATE TABLE IF NOT EXISTS responses (
 )
 """
 # Columns added after the first layout, for files written by older versions.
-_ADDED = {"status": "TEXT NOT NULL DEFAULT ''", "owner": "TEXT NOT NULL DEFAULT ''",
-          "events": "TEXT NOT NULL DEFAULT '[]'"}  # fmt: skip
+_ADDED = {
+    "status": "TEXT NOT NULL DEFAULT ''",
+    "owner": "TEXT NOT NULL DEFAULT ''",
+    "events": "TEXT NOT NULL DEFAULT '[]'",
+}
 
 
 class SqliteResponseStore(ResponseStore):

@@ -13,7 +13,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from neuraxis.errors import InternalError, ModelNotFoundError
+from neuraxis.core.errors import InternalError, ModelNotFoundError
+from neuraxis.core.tasks import ModelTask
 from neuron.engine.base import (
     ChoiceDelta,
     Engine,
@@ -25,7 +26,6 @@ from neuron.engine.base import (
     Usage,
     check_context,
 )
-from neuron.models.bundled import ModelTask
 
 
 @dataclass(frozen=True)

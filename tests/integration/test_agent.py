@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cortex.cluster.head import start_head, wait_for_head
-from neuraxis.process import stop_process_group
+from neuraxis.core.process import stop_process_group
 from tests.fake_nvml import fake_nvml_env
 from tests.procs import REPO, free_port
 
@@ -34,16 +34,22 @@ print(json.dumps([{"alive": n["Alive"], "labels": n["Labels"], "gpus": n["Resour
 
 def _agent(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "neuraxis.cli", "neuron", "agent", *args],
-        env=env, cwd=REPO, start_new_session=True, **kwargs,
-    )  # fmt: skip
+        [sys.executable, "-m", "neuraxis.app.cli", "neuron", "agent", *args],
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+        **kwargs,
+    )
 
 
 def _nodes(address: str) -> list[dict[str, Any]]:
     out = subprocess.run(
         [sys.executable, "-c", _NODES, address],
-        capture_output=True, text=True, timeout=60, env=dict(os.environ, **TOKEN_ENV),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, **TOKEN_ENV),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     nodes: list[dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
     return nodes

@@ -9,8 +9,8 @@ import grpc
 import httpx
 import pytest
 
-from neuraxis.v1 import neuron_pb2 as pb
-from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
+from neuraxis.core.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 from tests.integration.conftest import EMBEDDING_MODEL, MODEL, Stack
 from tests.procs import engine_load
 

@@ -126,9 +126,12 @@ def test_status_command_shows_nodes_models_replicas_and_reasons(
 ) -> None:
     env = dict(os.environ)
     out = subprocess.run(
-        [sys.executable, "-m", "neuraxis.cli", "status", "--address", ray_cluster.address],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
+        [sys.executable, "-m", "neuraxis.app.cli", "status", "--address", ray_cluster.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     (logs_dir / "cluster-status.txt").write_text(text)
@@ -138,10 +141,20 @@ def test_status_command_shows_nodes_models_replicas_and_reasons(
     assert any(line.split()[:2] == [MODEL, "2/2"] for line in text.splitlines())
     assert "UNPLACEABLE" in text and "no node of generation hopper" in text
     as_json = subprocess.run(
-        [sys.executable, "-m", "neuraxis.cli", "status", "--address", ray_cluster.address,
-         "--json"],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "neuraxis.app.cli",
+            "status",
+            "--address",
+            ray_cluster.address,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     data = json.loads(as_json.stdout)
     assert {n["generation"] for n in data["nodes"]} >= {"ampere", "ada", "blackwell"}
 
@@ -190,9 +203,14 @@ def test_a_crashed_neuron_is_replaced_and_cut_streams_end_with_an_error_event(
     victim = ray_cluster.ready(MODEL)[0]
     # The engine process dies at once, mid-way through streams of ~0.85 s.
     failover = _failover_under_load(
-        ray_cluster, figures, "neuron_killed", victim,
-        lambda: os.kill(victim["pid"], signal.SIGKILL), max_tokens=40, delay_s=0.4,
-    )  # fmt: skip
+        ray_cluster,
+        figures,
+        "neuron_killed",
+        victim,
+        lambda: os.kill(victim["pid"], signal.SIGKILL),
+        max_tokens=40,
+        delay_s=0.4,
+    )
     assert "exited" in failover["reason"]
 
 
@@ -202,9 +220,12 @@ def test_a_lost_node_is_replaced_elsewhere_and_no_unstarted_request_fails(
     ready = ray_cluster.ready(MODEL)
     victim = next(r for r in ready if ray_cluster.generation_of(r["node_id"]) == "ada")
     _failover_under_load(
-        ray_cluster, figures, "node_removed", victim,
+        ray_cluster,
+        figures,
+        "node_removed",
+        victim,
         lambda: ray_cluster.cluster.remove_node(ray_cluster.nodes["ada"]),
-    )  # fmt: skip
+    )
     # Both replicas now on the blackwell node: the only eligible one left.
     generations = [ray_cluster.generation_of(r["node_id"]) for r in ray_cluster.ready(MODEL)]
     assert generations == ["blackwell", "blackwell"]
@@ -216,10 +237,20 @@ def _apply(cluster: SimCluster, spec: str, path: Path) -> None:
     """`neuraxis cluster apply`: the operator's way to change the spec."""
     path.write_text(spec)
     out = subprocess.run(
-        [sys.executable, "-m", "neuraxis.cli", "cluster", "apply", str(path),
-         "--address", cluster.address],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "neuraxis.app.cli",
+            "cluster",
+            "apply",
+            str(path),
+            "--address",
+            cluster.address,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
 
 

@@ -16,9 +16,13 @@ from tests.procs import REPO
 def _status(address: str | None, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     where = ["--address", address] if address else []
     return subprocess.run(
-        [sys.executable, "-m", "neuraxis.cli", "status", *where, "--json"],
-        capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
-    )  # fmt: skip
+        [sys.executable, "-m", "neuraxis.app.cli", "status", *where, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def test_status_of_the_embedded_cluster(stack: Stack) -> None:

@@ -13,8 +13,8 @@ import httpx
 import psutil
 import pytest
 
-from neuraxis.v1 import neuron_pb2 as pb
-from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
+from neuraxis.core.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 from tests.integration.conftest import ENGINE_START_TIMEOUT_S, MODEL
 from tests.procs import neuron_addresses, start_up, wait_http_ready
 

@@ -225,10 +225,19 @@ def test_json_logs_carry_the_request_id_and_no_text(stack: Stack) -> None:
 def test_metrics_add_up_across_two_cortex_workers(stack: Stack, logs_dir: Path) -> None:
     port = free_port()
     cortex = Proc(
-        ["cortex", "--port", str(port), "--workers", "2", "--neuron", stack.neuron_address,
-         "--model", MODEL],
+        [
+            "cortex",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            "--neuron",
+            stack.neuron_address,
+            "--model",
+            MODEL,
+        ],
         logs_dir / "cortex-2-workers.log",
-    )  # fmt: skip
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http_ready(cortex, f"{base}/readyz", 60)

@@ -58,9 +58,13 @@ def _schema_of(name: str) -> dict[str, Any]:
 @pytest.mark.parametrize("tool_choice", [NAMED, "required"])
 def test_forced_tool_call(stack: Stack, tool_choice: Any) -> None:
     completion = stack.client().chat.completions.create(
-        model=MODEL, messages=ASK, tools=TOOLS, tool_choice=tool_choice,
-        temperature=0, max_tokens=200,
-    )  # fmt: skip
+        model=MODEL,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice=tool_choice,
+        temperature=0,
+        max_tokens=200,
+    )
     choice = completion.choices[0]
     calls = choice.message.tool_calls or []
     assert calls, choice
@@ -120,9 +124,13 @@ def test_tool_result_fed_back_gives_an_answer(stack: Stack) -> None:
         {"role": "tool", "tool_call_id": call.id, "content": "Sunny and 21 degrees."},
     ]
     answer = client.chat.completions.create(
-        model=MODEL, messages=history, tools=TOOLS, tool_choice="none", temperature=0,
+        model=MODEL,
+        messages=history,
+        tools=TOOLS,
+        tool_choice="none",
+        temperature=0,
         max_tokens=40,
-    )  # fmt: skip
+    )
     message = answer.choices[0].message
     assert message.role == "assistant" and message.content and not message.tool_calls
 
@@ -154,18 +162,24 @@ def test_json_schema_response_validates(stack: Stack) -> None:
         "additionalProperties": False,
     }
     completion = stack.client().chat.completions.create(
-        model=MODEL, messages=ASK, temperature=0, max_tokens=60,
+        model=MODEL,
+        messages=ASK,
+        temperature=0,
+        max_tokens=60,
         response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}},
-    )  # fmt: skip
+    )
     assert completion.choices[0].finish_reason == "stop"
     jsonschema.validate(json.loads(completion.choices[0].message.content or ""), schema)
 
 
 def test_json_object_response_is_an_object(stack: Stack) -> None:
     completion = stack.client().chat.completions.create(
-        model=MODEL, temperature=0, max_tokens=80, response_format={"type": "json_object"},
+        model=MODEL,
+        temperature=0,
+        max_tokens=80,
+        response_format={"type": "json_object"},
         messages=[{"role": "user", "content": "Describe a cat as JSON."}],
-    )  # fmt: skip
+    )
     if completion.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(completion.choices[0].message.content or ""), dict)
     else:  # cut by max_tokens: still the start of an object
@@ -261,9 +275,14 @@ def test_completions(stack: Stack) -> None:
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
     echoed = client.completions.create(
-        model=MODEL, prompt=["One two", "Red green"], max_tokens=4, temperature=1, seed=3, n=2,
+        model=MODEL,
+        prompt=["One two", "Red green"],
+        max_tokens=4,
+        temperature=1,
+        seed=3,
+        n=2,
         echo=True,
-    )  # fmt: skip
+    )
     assert [c.index for c in echoed.choices] == [0, 1, 2, 3]
     assert [c.text.split(" ")[0] for c in echoed.choices] == ["One", "One", "Red", "Red"]
 

@@ -30,8 +30,16 @@ def postgres_dsn() -> Iterator[str]:
 
 
 def _cortex_args(stack: Stack, port: int, store: list[str]) -> list[str]:
-    return ["cortex", "--port", str(port), "--neuron", stack.neuron_address, "--model", MODEL,
-            *store]  # fmt: skip
+    return [
+        "cortex",
+        "--port",
+        str(port),
+        "--neuron",
+        stack.neuron_address,
+        "--model",
+        MODEL,
+        *store,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -155,27 +163,42 @@ def test_incomplete_when_max_output_tokens_cut(stack: Stack) -> None:
 def test_forced_tool_call_then_result_then_answer(base: str) -> None:
     client = strict_client(base)
     first = client.responses.create(
-        model=MODEL, input="What is the weather in Paris?", tools=[WEATHER],
-        tool_choice={"type": "function", "name": "get_weather"}, temperature=0,
-    )  # fmt: skip
+        model=MODEL,
+        input="What is the weather in Paris?",
+        tools=[WEATHER],
+        tool_choice={"type": "function", "name": "get_weather"},
+        temperature=0,
+    )
     calls = [item for item in first.output if item.type == "function_call"]
     assert len(calls) == 1 and calls[0].name == "get_weather"
     assert "city" in json.loads(calls[0].arguments)
     second = client.responses.create(
-        model=MODEL, previous_response_id=first.id, tools=[WEATHER], temperature=0,
-        tool_choice="none", max_output_tokens=40,
-        input=[{"type": "function_call_output", "call_id": calls[0].call_id,
-                "output": "Sunny, 21 degrees"}],
-    )  # fmt: skip
+        model=MODEL,
+        previous_response_id=first.id,
+        tools=[WEATHER],
+        temperature=0,
+        tool_choice="none",
+        max_output_tokens=40,
+        input=[
+            {
+                "type": "function_call_output",
+                "call_id": calls[0].call_id,
+                "output": "Sunny, 21 degrees",
+            }
+        ],
+    )
     assert second.previous_response_id == first.id
     assert [item.type for item in second.output] == ["message"] and second.output_text
 
 
 def test_function_call_events_when_streamed(stack: Stack) -> None:
     events = _events(
-        stack, input="Weather in Rome?", tools=[WEATHER], temperature=0,
+        stack,
+        input="Weather in Rome?",
+        tools=[WEATHER],
+        temperature=0,
         tool_choice={"type": "function", "name": "get_weather"},
-    )  # fmt: skip
+    )
     _check_event_stack(events)
     kinds = [e["type"] for e in events]
     assert "response.function_call_arguments.delta" in kinds
@@ -195,9 +218,12 @@ def test_three_turn_chain_sends_the_history(base: str) -> None:
     input_tokens = []
     for turn in turns:
         response = client.responses.create(
-            model=MODEL, input=turn, previous_response_id=previous, temperature=0,
+            model=MODEL,
+            input=turn,
+            previous_response_id=previous,
+            temperature=0,
             max_output_tokens=20,
-        )  # fmt: skip
+        )
         input_tokens.append(response.usage.input_tokens)  # type: ignore[union-attr]
         previous = response.id
     assert input_tokens[0] < input_tokens[1] < input_tokens[2]
@@ -300,9 +326,12 @@ def test_stored_chain_survives_a_cortex_restart(
         client = strict_client(base)
         assert client.responses.retrieve(first.id).output_text == first.output_text
         second = client.responses.create(
-            model=MODEL, input="What is my name?", previous_response_id=first.id,
-            max_output_tokens=10, temperature=0,
-        )  # fmt: skip
+            model=MODEL,
+            input="What is my name?",
+            previous_response_id=first.id,
+            max_output_tokens=10,
+            temperature=0,
+        )
         assert second.usage.input_tokens > first.usage.input_tokens  # type: ignore[union-attr]
     finally:
         second_cortex.stop()
@@ -351,9 +380,12 @@ def test_background_response_completes(stack: Stack) -> None:
 def test_cancel_background_response_aborts_generation(stack: Stack) -> None:
     client = stack.client()
     queued = client.responses.create(
-        model=MODEL, input="Write a very long essay about the sea.", temperature=1,
-        max_output_tokens=2000, background=True,
-    )  # fmt: skip
+        model=MODEL,
+        input="Write a very long essay about the sea.",
+        temperature=1,
+        max_output_tokens=2000,
+        background=True,
+    )
     _wait_status(client, queued.id, {"in_progress"})
     time.sleep(1.0)  # let it generate for a while
     cancelled = client.responses.cancel(queued.id)
@@ -392,9 +424,13 @@ def test_truncation_auto_drops_the_oldest_turns(stack: Stack) -> None:
 
 def test_parallel_tool_calls_false_gives_one_call(stack: Stack) -> None:
     response = stack.client().responses.create(
-        model=MODEL, input="Weather in Paris and in Rome?", tools=[WEATHER], temperature=0,
-        tool_choice="required", parallel_tool_calls=False,
-    )  # fmt: skip
+        model=MODEL,
+        input="Weather in Paris and in Rome?",
+        tools=[WEATHER],
+        temperature=0,
+        tool_choice="required",
+        parallel_tool_calls=False,
+    )
     calls = [item for item in response.output if item.type == "function_call"]
     assert len(calls) == 1 and response.parallel_tool_calls is False
     json.loads(calls[0].arguments)
@@ -404,8 +440,13 @@ def test_client_disconnect_aborts_the_generation(stack: Stack) -> None:
     deadline = time.monotonic() + 10
     while engine_load(stack.neuron_address).running and time.monotonic() < deadline:
         time.sleep(0.1)  # earlier tests' requests leave first
-    body = {"model": MODEL, "input": "Write a very long essay about the sea.", "stream": True,
-            "temperature": 0, "max_output_tokens": 2000}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "input": "Write a very long essay about the sea.",
+        "stream": True,
+        "temperature": 0,
+        "max_output_tokens": 2000,
+    }
     with httpx.stream("POST", f"{stack.base_url}/v1/responses", json=body, timeout=60) as r:
         deltas = 0
         for line in r.iter_lines():
@@ -443,9 +484,11 @@ def test_background_response_cut_by_a_cortex_crash_ends_failed(
         wait_http_ready(first, f"{base}/readyz", 60)
         client = strict_client(base)
         queued = client.responses.create(
-            model=MODEL, input="Write a very long essay about the sea.", max_output_tokens=2000,
+            model=MODEL,
+            input="Write a very long essay about the sea.",
+            max_output_tokens=2000,
             background=True,
-        )  # fmt: skip
+        )
         _wait_status(client, queued.id, {"in_progress"})
     finally:
         first.stop(signal.SIGKILL)
@@ -466,15 +509,34 @@ def test_background_response_cut_by_a_cortex_crash_ends_failed(
 def test_neuron_killed_mid_stream_ends_with_response_failed(logs_dir: Path) -> None:
     neuron_port, port = free_port(), free_port()
     neuron = Proc(
-        ["neuron", "serve", "--engine", "sim", "--port", str(neuron_port), "--served-id",
-         "sim-slow", "--sim-itl-s", "0.05", "--metrics-port", "0"],
+        [
+            "neuron",
+            "serve",
+            "--engine",
+            "sim",
+            "--port",
+            str(neuron_port),
+            "--served-id",
+            "sim-slow",
+            "--sim-itl-s",
+            "0.05",
+            "--metrics-port",
+            "0",
+        ],
         logs_dir / "sim-slow.log",
-    )  # fmt: skip
+    )
     cortex = Proc(
-        ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}",
-         "--state-dir", str(logs_dir / "killed-state")],
+        [
+            "cortex",
+            "--port",
+            str(port),
+            "--neuron",
+            f"127.0.0.1:{neuron_port}",
+            "--state-dir",
+            str(logs_dir / "killed-state"),
+        ],
         logs_dir / "cortex-killed.log",
-    )  # fmt: skip
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http_ready(cortex, f"{base}/v1/models/sim-slow", 60)

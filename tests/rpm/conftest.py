@@ -144,6 +144,17 @@ def as_installed(
 ) -> list[str]:
     """`command` run in a namespace where the packages look installed; `etc`:
     another directory to see as /etc/neuraxis (another host's)."""
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _AS_INSTALLED,
-            "as-installed", str(root), str(scratch), str(etc or root / "etc/neuraxis"),
-            *command]  # fmt: skip
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        _AS_INSTALLED,
+        "as-installed",
+        str(root),
+        str(scratch),
+        str(etc or root / "etc/neuraxis"),
+        *command,
+    ]

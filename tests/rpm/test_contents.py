@@ -46,7 +46,7 @@ def venv_files(env: str) -> set[str]:
         f"{base}/{SITE}/neuraxis/__pycache__/cli.cpython-311.pyc",
         f"{base}/{SITE}/cortex/app.py",
         f"{base}/{SITE}/neuron/agent.py",
-        f"{base}/{SITE}/neuraxis/v1/neuron_pb2.py",
+        f"{base}/{SITE}/neuraxis/core/v1/neuron_pb2.py",
     }
 
 

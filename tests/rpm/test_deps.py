@@ -58,8 +58,9 @@ def unpacked_srpms(packages: Packages, tmp_path_factory: pytest.TempPathFactory)
         top = out / name
         subprocess.run(
             ["rpm", "-i", "--nodeps", "--define", f"_topdir {top}", str(srpm)],
-            check=True, capture_output=True,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+        )
         for path in [*(top / "SOURCES").iterdir(), *(top / "SPECS").iterdir()]:
             path.rename(top / path.name)
         (top / "SOURCES").rmdir()
@@ -69,10 +70,18 @@ def unpacked_srpms(packages: Packages, tmp_path_factory: pytest.TempPathFactory)
 
 def spec_query(directory: Path, name: str, what: str) -> set[str]:
     out = subprocess.run(
-        ["rpmspec", "-q", "--define", f"_sourcedir {directory}", f"--{what}",
-         str(directory / f"{name}.spec")],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        [
+            "rpmspec",
+            "-q",
+            "--define",
+            f"_sourcedir {directory}",
+            f"--{what}",
+            str(directory / f"{name}.spec"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return relations(out.splitlines())
 
 
@@ -113,8 +122,9 @@ def test_a_gpu_source_rpm_builds_up_to_its_payload(
     srpm = packages.srpms[f"neuraxis-neuron-{flavour}"]
     result = subprocess.run(
         ["rpmbuild", "-rc", "--nodeps", "--define", f"_topdir {tmp_path}", str(srpm)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     build = tmp_path / "BUILD" / f"neuraxis-{VERSION}"
     assert (build / "dist" / f"neuraxis-{VERSION}-py3-none-any.whl").is_file()

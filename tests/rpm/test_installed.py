@@ -62,9 +62,18 @@ def test_the_installed_command_runs(scratch_root: Path, tmp_path: Path) -> None:
 
 def test_the_installed_configs_check(scratch_root: Path, tmp_path: Path) -> None:
     etc = scratch_root / "etc/neuraxis"
-    result = neuraxis(scratch_root, "config", "check", "--cortex", str(etc / "cortex.toml"),
-                      "--neuron", str(etc / "neuron.toml"),
-                      "--deployment", str(etc / "deployment.toml"), cwd=tmp_path)  # fmt: skip
+    result = neuraxis(
+        scratch_root,
+        "config",
+        "check",
+        "--cortex",
+        str(etc / "cortex.toml"),
+        "--neuron",
+        str(etc / "neuron.toml"),
+        "--deployment",
+        str(etc / "deployment.toml"),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(": ")[0] for line in lines] == [
@@ -92,7 +101,7 @@ def test_the_environments_are_relocated_and_precompiled(scratch_root: Path) -> N
         for script in ("neuraxis", "ray"):
             shebang, *_ = (base / "bin" / script).read_text().splitlines()
             assert shebang == f"#!/opt/neuraxis/{env}/bin/python"
-        assert "from neuraxis.cli import main" in (base / "bin/neuraxis").read_text()
+        assert "from neuraxis.app.cli import main" in (base / "bin/neuraxis").read_text()
         pyc = base / "lib/python3.11/site-packages/neuraxis/__pycache__/cli.cpython-311.pyc"
         data = pyc.read_bytes()
         # flags 0b01: hash-based, not checked against the source (PEP 552).
@@ -110,8 +119,9 @@ def test_the_engine_imports_from_the_installed_environment(
         " 'neuraxis': neuraxis.__file__, 'torch': torch.__version__, 'torchvision': tv}))"
     )
     cmd = as_installed(scratch_root, tmp_path, ["/opt/neuraxis/neuron/bin/python", "-c", code])
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     found = json.loads(result.stdout.splitlines()[-1])
     assert found["prefix"] == "/opt/neuraxis/neuron"
@@ -139,8 +149,12 @@ def test_the_cpu_neuron_refuses_a_gpu_host(
     env = fake_nvml_env([(name, capability)] * 2, unit_env(scratch_root, unit))
     result = subprocess.run(
         as_installed(scratch_root, tmp_path, unit_command(scratch_root, unit)),
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert result.returncode == 78  # EX_CONFIG: systemd does not retry it
     assert (
         f"this neuron is installed for cpu GPUs, but the host has {generation}; "
@@ -168,9 +182,13 @@ def test_the_cpu_neuron_accepts_a_host_without_gpus(
     env["RAY_TMPDIR"] = ray_tmp
     proc = subprocess.Popen(
         as_installed(scratch_root, tmp_path, unit_command(scratch_root, unit)),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -197,8 +215,12 @@ def test_a_neuron_host_without_the_token_says_so(
     try:
         result = subprocess.run(
             as_installed(scratch_root, tmp_path / "ns", unit_command(scratch_root, unit), etc),
-            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=120,
+        )
     finally:
         kill_processes_mentioning(ray_tmp)
     assert result.returncode != 0
@@ -284,8 +306,12 @@ def cortex_service(scratch_root: Path, tmp_path: Path, ray_tmp: str) -> Iterator
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             as_installed(scratch_root, tmp_path / "ns", command),
-            stdout=log, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
-        )  # fmt: skip
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
     try:
         yield Cortex(proc, env, http_port, ray_port, ray_tmp, log_path)
     finally:
@@ -300,8 +326,10 @@ def test_the_filter_refuses_writable_executable_memory(tmp_path: Path) -> None:
     code = "import mmap; mmap.mmap(-1, 4096, prot=mmap.PROT_WRITE | mmap.PROT_EXEC)"
     result = subprocess.run(
         ["/usr/bin/python3", str(HERE / "mdwe_exec.py"), "/usr/bin/python3", "-c", code],
-        capture_output=True, text=True, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert result.returncode != 0 and "Operation not permitted" in result.stderr
 
 
@@ -331,9 +359,13 @@ def test_cortex_and_its_ray_head_run_as_the_unit_says(
     # ...and the head turns away a client without it.
     python = scratch_root / "opt/neuraxis/cortex/bin/python"
     refused = subprocess.run(
-        [str(python), "-P", "-m", "neuraxis.cli", "status", "--json", "--address", address],
-        capture_output=True, text=True, env=clean, cwd=tmp_path, timeout=120,
-    )  # fmt: skip
+        [str(python), "-P", "-m", "neuraxis.app.cli", "status", "--json", "--address", address],
+        capture_output=True,
+        text=True,
+        env=clean,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert refused.returncode != 0
     assert re.search(r"(?i)authenticat|token", refused.stderr), refused.stderr[-2000:]
 

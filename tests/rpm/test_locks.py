@@ -17,7 +17,8 @@ from tests.rpm.conftest import GPU_FLAVOURS, ROOT
 def test_the_lock_resolves(flavour: str) -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "rpm" / "lock.py"), "--check", flavour],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     print(result.stdout.strip())

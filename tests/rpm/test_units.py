@@ -49,8 +49,9 @@ def unit_settings(root: Path, unit: str) -> dict[str, list[str]]:
 def test_systemd_analyze_verify_passes(unit_root: Path, unit: str) -> None:
     result = subprocess.run(
         ["systemd-analyze", "verify", f"--root={unit_root}", unit],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     # verify warns about unknown keys or bad values and still exits 0: any
     # word from it is a failure.
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
@@ -60,8 +61,10 @@ def test_systemd_analyze_verify_passes(unit_root: Path, unit: str) -> None:
 def test_exposure_score(unit_root: Path, unit: str) -> None:
     result = subprocess.run(
         ["systemd-analyze", "security", "--offline=true", f"--root={unit_root}", unit],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
     assert match, result.stdout[-500:]
     score = float(match.group(1))
@@ -122,8 +125,12 @@ def test_the_neuron_reaches_the_gpus_and_nothing_else(scratch_root: Path) -> Non
     assert s["DevicePolicy"] == ["closed"]
     assert s["PrivateDevices"] == ["no"]  # it would hide /dev/nvidia*
     allowed = {d.split()[0] for d in s["DeviceAllow"]}
-    assert allowed == {"char-nvidiactl", "char-nvidia-frontend", "char-nvidia-uvm",
-                       "char-nvidia-caps"}  # fmt: skip
+    assert allowed == {
+        "char-nvidiactl",
+        "char-nvidia-frontend",
+        "char-nvidia-uvm",
+        "char-nvidia-caps",
+    }
     # PyTorch's oneDNN JIT needs writable executable memory.
     assert "MemoryDenyWriteExecute" not in s
     assert "NEURAXIS_CACHE_DIR=/var/lib/neuraxis/models" in " ".join(s["Environment"])

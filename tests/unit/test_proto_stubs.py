@@ -1,4 +1,4 @@
-"""The generated stubs in neuraxis/v1 must match proto/neuraxis/v1/neuron.proto:
+"""The generated stubs in neuraxis/core/v1 must match proto/neuraxis/core/v1/neuron.proto:
 regenerate them and compare. Run `make proto` to update them."""
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ def test_stubs_are_up_to_date(tmp_path: Path) -> None:
             f"--python_out={tmp_path}",
             f"--pyi_out={tmp_path}",
             f"--grpc_python_out={tmp_path}",
-            str(REPO / "proto/neuraxis/v1/neuron.proto"),
+            str(REPO / "proto/neuraxis/core/v1/neuron.proto"),
         ],
         check=True,
     )
     stale = [
         name
         for name in GENERATED
-        if (tmp_path / "neuraxis/v1" / name).read_bytes()
-        != (REPO / "neuraxis/v1" / name).read_bytes()
+        if (tmp_path / "neuraxis/core/v1" / name).read_bytes()
+        != (REPO / "neuraxis/core/v1" / name).read_bytes()
     ]
     assert not stale, f"out of date with neuron.proto: {stale}; run `make proto`"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cortex.api.responses.items import new_id
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 Event = tuple[str, dict[str, Any]]
 
@@ -158,18 +158,27 @@ class ResponseBuilder:
             events.append(
                 (
                     "response.content_part.added",
-                    {"item_id": self._message["id"], "output_index": index, "content_index": 0,
-                     "part": part},
+                    {
+                        "item_id": self._message["id"],
+                        "output_index": index,
+                        "content_index": 0,
+                        "part": part,
+                    },
                 )
-            )  # fmt: skip
+            )
         self._text.append(text)
         events.append(
             (
                 "response.output_text.delta",
-                {"item_id": self._message["id"], "output_index": self.output.index(self._message),
-                 "content_index": 0, "delta": text, "logprobs": []},
+                {
+                    "item_id": self._message["id"],
+                    "output_index": self.output.index(self._message),
+                    "content_index": 0,
+                    "delta": text,
+                    "logprobs": [],
+                },
             )
-        )  # fmt: skip
+        )
         return events
 
     def _call_delta(self, call: pb.ToolCallDelta) -> list[Event]:
@@ -199,10 +208,13 @@ class ResponseBuilder:
             events.append(
                 (
                     "response.function_call_arguments.delta",
-                    {"item_id": state.item["id"], "output_index": state.output_index,
-                     "delta": call.arguments},
+                    {
+                        "item_id": state.item["id"],
+                        "output_index": state.output_index,
+                        "delta": call.arguments,
+                    },
                 )
-            )  # fmt: skip
+            )
         return events
 
     def _close_message(self, status: str = "completed") -> list[Event]:
@@ -230,10 +242,14 @@ class ResponseBuilder:
             events.append(
                 (
                     "response.function_call_arguments.done",
-                    {"item_id": state.item["id"], "output_index": state.output_index,
-                     "arguments": arguments, "name": state.item["name"]},
+                    {
+                        "item_id": state.item["id"],
+                        "output_index": state.output_index,
+                        "arguments": arguments,
+                        "name": state.item["name"],
+                    },
                 )
-            )  # fmt: skip
+            )
             events.append(
                 (
                     "response.output_item.done",

@@ -18,7 +18,7 @@ from cortex.schemas.responses import (
     ReasoningItem,
     ResponsesRequest,
 )
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 Item = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
 _ITEMS = TypeAdapter(list[InputItem])

@@ -41,8 +41,8 @@ from cortex.schemas.responses import (
     ResponsesRequest,
 )
 from cortex.store.base import ResponseStore, StoredResponse
-from neuraxis.errors import InvalidRequestError, NeuraxisError, NotFoundError
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.errors import InvalidRequestError, NeuraxisError, NotFoundError
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 log = logging.getLogger("neuraxis.cortex")
@@ -188,9 +188,13 @@ class _Run:
     record in the store (written when the request asked for storing)."""
 
     def __init__(
-        self, store: ResponseStore, body: ResponsesRequest, items: list[dict[str, Any]],
-        builder: ResponseBuilder, owner: str,
-    ) -> None:  # fmt: skip
+        self,
+        store: ResponseStore,
+        body: ResponsesRequest,
+        items: list[dict[str, Any]],
+        builder: ResponseBuilder,
+        owner: str,
+    ) -> None:
         self._store, self._body, self._items = store, body, items
         self.builder, self.owner = builder, owner
         self.events: list[dict[str, Any]] = []
@@ -266,8 +270,11 @@ async def fail_orphans(store: ResponseStore, owner: str) -> int:
             "code": "server_error",
             "message": "cortex restarted while this response was running",
         }
-        failed = {"type": "response.failed", "sequence_number": len(record.events),
-                  "response": response}  # fmt: skip
+        failed = {
+            "type": "response.failed",
+            "sequence_number": len(record.events),
+            "response": response,
+        }
         await store.put(replace(record, response=response, events=[*record.events, failed]))
     return len(orphans)
 

@@ -17,7 +17,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from neuraxis.errors import InvalidRequestError, ModelNotFoundError, UnavailableError
+from neuraxis.core.errors import InvalidRequestError, ModelNotFoundError, UnavailableError
+from neuraxis.core.tasks import ModelTask
 from neuron.engine.base import (
     ChoiceDelta,
     EmbedRequest,
@@ -37,7 +38,6 @@ from neuron.engine.base import (
 )
 from neuron.engine.vllm.prompt import openai_tool, render_fitting, sampling_params
 from neuron.engine.vllm.shaping import AutoParser, ChoiceShaper, ParsedCalls, ReasoningSplit
-from neuron.models.bundled import ModelTask
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 

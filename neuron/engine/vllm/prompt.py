@@ -8,7 +8,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from neuraxis.errors import InvalidRequestError
+from neuraxis.core.errors import InvalidRequestError
 from neuron.engine.base import (
     EngineRequest,
     Message,

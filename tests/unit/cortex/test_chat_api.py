@@ -16,8 +16,8 @@ from cortex.api.chat import to_generate_request
 from cortex.app import create_app
 from cortex.config import CortexSettings
 from cortex.schemas.chat import ChatCompletionRequest
-from neuraxis.errors import InvalidRequestError, NeuraxisError, UnavailableError
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.errors import InvalidRequestError, NeuraxisError, UnavailableError
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 
 class ScriptedPool:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from neuraxis.cli import main
-from neuraxis.configcheck import check
+from neuraxis.app.cli import main
+from neuraxis.app.configcheck import check
 
 ETC = Path(__file__).resolve().parents[3] / "deploy" / "etc" / "neuraxis"
 

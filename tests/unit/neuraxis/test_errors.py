@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from neuraxis.errors import (
+from neuraxis.core.errors import (
     ERROR_TABLE,
     ContextLengthExceededError,
     DeadlineExceededError,

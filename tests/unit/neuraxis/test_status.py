@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from neuraxis.status import render, render_json
+from neuraxis.app.status import render, render_json
 
 STATUS = {
     "nodes": [
@@ -18,10 +18,22 @@ STATUS = {
             "unplaceable": None,
             "last_start_error": None,
             "replicas": [
-                {"id": "chat-1", "state": "ready", "waiting": None, "address": "10.0.0.21:4000",
-                 "generation": "ada", "in_flight": 3},
-                {"id": "chat-2", "state": "pending", "waiting": "waiting for 1 free GPU",
-                 "address": None, "generation": None, "in_flight": None},
+                {
+                    "id": "chat-1",
+                    "state": "ready",
+                    "waiting": None,
+                    "address": "10.0.0.21:4000",
+                    "generation": "ada",
+                    "in_flight": 3,
+                },
+                {
+                    "id": "chat-2",
+                    "state": "pending",
+                    "waiting": "waiting for 1 free GPU",
+                    "address": None,
+                    "generation": None,
+                    "in_flight": None,
+                },
             ],
         },
         {
@@ -36,7 +48,7 @@ STATUS = {
     ],
     "failovers": [],
     "version": 4,
-}  # fmt: skip
+}
 
 
 def test_tables_show_nodes_replicas_and_unplaceable_models() -> None:

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+from neuraxis.core.generations import GENERATION_LABEL, Generation
 from neuron.agent import join_command
-from neuron.gpu import GENERATION_LABEL, Device, Generation
+from neuron.gpu import Device
 
 
 def test_the_node_joins_with_its_generation_label_and_gpu_count() -> None:

@@ -11,16 +11,9 @@ from typing import Any
 
 import pytest
 
-from neuron.config import NeuronSettings
-from neuron.gpu import (
-    Generation,
-    UnsupportedGpuError,
-    check_installed_for,
-    check_model_options,
-    detect,
-    generation_of,
-    host_generation,
-)
+from neuraxis.core.generations import Generation, UnsupportedGpuError, check_model_options
+from neuraxis.core.neuron_settings import NeuronSettings
+from neuron.gpu import check_installed_for, detect, generation_of, host_generation
 from neuron.main import detect_generation
 
 # (name NVML reports, compute capability, generation)
@@ -120,10 +113,25 @@ def test_mismatched_install_names_both_generations(capsys: pytest.CaptureFixture
 def test_neuron_command_refuses_a_mismatched_generation_here() -> None:
     """This host has no GPU: a neuron installed for Ampere stops at once."""
     result = subprocess.run(
-        [sys.executable, "-m", "neuraxis.cli", "neuron", "serve", "--engine", "sim",
-         "--generation", "ampere", "--metrics-port", "0", "--port", "0"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "neuraxis.app.cli",
+            "neuron",
+            "serve",
+            "--engine",
+            "sim",
+            "--generation",
+            "ampere",
+            "--metrics-port",
+            "0",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 78
     assert "installed for ampere" in result.stderr and "host has cpu" in result.stderr
     assert "Traceback" not in result.stderr

@@ -75,7 +75,7 @@ def test_cli_reports_errors_without_traceback(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "neuraxis.cli",
+            "neuraxis.app.cli",
             "model",
             "prepare",
             "--cache-dir",

@@ -12,14 +12,14 @@ import grpc
 import pytest
 
 from cortex.routing.client import NeuronClient
-from neuraxis.errors import (
+from neuraxis.core.errors import (
     ContextLengthExceededError,
     DeadlineExceededError,
     InternalError,
     ModelNotFoundError,
 )
-from neuraxis.v1 import neuron_pb2 as pb
-from neuraxis.v1 import neuron_pb2_grpc as pb_grpc
+from neuraxis.core.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 from neuron.engine.sim import SimEngine, SimOptions
 from neuron.server import NeuronServicer
 

@@ -5,7 +5,7 @@ these cover what the small model never produces, like reasoning.)"""
 from __future__ import annotations
 
 from cortex.api.responses.builder import ResponseBuilder
-from neuraxis.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2 as pb
 
 
 def _msg(**delta: object) -> pb.GenerateResponse:
@@ -31,14 +31,20 @@ def _run(*messages: pb.GenerateResponse) -> tuple[ResponseBuilder, list[str]]:
 def test_reasoning_then_text() -> None:
     builder, kinds = _run(_msg(reasoning="Hmm."), _msg(text="Paris"), _end())
     assert kinds == [
-        "response.created", "response.in_progress",
-        "response.output_item.added", "response.reasoning_text.delta",
-        "response.reasoning_text.done", "response.output_item.done",
-        "response.output_item.added", "response.content_part.added",
-        "response.output_text.delta", "response.output_text.done",
-        "response.content_part.done", "response.output_item.done",
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
         "response.completed",
-    ]  # fmt: skip
+    ]
     reasoning, message = builder.output
     assert reasoning["type"] == "reasoning" and reasoning["content"][0]["text"] == "Hmm."
     assert message["content"][0]["text"] == "Paris" and message["status"] == "completed"

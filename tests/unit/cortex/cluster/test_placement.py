@@ -9,7 +9,7 @@ from cortex.cluster.placement import (
     unplaceable_reason,
 )
 from cortex.cluster.spec import ModelSpec
-from neuron.gpu import GENERATION_LABEL, Generation
+from neuraxis.core.generations import GENERATION_LABEL, Generation
 
 
 def _model(**fields: object) -> ModelSpec:

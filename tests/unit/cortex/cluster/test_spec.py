@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from cortex.cluster.spec import SpecError, parse_spec
-from neuron.gpu import Generation
+from neuraxis.core.generations import Generation
 
 GOOD = """
 [[models]]

@@ -10,10 +10,15 @@ def render(status: dict[str, Any]) -> str:
     """Tables of nodes, models with their replicas, and unplaceable models."""
     out: list[str] = []
     nodes = [
-        [n["host"], n["generation"] or "-", str(n["gpus"]), "alive" if n["alive"] else "dead",
-         n["node_id"][:12]]
+        [
+            n["host"],
+            n["generation"] or "-",
+            str(n["gpus"]),
+            "alive" if n["alive"] else "dead",
+            n["node_id"][:12],
+        ]
         for n in status["nodes"]
-    ]  # fmt: skip
+    ]
     out += _table("NODES", ["HOST", "GENERATION", "GPUS", "STATE", "NODE"], nodes)
     models = []
     replicas = []
@@ -21,13 +26,22 @@ def render(status: dict[str, Any]) -> str:
     for model in status["models"]:
         ready = sum(1 for r in model["replicas"] if r["state"] == "ready")
         gens = ",".join(model["generations"]) or "-"
-        models.append([model["id"], f"{ready}/{model['desired']}", gens,
-                       str(model["gpus_per_replica"])])  # fmt: skip
+        models.append(
+            [model["id"], f"{ready}/{model['desired']}", gens, str(model["gpus_per_replica"])]
+        )
         for r in model["replicas"]:
             in_flight = "-" if r["in_flight"] is None else str(r["in_flight"])
             state = r["state"] + (f" ({r['waiting']})" if r.get("waiting") else "")
-            replicas.append([model["id"], r["id"], state, r["address"] or "-",
-                             r["generation"] or "-", in_flight])  # fmt: skip
+            replicas.append(
+                [
+                    model["id"],
+                    r["id"],
+                    state,
+                    r["address"] or "-",
+                    r["generation"] or "-",
+                    in_flight,
+                ]
+            )
         if model["unplaceable"]:
             unplaceable.append([model["id"], model["unplaceable"]])
         elif model.get("last_start_error") and ready < model["desired"]:

@@ -68,11 +68,23 @@ def ray_binary() -> str:
 # Fixed Ray ports for hosts behind a firewall (deploy/firewalld/neuraxis-ray.xml
 # opens exactly these); the GCS port is the head's ray_port (6379).
 FIXED_RAY_PORT_ARGS = [
-    "--node-manager-port", "6380", "--object-manager-port", "6381",
-    "--runtime-env-agent-port", "6382", "--dashboard-agent-grpc-port", "6383",
-    "--metrics-export-port", "6384", "--dashboard-agent-listen-port", "52365",
-    "--min-worker-port", "10002", "--max-worker-port", "10999",
-]  # fmt: skip
+    "--node-manager-port",
+    "6380",
+    "--object-manager-port",
+    "6381",
+    "--runtime-env-agent-port",
+    "6382",
+    "--dashboard-agent-grpc-port",
+    "6383",
+    "--metrics-export-port",
+    "6384",
+    "--dashboard-agent-listen-port",
+    "52365",
+    "--min-worker-port",
+    "10002",
+    "--max-worker-port",
+    "10999",
+]
 # The ports replicas' neurons take on such hosts (neuraxis-neuron.xml):
 # gRPC and metrics, as "first-last" ranges, inherited by Ray's workers.
 FIXED_REPLICA_PORTS = {

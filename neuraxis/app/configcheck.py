@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neuraxis.settings import SettingsError, load_settings
+from neuraxis.core.settings import SettingsError, load_settings
 
 
 def check(cortex: Path | None, neuron: Path | None, deployment: Path | None) -> list[str]:
     """One line per file: '<path>: ok', or the problem. Raises nothing."""
     from cortex.cluster.spec import SpecError, load_spec
     from cortex.config import CortexSettings
-    from neuron.config import NeuronSettings
+    from neuraxis.core.neuron_settings import NeuronSettings
 
     results: list[str] = []
     if cortex is not None:

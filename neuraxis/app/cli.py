@@ -9,7 +9,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from cortex.cluster.spec import SpecError
-from neuraxis.settings import SettingsError, load_settings
+from neuraxis.core.generations import GENERATION_NAMES
+from neuraxis.core.settings import SettingsError, load_settings
+from neuraxis.core.tasks import TASK_NAMES
 
 
 def _version() -> str:
@@ -119,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = neuron_sub.add_parser(
         "serve",
         help="serve a model over gRPC",
-        description="Serve one model over gRPC (neuraxis.v1.Neuron and grpc.health.v1).",
+        description="Serve one model over gRPC (neuraxis.core.v1.Neuron and grpc.health.v1).",
     )
     serve.add_argument("--config", type=Path, help="TOML settings file")
     serve.add_argument("--host", help="gRPC listen address")
@@ -127,11 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--engine", choices=["vllm", "sim"], help="engine (default vllm)")
     serve.add_argument("--model", help="bundled model id or model directory")
     serve.add_argument("--served-id", help="the model id clients ask for")
-    serve.add_argument("--task", choices=["generate", "embed"], help="what a model directory does")
+    serve.add_argument("--task", choices=list(TASK_NAMES), help="what a model directory does")
     serve.add_argument("--tool-parser", help="vLLM tool parser for tool_choice auto")
     serve.add_argument(
         "--generation",
-        choices=["auto", "cpu", "ampere", "ada", "hopper", "blackwell"],
+        choices=["auto", *GENERATION_NAMES],
         help="the GPU generation this neuron is installed for (refuses another)",
     )
     serve.add_argument("--reasoning-parser", help="vLLM reasoning parser (reasoning_content)")
@@ -150,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--sim-generation",
-        choices=["cpu", "ampere", "ada", "hopper", "blackwell"],
+        choices=list(GENERATION_NAMES),
         help="sim engine: the GPU generation it stands in for",
     )
 
@@ -165,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--ray-address", help="the Ray head's host:port")
     agent.add_argument(
         "--generation",
-        choices=["auto", "cpu", "ampere", "ada", "hopper", "blackwell"],
+        choices=["auto", *GENERATION_NAMES],
         help="the GPU generation this host's neuron is installed for",
     )
     agent.add_argument("--node-ip", help="this host's address as the cluster sees it")
@@ -230,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "up":
-            from neuraxis.embedded import EmbeddedOptions, run_embedded
+            from neuraxis.app.embedded import EmbeddedOptions, run_embedded
 
             return run_embedded(
                 EmbeddedOptions(
@@ -269,14 +271,14 @@ def main(argv: list[str] | None = None) -> int:
             overrides = {k: getattr(args, k) for k in keys}
             return run_cortex(load_settings(CortexSettings, args.config, overrides))
         if args.command == "neuron" and args.neuron_command == "agent":
+            from neuraxis.core.neuron_settings import NeuronSettings
             from neuron.agent import run_agent
-            from neuron.config import NeuronSettings
 
             keys = ("ray_address", "generation", "node_ip")
             overrides = {k: getattr(args, k) for k in keys}
             return run_agent(load_settings(NeuronSettings, args.config, overrides))
         if args.command == "neuron":
-            from neuron.config import NeuronSettings
+            from neuraxis.core.neuron_settings import NeuronSettings
             from neuron.main import run as run_neuron
 
             keys = (
@@ -309,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "cluster":
             return _cluster(args)
         if args.command == "config":
-            from neuraxis.configcheck import check as check_config
+            from neuraxis.app.configcheck import check as check_config
 
             if not (args.cortex or args.neuron or args.deployment):
                 print("neuraxis: name a file: --cortex, --neuron or --deployment", file=sys.stderr)
@@ -349,7 +351,7 @@ def _status(address: str | None, config: Path | None, as_json: bool) -> int:
     import os
 
     from cortex.config import CortexSettings
-    from neuraxis.status import render, render_json
+    from neuraxis.app.status import render, render_json
 
     if address is None and config is not None:
         settings = load_settings(CortexSettings, config, {})
@@ -384,7 +386,7 @@ def _embedded_cluster() -> str | None:
     import os
 
     from cortex.config import default_state_dir
-    from neuraxis.embedded import EMBEDDED_CLUSTER_FILE
+    from neuraxis.app.embedded import EMBEDDED_CLUSTER_FILE
 
     marker = default_state_dir() / EMBEDDED_CLUSTER_FILE
     try:

@@ -1,4 +1,8 @@
-"""The neuron's settings (TOML file, NEURAXIS_NEURON_* environment, flags)."""
+"""The neuron's settings (TOML file, NEURAXIS_NEURON_* environment, flags).
+
+They live in core because both sides use them: the neuron runs from them, and
+the cluster controller (in cortex) builds a replica's settings and hands them
+to the neuron it starts, serialised, rather than as hand-written flags."""
 
 from __future__ import annotations
 
@@ -8,7 +12,12 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from neuron.models.bundled import DEFAULT_CHAT_MODEL
+from neuraxis.core.generations import Generation
+from neuraxis.core.tasks import ModelTask
+
+# The bundled models' ids (neuron/models/bundled.py says where they come from).
+DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
+DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 
 
 class NeuronSettings(BaseSettings):
@@ -21,7 +30,7 @@ class NeuronSettings(BaseSettings):
     # directory on disk.
     model: str = DEFAULT_CHAT_MODEL
     # For a model directory: what it does (bundled models know their task).
-    task: Literal["generate", "embed"] = "generate"
+    task: ModelTask = ModelTask.GENERATE
     # The id clients ask for; defaults to the bundled id or the directory name.
     served_id: str | None = None
     cache_dir: Path | None = None
@@ -36,7 +45,7 @@ class NeuronSettings(BaseSettings):
     tensor_parallel_size: int = Field(1, ge=1)
     # The GPU generation this neuron is installed for; it refuses to start on
     # another. "auto": whatever the host has.
-    generation: Literal["auto", "cpu", "ampere", "ada", "hopper", "blackwell"] = "auto"
+    generation: Literal["auto"] | Generation = "auto"
     # Cluster mode (`neuraxis neuron agent`): the Ray head to join (host:port).
     ray_address: str | None = None
     # The address this host is reached at by the others; default: Ray's guess.
@@ -59,4 +68,4 @@ class NeuronSettings(BaseSettings):
     sim_itl_s: float = Field(0.005, ge=0)
     sim_fail_after_tokens: int | None = Field(None, ge=0)
     # The GPU generation the simulated engine stands in for (no detection).
-    sim_generation: Literal["cpu", "ampere", "ada", "hopper", "blackwell"] | None = None
+    sim_generation: Generation | None = None

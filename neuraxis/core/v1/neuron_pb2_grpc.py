@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from neuraxis.v1 import neuron_pb2 as neuraxis_dot_v1_dot_neuron__pb2
+from neuraxis.core.v1 import neuron_pb2 as neuraxis_dot_core_dot_v1_dot_neuron__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in neuraxis/v1/neuron_pb2_grpc.py depends on'
+        + ' but the generated code in neuraxis/core/v1/neuron_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,23 +36,23 @@ class NeuronStub:
         """
         self.Generate = channel.unary_stream(
                 '/neuraxis.v1.Neuron/Generate',
-                request_serializer=neuraxis_dot_v1_dot_neuron__pb2.GenerateRequest.SerializeToString,
-                response_deserializer=neuraxis_dot_v1_dot_neuron__pb2.GenerateResponse.FromString,
+                request_serializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.GenerateResponse.FromString,
                 _registered_method=True)
         self.Embed = channel.unary_unary(
                 '/neuraxis.v1.Neuron/Embed',
-                request_serializer=neuraxis_dot_v1_dot_neuron__pb2.EmbedRequest.SerializeToString,
-                response_deserializer=neuraxis_dot_v1_dot_neuron__pb2.EmbedResponse.FromString,
+                request_serializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.EmbedResponse.FromString,
                 _registered_method=True)
         self.Info = channel.unary_unary(
                 '/neuraxis.v1.Neuron/Info',
-                request_serializer=neuraxis_dot_v1_dot_neuron__pb2.InfoRequest.SerializeToString,
-                response_deserializer=neuraxis_dot_v1_dot_neuron__pb2.InfoResponse.FromString,
+                request_serializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.InfoRequest.SerializeToString,
+                response_deserializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.InfoResponse.FromString,
                 _registered_method=True)
         self.Load = channel.unary_unary(
                 '/neuraxis.v1.Neuron/Load',
-                request_serializer=neuraxis_dot_v1_dot_neuron__pb2.LoadRequest.SerializeToString,
-                response_deserializer=neuraxis_dot_v1_dot_neuron__pb2.LoadResponse.FromString,
+                request_serializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.LoadRequest.SerializeToString,
+                response_deserializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.LoadResponse.FromString,
                 _registered_method=True)
 
 
@@ -94,23 +94,23 @@ def add_NeuronServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Generate': grpc.unary_stream_rpc_method_handler(
                     servicer.Generate,
-                    request_deserializer=neuraxis_dot_v1_dot_neuron__pb2.GenerateRequest.FromString,
-                    response_serializer=neuraxis_dot_v1_dot_neuron__pb2.GenerateResponse.SerializeToString,
+                    request_deserializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.GenerateRequest.FromString,
+                    response_serializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.GenerateResponse.SerializeToString,
             ),
             'Embed': grpc.unary_unary_rpc_method_handler(
                     servicer.Embed,
-                    request_deserializer=neuraxis_dot_v1_dot_neuron__pb2.EmbedRequest.FromString,
-                    response_serializer=neuraxis_dot_v1_dot_neuron__pb2.EmbedResponse.SerializeToString,
+                    request_deserializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.EmbedRequest.FromString,
+                    response_serializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.EmbedResponse.SerializeToString,
             ),
             'Info': grpc.unary_unary_rpc_method_handler(
                     servicer.Info,
-                    request_deserializer=neuraxis_dot_v1_dot_neuron__pb2.InfoRequest.FromString,
-                    response_serializer=neuraxis_dot_v1_dot_neuron__pb2.InfoResponse.SerializeToString,
+                    request_deserializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.InfoRequest.FromString,
+                    response_serializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.InfoResponse.SerializeToString,
             ),
             'Load': grpc.unary_unary_rpc_method_handler(
                     servicer.Load,
-                    request_deserializer=neuraxis_dot_v1_dot_neuron__pb2.LoadRequest.FromString,
-                    response_serializer=neuraxis_dot_v1_dot_neuron__pb2.LoadResponse.SerializeToString,
+                    request_deserializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.LoadRequest.FromString,
+                    response_serializer=neuraxis_dot_core_dot_v1_dot_neuron__pb2.LoadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -138,8 +138,8 @@ class Neuron:
             request,
             target,
             '/neuraxis.v1.Neuron/Generate',
-            neuraxis_dot_v1_dot_neuron__pb2.GenerateRequest.SerializeToString,
-            neuraxis_dot_v1_dot_neuron__pb2.GenerateResponse.FromString,
+            neuraxis_dot_core_dot_v1_dot_neuron__pb2.GenerateRequest.SerializeToString,
+            neuraxis_dot_core_dot_v1_dot_neuron__pb2.GenerateResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -165,8 +165,8 @@ class Neuron:
             request,
             target,
             '/neuraxis.v1.Neuron/Embed',
-            neuraxis_dot_v1_dot_neuron__pb2.EmbedRequest.SerializeToString,
-            neuraxis_dot_v1_dot_neuron__pb2.EmbedResponse.FromString,
+            neuraxis_dot_core_dot_v1_dot_neuron__pb2.EmbedRequest.SerializeToString,
+            neuraxis_dot_core_dot_v1_dot_neuron__pb2.EmbedResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -192,8 +192,8 @@ class Neuron:
             request,
             target,
             '/neuraxis.v1.Neuron/Info',
-            neuraxis_dot_v1_dot_neuron__pb2.InfoRequest.SerializeToString,
-            neuraxis_dot_v1_dot_neuron__pb2.InfoResponse.FromString,
+            neuraxis_dot_core_dot_v1_dot_neuron__pb2.InfoRequest.SerializeToString,
+            neuraxis_dot_core_dot_v1_dot_neuron__pb2.InfoResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -219,8 +219,8 @@ class Neuron:
             request,
             target,
             '/neuraxis.v1.Neuron/Load',
-            neuraxis_dot_v1_dot_neuron__pb2.LoadRequest.SerializeToString,
-            neuraxis_dot_v1_dot_neuron__pb2.LoadResponse.FromString,
+            neuraxis_dot_core_dot_v1_dot_neuron__pb2.LoadRequest.SerializeToString,
+            neuraxis_dot_core_dot_v1_dot_neuron__pb2.LoadResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -33,9 +33,9 @@ from pathlib import Path
 from types import FrameType
 
 from cortex.config import default_state_dir
-from neuraxis.process import die_with_parent, stop_process_group
-from neuron.gpu import GENERATION_LABEL
-from neuron.models.bundled import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
+from neuraxis.core.generations import GENERATION_LABEL
+from neuraxis.core.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
+from neuraxis.core.process import die_with_parent, stop_process_group
 from neuron.models.prepare import PrepareError, default_cache_dir, prepare_all
 
 READY_TIMEOUT_S = 900.0
@@ -241,14 +241,22 @@ def _serve(base: str, children: list[subprocess.Popen[bytes]]) -> int:
 
 def _neuron_cmd(model: str, port: int, cache_dir: Path) -> list[str]:
     return [
-        "neuron", "serve", "--host", "127.0.0.1", "--port", str(port), "--model", model,
-        "--cache-dir", str(cache_dir),
-    ]  # fmt: skip
+        "neuron",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        model,
+        "--cache-dir",
+        str(cache_dir),
+    ]
 
 
 def _spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "neuraxis.cli", *args],
+        [sys.executable, "-m", "neuraxis.app.cli", *args],
         env=env,
         start_new_session=True,
         preexec_fn=die_with_parent,
