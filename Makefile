@@ -48,7 +48,7 @@ proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. proto/neuraxis/core/v1/neuron.proto
 
 proto-check: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_proto_stubs.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/neuraxis/core/test_proto_stubs.py
 
 bench: $(STAMP)
 	$(PY) -m bench.gateway_overhead

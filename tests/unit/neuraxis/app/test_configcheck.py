@@ -10,7 +10,7 @@ import pytest
 from neuraxis.app.cli import main
 from neuraxis.app.configcheck import check
 
-ETC = Path(__file__).resolve().parents[3] / "deploy" / "etc" / "neuraxis"
+ETC = Path(__file__).resolve().parents[4] / "deploy" / "etc" / "neuraxis"
 
 
 def test_the_shipped_configs_parse() -> None:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 GENERATED = ["neuron_pb2.py", "neuron_pb2.pyi", "neuron_pb2_grpc.py"]
 
 
