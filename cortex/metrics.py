@@ -217,6 +217,25 @@ async def tracked(
             tracker.finish("cancelled")
 
 
+def record_routed(model: str, replica: str) -> None:
+    """A request dispatched to a replica (each attempt counts)."""
+    if _enabled:
+        ROUTED.labels(model, replica).inc()
+
+
+def record_retry(model: str, replica: str) -> None:
+    """A request retried elsewhere after `replica` failed before its first token."""
+    if _enabled:
+        RETRIES.labels(model, replica).inc()
+
+
+def record_store_write(backend: str, seconds: float) -> None:
+    """A response written to the Responses store."""
+    if _enabled:
+        STORE_WRITE.labels(backend).observe(seconds)
+        STORED_RESPONSES.labels(backend).inc()
+
+
 def touch_replica(model: str, replica: str) -> None:
     """Export a replica's counters at 0 before anything happens to them, so
     that rates and dashboards see the series from the start."""

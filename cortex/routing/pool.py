@@ -142,7 +142,7 @@ class NeuronPool:
         while state is not None:
             current, state = state, None
             current.outstanding += 1  # counted at dispatch, not at the first token
-            metrics.ROUTED.labels(self.model_label(request.model), current.client.address).inc()
+            metrics.record_routed(self.model_label(request.model), current.client.address)
             started = False
             try:
                 async for response in current.client.generate(request, self._timeout):
@@ -159,7 +159,7 @@ class NeuronPool:
         while True:
             current = state
             current.outstanding += 1
-            metrics.ROUTED.labels(self.model_label(request.model), current.client.address).inc()
+            metrics.record_routed(self.model_label(request.model), current.client.address)
             try:
                 return await current.client.embed(request, self._timeout)
             except (UnavailableError, InternalError) as e:
@@ -190,7 +190,7 @@ class NeuronPool:
             retry = self._alternative(request.model, tried)
         if retry is None:
             raise error
-        metrics.RETRIES.labels(self.model_label(request.model), state.client.address).inc()
+        metrics.record_retry(self.model_label(request.model), state.client.address)
         log.warning(
             "request %s failed on %s before its first token (%s); retrying on %s",
             request.request_id,

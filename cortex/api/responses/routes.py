@@ -225,9 +225,7 @@ class _Run:
                 owner=self.owner if self._body.background else "",
             )
         )
-        backend = self._store.backend
-        metrics.STORE_WRITE.labels(backend).observe(time.perf_counter() - started)
-        metrics.STORED_RESPONSES.labels(backend).inc()
+        metrics.record_store_write(self._store.backend, time.perf_counter() - started)
 
 
 def _frame(event: dict[str, Any]) -> bytes:
