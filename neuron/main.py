@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +11,6 @@ from typing import Any
 
 from neuraxis.core.generations import (
     EXIT_WRONG_GPU,
-    PROFILES,
     Generation,
     UnsupportedGpuError,
     check_model_options,
@@ -22,9 +20,10 @@ from neuraxis.core.neuron_settings import NeuronSettings
 from neuraxis.core.protomaps import GENERATION_TO_PB
 from neuraxis.core.tasks import ModelTask
 from neuron.engine.base import Engine
+from neuron.engine.vllm.args import VllmOptions
 from neuron.gpu import check_installed_for, detect, host_generation, load_nvml
 from neuron.models.bundled import BUNDLED_MODELS
-from neuron.models.prepare import default_cache_dir, prepare
+from neuron.models.prepare import default_cache_dir, model_dir, prepare
 
 log = logging.getLogger("neuraxis.neuron")
 
@@ -42,23 +41,26 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
                 fail_after_tokens=settings.sim_fail_after_tokens,
             )
         )
-    from neuron.engine.vllm import VllmEngine, VllmOptions
+    from neuron.engine.vllm import VllmEngine
 
-    model = resolve_model(settings)
-    return VllmEngine(
-        VllmOptions(
-            served_id=model.served_id,
-            model_path=model.path,
-            task=model.task,
-            dtype=settings.dtype or PROFILES[generation].dtype,
-            quantization=settings.quantization,
-            kv_cache_dtype=settings.kv_cache_dtype,
-            tensor_parallel_size=settings.tensor_parallel_size,
-            max_model_len=settings.max_model_len,
-            kv_cache_gib=settings.kv_cache_gib,
-            tool_parser=settings.tool_parser or model.tool_parser,
-            reasoning_parser=settings.reasoning_parser,
-        )
+    return VllmEngine(vllm_options(settings, resolve_model(settings)), generation)
+
+
+def vllm_options(settings: NeuronSettings, model: ResolvedModel) -> VllmOptions:
+    """The model's engine options; neuron/engine/vllm/args.py adds the
+    generation's defaults to them."""
+    return VllmOptions(
+        served_id=model.served_id,
+        model_path=model.path,
+        task=model.task,
+        dtype=settings.dtype,
+        quantization=settings.quantization,
+        kv_cache_dtype=settings.kv_cache_dtype,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        max_model_len=settings.max_model_len,
+        kv_cache_gib=settings.kv_cache_gib,
+        tool_parser=settings.tool_parser or model.tool_parser,
+        reasoning_parser=settings.reasoning_parser,
     )
 
 
@@ -70,12 +72,16 @@ class ResolvedModel:
     tool_parser: str | None
 
 
-def resolve_model(settings: NeuronSettings) -> ResolvedModel:
-    """A bundled model id is prepared into the cache; anything else is a path."""
+def resolve_model(settings: NeuronSettings, prepare_bundled: bool = True) -> ResolvedModel:
+    """A bundled model id is prepared into the cache (or, without
+    `prepare_bundled`, only located there); anything else is a path."""
     bundled = BUNDLED_MODELS.get(settings.model)
     if bundled is not None:
         cache = settings.cache_dir or default_cache_dir()
-        path = prepare(cache, bundled, lambda line: log.info("%s", line))
+        if prepare_bundled:
+            path = prepare(cache, bundled, lambda line: log.info("%s", line))
+        else:
+            path = model_dir(cache, bundled.served_id)
         return ResolvedModel(
             path, settings.served_id or bundled.served_id, bundled.task, bundled.tool_parser
         )
@@ -114,8 +120,6 @@ def run(settings: NeuronSettings) -> int:
     configure_logging(settings.json_logs)
     generation = detect_generation(settings, load_nvml())
     log.info("GPU generation: %s", generation.value)
-    # vLLM's loggers then go through ours (JSON) instead of their own handler.
-    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     engine = build_engine(settings, generation)
     asyncio.run(
         serve(

@@ -155,6 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(GENERATION_NAMES),
         help="sim engine: the GPU generation it stands in for",
     )
+    serve.add_argument(
+        "--print-engine-args",
+        action="store_true",
+        help="print the vLLM engine arguments and environment this neuron would start "
+        "with (JSON) and exit; with --generation, no GPU detection",
+    )
 
     agent = neuron_sub.add_parser(
         "agent",
@@ -305,7 +311,13 @@ def main(argv: list[str] | None = None) -> int:
                 "tensor_parallel_size",
             )
             overrides = {k: getattr(args, k) for k in keys}
-            return run_neuron(load_settings(NeuronSettings, args.config, overrides))
+            settings = load_settings(NeuronSettings, args.config, overrides)
+            if args.print_engine_args:
+                from neuron.engineargs import print_engine_args
+                from neuron.gpu import load_nvml
+
+                return print_engine_args(settings, load_nvml(), sys.stdout)
+            return run_neuron(settings)
         if args.command == "status":
             return _status(args.address, args.config, args.json)
         if args.command == "cluster":

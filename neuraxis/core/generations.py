@@ -44,10 +44,18 @@ EXIT_WRONG_GPU = 78
 
 @dataclass(frozen=True)
 class Profile:
-    """Engine defaults and abilities of a generation (overridable per model)."""
+    """Engine defaults and abilities of a generation (dtype, quantisation and
+    KV-cache dtype are overridable per model; neuron/engine/vllm/args.py turns
+    a profile and a model's options into vLLM's engine arguments).
+
+    There is no attention backend here: vLLM picks one per model and
+    configuration (MLA or not, head size, KV-cache dtype), and a fixed one per
+    generation is wrong for some of them (FLASH_ATTN refuses an FP8 KV cache
+    on Ada and every MLA model), so vLLM's own choice is left in place."""
 
     dtype: str
-    attention_backend: str | None
+    # torch.compile and CUDA graphs; False runs the model eagerly.
+    compiled: bool
     quantizations: frozenset[str]
     kv_cache_dtypes: frozenset[str]
 
@@ -55,31 +63,31 @@ class Profile:
 PROFILES: dict[Generation, Profile] = {
     Generation.CPU: Profile(
         dtype="float32",  # bfloat16 gives nonsense from small models on CPU
-        attention_backend=None,
+        compiled=False,  # CPU warm-up compilation stalls for minutes
         quantizations=frozenset(),
         kv_cache_dtypes=frozenset({"auto"}),
     ),
     Generation.AMPERE: Profile(
         dtype="bfloat16",
-        attention_backend="FLASH_ATTN",
+        compiled=True,
         quantizations=frozenset({"awq", "gptq", "bitsandbytes", "compressed-tensors"}),
         kv_cache_dtypes=frozenset({"auto"}),
     ),
     Generation.ADA: Profile(
         dtype="bfloat16",
-        attention_backend="FLASH_ATTN",
+        compiled=True,
         quantizations=frozenset({"awq", "gptq", "bitsandbytes", "compressed-tensors", "fp8"}),
         kv_cache_dtypes=frozenset({"auto", "fp8", "fp8_e4m3", "fp8_e5m2"}),
     ),
     Generation.HOPPER: Profile(
         dtype="bfloat16",
-        attention_backend="FLASH_ATTN",
+        compiled=True,
         quantizations=frozenset({"awq", "gptq", "bitsandbytes", "compressed-tensors", "fp8"}),
         kv_cache_dtypes=frozenset({"auto", "fp8", "fp8_e4m3", "fp8_e5m2"}),
     ),
     Generation.BLACKWELL: Profile(
         dtype="bfloat16",
-        attention_backend="FLASHINFER",
+        compiled=True,
         quantizations=frozenset(
             {"awq", "gptq", "bitsandbytes", "compressed-tensors", "fp8", "nvfp4", "mxfp4"}
         ),

@@ -1,3 +1,4 @@
-from neuron.engine.vllm.engine import VllmEngine, VllmOptions
+from neuron.engine.vllm.args import VllmOptions
+from neuron.engine.vllm.engine import VllmEngine
 
 __all__ = ["VllmEngine", "VllmOptions"]

@@ -12,12 +12,11 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import Any
 
 from neuraxis.core.errors import InvalidRequestError, ModelNotFoundError, UnavailableError
+from neuraxis.core.generations import Generation
 from neuraxis.core.tasks import ModelTask
 from neuron.engine.base import (
     ChoiceDelta,
@@ -36,34 +35,17 @@ from neuron.engine.base import (
     check_context,
     wrong_task,
 )
+from neuron.engine.vllm.args import VllmOptions, engine_launch
 from neuron.engine.vllm.prompt import openai_tool, render_fitting, sampling_params
 from neuron.engine.vllm.shaping import AutoParser, ChoiceShaper, ParsedCalls, ReasoningSplit
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 
 
-@dataclass(frozen=True)
-class VllmOptions:
-    served_id: str
-    model_path: Path
-    task: ModelTask = ModelTask.GENERATE
-    dtype: str = "float32"  # bfloat16 gives nonsense from the small model on CPU
-    max_model_len: int | None = None
-    kv_cache_gib: int = 1
-    enforce_eager: bool = True  # CPU warm-up compilation stalls for minutes
-    # One of vLLM's tool parsers (e.g. "hermes"); enables tool_choice "auto".
-    tool_parser: str | None = None
-    # One of vLLM's reasoning parsers (e.g. "deepseek_r1"), for models that
-    # think before they answer: their thoughts go to reasoning_content.
-    reasoning_parser: str | None = None
-    quantization: str | None = None
-    kv_cache_dtype: str | None = None
-    tensor_parallel_size: int = 1
-
-
 class VllmEngine(Engine):
-    def __init__(self, options: VllmOptions) -> None:
+    def __init__(self, options: VllmOptions, generation: Generation = Generation.CPU) -> None:
         self._options = options
+        self._generation = generation
         self._llm: Any = None
         self._tokenizer: Any = None
         self._model: ServedModel | None = None
@@ -81,9 +63,10 @@ class VllmEngine(Engine):
         return "vllm"
 
     async def start(self) -> None:
-        # The CPU backend sizes its KV cache from this variable (GiB); the
-        # engine core is a child process and inherits it.
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._options.kv_cache_gib))
+        # The same arguments `neuraxis neuron serve --print-engine-args` prints;
+        # the environment first: vLLM reads some of it when it is imported.
+        launch = engine_launch(self._options, self._generation)
+        os.environ.update(launch.env)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -98,23 +81,7 @@ class VllmEngine(Engine):
             self._reasoning_class = ReasoningParserManager.get_reasoning_parser(
                 opts.reasoning_parser
             )
-        optional: dict[str, Any] = {
-            "dtype": opts.dtype,
-            "tensor_parallel_size": opts.tensor_parallel_size,
-            "kv_cache_dtype": opts.kv_cache_dtype or "auto",
-        }
-        if opts.quantization:
-            optional["quantization"] = opts.quantization
-        if opts.max_model_len is not None:
-            optional["max_model_len"] = opts.max_model_len
-        args = AsyncEngineArgs(
-            model=str(opts.model_path),
-            served_model_name=opts.served_id,
-            enforce_eager=opts.enforce_eager,
-            runner="pooling" if opts.task is ModelTask.EMBED else "generate",
-            disable_log_stats=False,
-            **optional,
-        )
+        args = AsyncEngineArgs(**launch.kwargs)
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
         self._tokenizer = self._llm.get_tokenizer()
         self._model = ServedModel(
