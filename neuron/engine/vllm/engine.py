@@ -1,9 +1,10 @@
 """The vLLM engine: AsyncLLM behind neuraxis's Engine interface.
 
-This package is the only place that imports vLLM. It renders prompts with the
-model's tokenizer (prompt.py), shapes each choice's text by tool mode
-(shaping.py), and translates vLLM's outputs and exceptions into neuraxis's
-types and errors.
+This package is the only place that imports vLLM. It starts the engine with
+the arguments args.py derives from the model and the GPU generation, renders
+prompts with the model's tokenizer (prompt.py), shapes each choice's text by
+tool mode (shaping.py), and translates vLLM's outputs and exceptions into
+neuraxis's types and errors.
 """
 
 from __future__ import annotations
