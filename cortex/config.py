@@ -1,12 +1,16 @@
-"""cortex's settings (TOML file, NEURAXIS_CORTEX_* environment, flags)."""
+"""cortex's settings (TOML file, NEURAXIS_CORTEX_* environment, flags) and
+the default state directory."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from neuraxis.core.settings import Flag
 
 
 def default_state_dir() -> Path:
@@ -16,53 +20,85 @@ def default_state_dir() -> Path:
 
 
 class CortexSettings(BaseSettings):
+    """Each field is one setting everywhere: TOML key, NEURAXIS_CORTEX_<NAME>
+    and `neuraxis cortex --name-with-dashes` (neuraxis/app/options.py; `Flag`
+    where the option is spelled otherwise), with its description as the help.
+    Adding a setting is adding a field."""
+
     model_config = SettingsConfigDict(env_prefix="NEURAXIS_CORTEX_", extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=0, le=65535)
-    # Static mode: the neurons' gRPC addresses (host:port).
-    neurons: list[str] = Field(default_factory=list)
-    # Models that must have a ready neuron for /readyz to pass. Empty: any
-    # ready neuron will do.
-    models: list[str] = Field(default_factory=list)
-    # gRPC deadline for one generation, in seconds.
-    request_timeout_s: float = Field(600.0, gt=0)
-    # How often each neuron's Info is polled to learn readiness and models.
-    poll_interval_s: float = Field(1.0, gt=0)
-    # Attempts on other neurons when one fails before the first token.
-    max_retries: int = Field(2, ge=0)
-    # Largest accepted request body; larger ones get 413.
-    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
-    # Request metrics at /metrics (off only to measure what they cost).
-    metrics_enabled: bool = True
-    # uvicorn worker processes; metrics are added up across them.
-    workers: int = Field(1, ge=1, le=64)
-    # Log lines as JSON objects (one per line), or as plain text.
-    json_logs: bool = True
-    # Where cortex keeps state: the Responses store (responses.sqlite3).
-    state_dir: Path = Field(default_factory=default_state_dir)
-    # A PostgreSQL DSN: keep stored responses there instead, shared by every
-    # cortex instance that uses the same database.
-    postgres_dsn: str | None = None
+    host: str = Field("127.0.0.1", description="HTTP listen address")
+    port: int = Field(8080, ge=0, le=65535, description="HTTP port")
+    neurons: Annotated[list[str], Flag("neuron", metavar="HOST:PORT")] = Field(
+        default_factory=list,
+        description="static mode: a neuron's gRPC address (repeatable)",
+    )
+    models: Annotated[list[str], Flag("model", metavar="ID")] = Field(
+        default_factory=list,
+        description="a model that must have a ready neuron for /readyz (repeatable; "
+        "default: any ready neuron will do)",
+    )
+    request_timeout_s: float = Field(
+        600.0, gt=0, description="gRPC deadline for one generation, in seconds"
+    )
+    poll_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="how often each neuron's Info is polled for readiness and models (s)",
+    )
+    max_retries: int = Field(
+        2, ge=0, description="attempts on other neurons when one fails before the first token"
+    )
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024, gt=0, description="largest accepted request body; larger ones get 413"
+    )
+    # The flag predates the field: --no-metrics (and so --metrics).
+    metrics_enabled: Annotated[bool, Flag("metrics")] = Field(
+        True, description="request metrics at /metrics (off only to measure what they cost)"
+    )
+    workers: int = Field(
+        1, ge=1, le=64, description="uvicorn worker processes; metrics are added up across them"
+    )
+    json_logs: bool = Field(True, description="log lines as JSON objects, or as plain text")
+    state_dir: Path = Field(
+        default_factory=default_state_dir,
+        description="where cortex keeps state, the Responses store (default "
+        "$XDG_STATE_HOME/neuraxis or ~/.local/state/neuraxis)",
+    )
+    postgres_dsn: str | None = Field(
+        None,
+        description="keep stored responses in this PostgreSQL database instead, shared by "
+        "every cortex instance that uses it",
+    )
 
-    # Cluster mode: the Ray cluster's address (host:port of the head's GCS).
-    # cortex starts or finds the controller there and follows its endpoint
-    # table instead of a static neuron list.
-    ray_address: str | None = None
-    # Cluster mode with the Ray head run by cortex itself (the head host's
-    # service), on ray_port of ray_node_ip.
-    ray_head: bool = False
-    ray_port: int = Field(6379, ge=1, le=65535)
-    ray_node_ip: str = "127.0.0.1"
-    # The head's Ray ports fixed (6380-6384, 52365, workers 10002-10999), as
-    # the firewalld service opens them; otherwise Ray picks free ones.
-    ray_fixed_ports: bool = False
-    # The deployment spec (TOML) the controller keeps true.
-    deployment: Path | None = None
-    # How often the controller checks replicas and the nodes.
-    health_interval_s: float = Field(2.0, gt=0)
-    # How long a replica may take to load its model before it counts as failed.
-    replica_start_timeout_s: float = Field(900.0, gt=0)
+    # Cluster mode: cortex starts or finds the controller in the Ray cluster
+    # and follows its endpoint table instead of a static neuron list.
+    ray_address: str | None = Field(
+        None, description="cluster mode: the Ray head's address (host:port of its GCS)"
+    )
+    ray_head: bool = Field(
+        False,
+        description="cluster mode: run the Ray head here (the head host's service), on "
+        "ray_port of ray_node_ip",
+    )
+    ray_port: int = Field(6379, ge=1, le=65535, description="the Ray head's port")
+    ray_node_ip: str = Field("127.0.0.1", description="the address the Ray head listens on")
+    ray_fixed_ports: bool = Field(
+        False,
+        description="fix the head's Ray ports (6380-6384, 52365, workers 10002-10999), as the "
+        "firewalld service opens them; otherwise Ray picks free ones",
+    )
+    deployment: Path | None = Field(
+        None, description="cluster mode: the deployment spec (TOML) the controller keeps true"
+    )
+    health_interval_s: float = Field(
+        2.0, gt=0, description="how often the controller checks replicas and nodes (s)"
+    )
+    replica_start_timeout_s: float = Field(
+        900.0,
+        gt=0,
+        description="how long a replica may take to load its model before it counts as failed (s)",
+    )
 
     @field_validator("neurons")
     @classmethod

@@ -1,5 +1,9 @@
 """The `neuraxis` command: up, cortex, neuron serve|agent, status, config
-check, model prepare."""
+check, model prepare.
+
+The options of `cortex`, `neuron serve` and `neuron agent` are generated from
+their settings classes (neuraxis/app/options.py); a new setting needs no edit
+here. `up` and the other commands have options of their own."""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from cortex.cluster.spec import SpecError
-from neuraxis.core.generations import GENERATION_NAMES
-from neuraxis.core.settings import SettingsError, load_settings
-from neuraxis.core.tasks import TASK_NAMES
+from cortex.config import CortexSettings
+from neuraxis.app.options import add_settings_options, overrides
+from neuraxis.core.neuron_settings import AGENT_SETTINGS, NeuronSettings
+from neuraxis.core.settings import S, SettingsError, load_settings
 
 
 def _version() -> str:
@@ -80,41 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "cortex", help="run the gateway", description="Run cortex, the OpenAI-compatible gateway."
     )
     cortex.add_argument("--config", type=Path, help="TOML settings file")
-    cortex.add_argument("--host", help="HTTP listen address")
-    cortex.add_argument("--port", type=int, help="HTTP port")
-    cortex.add_argument(
-        "--neuron",
-        action="append",
-        dest="neurons",
-        metavar="HOST:PORT",
-        help="a neuron's gRPC address (repeatable)",
-    )
-    cortex.add_argument("--workers", type=int, help="uvicorn worker processes")
-    cortex.add_argument("--ray-address", help="cluster mode: the Ray head's host:port")
-    cortex.add_argument(
-        "--ray-head",
-        action="store_const",
-        const=True,
-        help="cluster mode: start a Ray head here (on --ray-port)",
-    )
-    cortex.add_argument("--ray-port", type=int, help="the Ray head's port (default 6379)")
-    cortex.add_argument("--deployment", type=Path, help="cluster mode: the deployment spec")
-    cortex.add_argument("--state-dir", type=Path, help="state (the Responses store)")
-    cortex.add_argument("--postgres-dsn", help="keep stored responses in PostgreSQL")
-    cortex.add_argument(
-        "--no-metrics",
-        dest="metrics_enabled",
-        action="store_const",
-        const=False,
-        help="do not record request metrics",
-    )
-    cortex.add_argument(
-        "--model",
-        action="append",
-        dest="models",
-        metavar="ID",
-        help="a model that must be ready for /readyz (repeatable)",
-    )
+    add_settings_options(cortex, CortexSettings)
 
     neuron = sub.add_parser("neuron", help="run a neuron", description="Neuron commands.")
     neuron_sub = neuron.add_subparsers(dest="neuron_command", required=True, metavar="COMMAND")
@@ -124,43 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve one model over gRPC (neuraxis.core.v1.Neuron and grpc.health.v1).",
     )
     serve.add_argument("--config", type=Path, help="TOML settings file")
-    serve.add_argument("--host", help="gRPC listen address")
-    serve.add_argument("--port", type=int, help="gRPC port")
-    serve.add_argument("--engine", choices=["vllm", "sim"], help="engine (default vllm)")
-    serve.add_argument("--model", help="bundled model id or model directory")
-    serve.add_argument("--served-id", help="the model id clients ask for")
-    serve.add_argument("--task", choices=list(TASK_NAMES), help="what a model directory does")
-    serve.add_argument("--tool-parser", help="vLLM tool parser for tool_choice auto")
-    serve.add_argument(
-        "--generation",
-        choices=["auto", *GENERATION_NAMES],
-        help="the GPU generation this neuron is installed for (refuses another)",
-    )
-    serve.add_argument("--reasoning-parser", help="vLLM reasoning parser (reasoning_content)")
-    serve.add_argument("--cache-dir", type=Path, help="model cache directory")
-    serve.add_argument("--max-model-len", type=int, help="context length")
-    serve.add_argument("--dtype", help="weights dtype (default: the generation's)")
-    serve.add_argument("--quantization", help="vLLM quantisation method")
-    serve.add_argument("--kv-cache-dtype", help="KV-cache dtype (e.g. fp8)")
-    serve.add_argument("--tensor-parallel-size", type=int, help="GPUs per replica")
-    serve.add_argument("--kv-cache-gib", type=int, help="KV cache size in whole GiB")
-    serve.add_argument("--metrics-port", type=int, help="Prometheus metrics port (0: none)")
-    serve.add_argument("--sim-ttft-s", type=float, help="sim engine: time to first token")
-    serve.add_argument("--sim-itl-s", type=float, help="sim engine: time between tokens")
-    serve.add_argument(
-        "--sim-fail-after-tokens", type=int, help="sim engine: fail after this many tokens"
-    )
-    serve.add_argument(
-        "--sim-generation",
-        choices=list(GENERATION_NAMES),
-        help="sim engine: the GPU generation it stands in for",
-    )
     serve.add_argument(
         "--print-engine-args",
         action="store_true",
         help="print the vLLM engine arguments and environment this neuron would start "
         "with (JSON) and exit; with --generation, no GPU detection",
     )
+    add_settings_options(serve, NeuronSettings)
 
     agent = neuron_sub.add_parser(
         "agent",
@@ -170,13 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(in the foreground).",
     )
     agent.add_argument("--config", type=Path, help="TOML settings file (neuron.toml)")
-    agent.add_argument("--ray-address", help="the Ray head's host:port")
-    agent.add_argument(
-        "--generation",
-        choices=["auto", *GENERATION_NAMES],
-        help="the GPU generation this host's neuron is installed for",
-    )
-    agent.add_argument("--node-ip", help="this host's address as the cluster sees it")
+    add_settings_options(agent, NeuronSettings, AGENT_SETTINGS)
 
     status = sub.add_parser(
         "status",
@@ -257,61 +192,17 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         if args.command == "cortex":
-            from cortex.config import CortexSettings
             from cortex.main import run as run_cortex
 
-            keys: tuple[str, ...] = (
-                "host",
-                "port",
-                "neurons",
-                "models",
-                "workers",
-                "metrics_enabled",
-                "state_dir",
-                "postgres_dsn",
-                "ray_address",
-                "ray_head",
-                "ray_port",
-                "deployment",
-            )
-            overrides = {k: getattr(args, k) for k in keys}
-            return run_cortex(load_settings(CortexSettings, args.config, overrides))
+            return run_cortex(_settings(args, CortexSettings))
         if args.command == "neuron" and args.neuron_command == "agent":
-            from neuraxis.core.neuron_settings import NeuronSettings
             from neuron.agent import run_agent
 
-            keys = ("ray_address", "generation", "node_ip")
-            overrides = {k: getattr(args, k) for k in keys}
-            return run_agent(load_settings(NeuronSettings, args.config, overrides))
+            return run_agent(_settings(args, NeuronSettings))
         if args.command == "neuron":
-            from neuraxis.core.neuron_settings import NeuronSettings
             from neuron.main import run as run_neuron
 
-            keys = (
-                "host",
-                "port",
-                "engine",
-                "model",
-                "served_id",
-                "task",
-                "tool_parser",
-                "generation",
-                "reasoning_parser",
-                "cache_dir",
-                "max_model_len",
-                "kv_cache_gib",
-                "metrics_port",
-                "sim_ttft_s",
-                "sim_itl_s",
-                "sim_fail_after_tokens",
-                "sim_generation",
-                "dtype",
-                "quantization",
-                "kv_cache_dtype",
-                "tensor_parallel_size",
-            )
-            overrides = {k: getattr(args, k) for k in keys}
-            settings = load_settings(NeuronSettings, args.config, overrides)
+            settings = _settings(args, NeuronSettings)
             if args.print_engine_args:
                 from neuron.engineargs import print_engine_args
                 from neuron.gpu import load_nvml
@@ -340,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def _settings(args: argparse.Namespace, cls: type[S]) -> S:
+    """The command's settings: its options over NEURAXIS_* over --config's TOML."""
+    return load_settings(cls, args.config, overrides(args, cls))
+
+
 def _cluster(args: argparse.Namespace) -> int:
     from cortex.cluster.client import ClusterError, apply_spec, connect, shutdown_controller
     from cortex.cluster.spec import load_spec
@@ -362,7 +258,6 @@ def _cluster(args: argparse.Namespace) -> int:
 def _status(address: str | None, config: Path | None, as_json: bool) -> int:
     import os
 
-    from cortex.config import CortexSettings
     from neuraxis.app.status import render, render_json
 
     if address is None and config is not None:

@@ -2,7 +2,13 @@
 
 They live in core because both sides use them: the neuron runs from them, and
 the cluster controller (in cortex) builds a replica's settings and hands them
-to the neuron it starts, serialised, rather than as hand-written flags."""
+to the neuron it starts, serialised, rather than as hand-written flags.
+
+Each field is one setting everywhere: its name is the TOML key, the
+environment variable (NEURAXIS_NEURON_<NAME>) and the `neuraxis neuron serve`
+option (`--name-with-dashes`, neuraxis/app/options.py); its description is the
+option's help. Adding a setting is adding a field.
+"""
 
 from __future__ import annotations
 
@@ -23,49 +29,89 @@ DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 class NeuronSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NEURAXIS_NEURON_", extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(50051, ge=0, le=65535)
-    engine: Literal["vllm", "sim"] = "vllm"
-    # A bundled model's id (prepared into the cache on start) or a model
-    # directory on disk.
-    model: str = DEFAULT_CHAT_MODEL
-    # For a model directory: what it does (bundled models know their task).
-    task: ModelTask = ModelTask.GENERATE
-    # The id clients ask for; defaults to the bundled id or the directory name.
-    served_id: str | None = None
-    cache_dir: Path | None = None
-    max_model_len: int | None = Field(None, ge=16)
+    host: str = Field("127.0.0.1", description="gRPC listen address")
+    port: int = Field(50051, ge=0, le=65535, description="gRPC port")
+    engine: Literal["vllm", "sim"] = Field("vllm", description="engine")
+    model: str = Field(
+        DEFAULT_CHAT_MODEL,
+        description="bundled model id (prepared into the cache on start) or model directory",
+    )
+    task: ModelTask = Field(
+        ModelTask.GENERATE,
+        description="what a model directory does (bundled models know their task)",
+    )
+    served_id: str | None = Field(
+        None,
+        description="the model id clients ask for (default: the bundled id or the "
+        "directory's name)",
+    )
+    cache_dir: Path | None = Field(
+        None, description="model cache directory (default ~/.cache/neuraxis)"
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, description="context length (default: the model's)"
+    )
     # The CPU backend takes whole GiB (VLLM_CPU_KVCACHE_SPACE).
-    kv_cache_gib: int = Field(1, ge=1)
-    # None: the GPU generation's default (float32 on the CPU).
-    dtype: str | None = None
-    # vLLM quantisation and KV-cache dtype; refused where the generation lacks them.
-    quantization: str | None = None
-    kv_cache_dtype: str | None = None
-    tensor_parallel_size: int = Field(1, ge=1)
-    # The GPU generation this neuron is installed for; it refuses to start on
-    # another. "auto": whatever the host has.
-    generation: Literal["auto"] | Generation = "auto"
-    # Cluster mode (`neuraxis neuron agent`): the Ray head to join (host:port).
-    ray_address: str | None = None
-    # The address this host is reached at by the others; default: Ray's guess.
-    node_ip: str | None = None
-    # Fixed Ray ports and replica port ranges (neurons 50051-50099, metrics
-    # 9400-9449), as the firewalld services open them; otherwise free ones.
-    ray_fixed_ports: bool = False
-    # vLLM tool parser for tool_choice "auto"; defaults to the bundled model's.
-    tool_parser: str | None = None
-    # vLLM reasoning parser (e.g. "deepseek_r1") for models that think aloud.
-    reasoning_parser: str | None = None
-    # Prometheus metrics (vLLM's and the neuron's) on this port; 0: none.
-    metrics_port: int = Field(9400, ge=0, le=65535)
-    # Log lines as JSON objects (one per line), or as plain text.
-    json_logs: bool = True
-    # Seconds in-flight requests get to finish when the neuron is stopped.
-    drain_timeout_s: float = Field(30.0, ge=0)
-    # Simulated engine only (tests and benchmarks).
-    sim_ttft_s: float = Field(0.01, ge=0)
-    sim_itl_s: float = Field(0.005, ge=0)
-    sim_fail_after_tokens: int | None = Field(None, ge=0)
-    # The GPU generation the simulated engine stands in for (no detection).
-    sim_generation: Generation | None = None
+    kv_cache_gib: int = Field(1, ge=1, description="KV cache size in whole GiB")
+    dtype: str | None = Field(
+        None, description="weights dtype (default: the GPU generation's; float32 on the CPU)"
+    )
+    # Refused at start where the generation lacks them (neuraxis/core/generations.py).
+    quantization: str | None = Field(None, description="vLLM quantisation method")
+    kv_cache_dtype: str | None = Field(None, description="KV-cache dtype (e.g. fp8)")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica")
+    generation: Literal["auto"] | Generation = Field(
+        "auto",
+        description="the GPU generation this neuron is installed for; it refuses to start "
+        "on another (auto: whatever the host has)",
+    )
+    ray_address: str | None = Field(
+        None, description="cluster mode (neuron agent): the Ray head to join (host:port)"
+    )
+    node_ip: str | None = Field(
+        None,
+        description="neuron agent: this host's address as the others reach it "
+        "(default: Ray's guess)",
+    )
+    ray_fixed_ports: bool = Field(
+        False,
+        description="fixed Ray ports and replica port ranges (neurons 50051-50099, metrics "
+        "9400-9449), as the firewalld services open them; otherwise free ones",
+    )
+    tool_parser: str | None = Field(
+        None,
+        description='vLLM tool parser for tool_choice "auto" (default: the bundled model\'s)',
+    )
+    reasoning_parser: str | None = Field(
+        None,
+        description="vLLM reasoning parser (e.g. deepseek_r1) for models that think aloud",
+    )
+    metrics_port: int = Field(
+        9400, ge=0, le=65535, description="Prometheus metrics (vLLM's and the neuron's); 0: none"
+    )
+    json_logs: bool = Field(True, description="log lines as JSON objects, or as plain text")
+    drain_timeout_s: float = Field(
+        30.0, ge=0, description="seconds in-flight requests get to finish when stopped"
+    )
+    # The simulated engine (tests and benchmarks).
+    sim_ttft_s: float = Field(0.01, ge=0, description="sim engine: time to first token (s)")
+    sim_itl_s: float = Field(0.005, ge=0, description="sim engine: time between tokens (s)")
+    sim_fail_after_tokens: int | None = Field(
+        None, ge=0, description="sim engine: fail after this many tokens"
+    )
+    sim_generation: Generation | None = Field(
+        None,
+        description="sim engine: the GPU generation it stands in for (no detection)",
+    )
+
+
+# The settings `neuraxis neuron agent` reads (and so offers as options); the
+# rest are the replicas' business.
+AGENT_SETTINGS: tuple[str, ...] = (
+    "ray_address",
+    "generation",
+    "node_ip",
+    "ray_fixed_ports",
+    "cache_dir",
+    "json_logs",
+)

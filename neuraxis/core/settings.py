@@ -2,11 +2,15 @@
 variables, then a TOML file, then the defaults (highest priority first).
 
 Each service declares its own pydantic-settings class (cortex/config.py,
-neuron/config.py); this module only knows how to fill one in.
+neuraxis/core/neuron_settings.py); this module only knows how to fill one in.
+The command-line options are generated from those classes
+(neuraxis/app/options.py): a field's name, type, default and description make
+its option, and `Flag` below marks the few whose option is spelled otherwise.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +22,18 @@ from pydantic_settings import (
 )
 
 S = TypeVar("S", bound=BaseSettings)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A setting's command-line spelling where it is not `--field-name`:
+    `neurons: Annotated[list[str], Flag("neuron", metavar="HOST:PORT")]`.
+    Flags are a contract with scripts and units, older than some fields."""
+
+    # The option's name without the dashes; None: from the field's name.
+    name: str | None = None
+    # How the value is shown in --help (default: the name in capitals).
+    metavar: str | None = None
 
 
 class SettingsError(Exception):
