@@ -1,0 +1,163 @@
+"""The `neuraxis` command line: the flags scripts, units and the controller
+already pass keep their meaning now that the options are generated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_settings import BaseSettings
+
+from cortex.config import CortexSettings
+from neuraxis.app.cli import build_parser, main
+from neuraxis.app.options import overrides
+from neuraxis.core.generations import Generation
+from neuraxis.core.neuron_settings import AGENT_SETTINGS, NeuronSettings
+from neuraxis.core.settings import load_settings
+
+# Every flag `cortex`, `neuron serve` and `neuron agent` had before they were
+# generated, with the overrides the hand-written parser passed on for it.
+OLD_FLAGS: list[tuple[list[str], type[BaseSettings], dict[str, Any]]] = [
+    (
+        [
+            "cortex",
+            "--config=/etc/neuraxis/cortex.toml",
+            "--host=0.0.0.0",
+            "--port=8081",
+            "--neuron=10.0.0.1:50051",
+            "--neuron=10.0.0.2:50051",
+            "--workers=4",
+            "--state-dir=/var/lib/neuraxis",
+            "--postgres-dsn=postgresql://u@db/neuraxis",
+            "--no-metrics",
+            "--model=smollm2-135m-instruct",
+            "--model=all-minilm-l6-v2",
+        ],
+        CortexSettings,
+        {
+            "host": "0.0.0.0",
+            "port": 8081,
+            "neurons": ["10.0.0.1:50051", "10.0.0.2:50051"],
+            "workers": 4,
+            "state_dir": Path("/var/lib/neuraxis"),
+            "postgres_dsn": "postgresql://u@db/neuraxis",
+            "metrics_enabled": False,
+            "models": ["smollm2-135m-instruct", "all-minilm-l6-v2"],
+        },
+    ),
+    (
+        ["cortex", "--ray-head", "--ray-port=6390", "--deployment=/etc/neuraxis/deployment.toml"],
+        CortexSettings,
+        {"ray_head": True, "ray_port": 6390, "deployment": Path("/etc/neuraxis/deployment.toml")},
+    ),
+    (
+        ["cortex", "--ray-address=10.0.0.10:6379"],
+        CortexSettings,
+        {"ray_address": "10.0.0.10:6379"},
+    ),
+    (
+        [
+            "neuron",
+            "serve",
+            "--host=127.0.0.2",
+            "--port=50060",
+            "--engine=sim",
+            "--model=/models/m",
+            "--served-id=m",
+            "--task=embed",
+            "--tool-parser=hermes",
+            "--generation=ada",
+            "--reasoning-parser=deepseek_r1",
+            "--cache-dir=/var/lib/neuraxis/models",
+            "--max-model-len=2048",
+            "--dtype=bfloat16",
+            "--quantization=fp8",
+            "--kv-cache-dtype=fp8",
+            "--tensor-parallel-size=2",
+            "--kv-cache-gib=4",
+            "--metrics-port=0",
+            "--sim-ttft-s=0.5",
+            "--sim-itl-s=0.25",
+            "--sim-fail-after-tokens=3",
+            "--sim-generation=blackwell",
+        ],
+        NeuronSettings,
+        {
+            "host": "127.0.0.2",
+            "port": 50060,
+            "engine": "sim",
+            "model": "/models/m",
+            "served_id": "m",
+            "task": "embed",
+            "tool_parser": "hermes",
+            "generation": "ada",
+            "reasoning_parser": "deepseek_r1",
+            "cache_dir": Path("/var/lib/neuraxis/models"),
+            "max_model_len": 2048,
+            "dtype": "bfloat16",
+            "quantization": "fp8",
+            "kv_cache_dtype": "fp8",
+            "tensor_parallel_size": 2,
+            "kv_cache_gib": 4,
+            "metrics_port": 0,
+            "sim_ttft_s": 0.5,
+            "sim_itl_s": 0.25,
+            "sim_fail_after_tokens": 3,
+            "sim_generation": "blackwell",
+        },
+    ),
+    (
+        [
+            "neuron",
+            "agent",
+            "--config=/etc/neuraxis/neuron.toml",
+            "--ray-address=10.0.0.10:6379",
+            "--generation=ampere",
+            "--node-ip=10.0.0.21",
+        ],
+        NeuronSettings,
+        {"ray_address": "10.0.0.10:6379", "generation": "ampere", "node_ip": "10.0.0.21"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "cls", "expected"), OLD_FLAGS)
+def test_the_old_flags_parse_to_the_same_settings(
+    argv: list[str], cls: type[BaseSettings], expected: dict[str, Any]
+) -> None:
+    assert overrides(build_parser().parse_args(argv), cls) == expected
+
+
+def test_no_flag_means_no_override() -> None:
+    """`--ray-head` and `--no-metrics` were one-way switches: leaving them
+    out must leave the TOML's value alone."""
+    assert overrides(build_parser().parse_args(["cortex"]), CortexSettings) == {}
+    assert overrides(build_parser().parse_args(["neuron", "serve"]), NeuronSettings) == {}
+
+
+def test_the_agent_offers_the_settings_it_reads() -> None:
+    args = build_parser().parse_args(["neuron", "agent"])
+    offered = {name for name in NeuronSettings.model_fields if hasattr(args, name)}
+    assert offered == set(AGENT_SETTINGS)
+
+
+def test_a_flag_with_a_bad_value_names_the_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    """pydantic checks what argparse lets through (the port's range)."""
+    assert main(["cortex", "--port", "70000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("neuraxis: invalid configuration: port:")
+
+
+def test_flags_override_the_file(tmp_path: Path) -> None:
+    toml = tmp_path / "neuron.toml"
+    toml.write_text('generation = "ada"\nray_fixed_ports = true\nkv_cache_gib = 2\n')
+    args = build_parser().parse_args(
+        ["neuron", "serve", "--config", str(toml), "--kv-cache-gib=3", "--no-ray-fixed-ports"]
+    )
+    settings = load_settings(NeuronSettings, args.config, overrides(args, NeuronSettings))
+    assert (settings.generation, settings.ray_fixed_ports, settings.kv_cache_gib) == (
+        Generation.ADA,
+        False,
+        3,
+    )

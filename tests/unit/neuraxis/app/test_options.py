@@ -1,0 +1,161 @@
+"""Options generated from settings classes: every field gets one, of the
+right form, with its help; a new field needs no other edit."""
+
+from __future__ import annotations
+
+import argparse
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Literal
+
+import pytest
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from cortex.config import CortexSettings
+from neuraxis.app.options import add_settings_options, option_choices, overrides
+from neuraxis.core.generations import Generation
+from neuraxis.core.neuron_settings import NeuronSettings
+from neuraxis.core.settings import Flag, load_settings
+from neuraxis.core.tasks import ModelTask
+
+
+class Colour(Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class ToySettings(BaseSettings):
+    """A settings class as a developer would add one: no other edit."""
+
+    model_config = SettingsConfigDict(env_prefix="NEURAXIS_TOY_", extra="forbid")
+
+    count: int = Field(3, description="how many")
+    ratio: float | None = Field(None, description="a ratio")
+    name: str = Field("toy", description="its name")
+    where: Path | None = Field(None, description="a directory")
+    loud: bool = Field(False, description="shout")
+    quiet: Annotated[bool, Flag("hush")] = Field(True, description="whisper")
+    mode: Literal["fast", "slow"] = Field("fast", description="speed")
+    colour: Colour | None = Field(None, description="a colour")
+    peers: Annotated[list[str], Flag("peer", metavar="HOST:PORT")] = Field(
+        default_factory=list, description="a peer (repeatable)"
+    )
+    sizes: list[int] = Field(default_factory=list, description="sizes")
+    percent: int = Field(50, description="a share in %")
+
+
+def _parser(cls: type[BaseSettings], fields: list[str] | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="t")
+    add_settings_options(parser, cls, fields)
+    return parser
+
+
+def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {a.dest: a for a in parser._actions if a.dest != "help"}
+
+
+@pytest.mark.parametrize("cls", [CortexSettings, NeuronSettings, ToySettings])
+def test_every_field_has_an_option(cls: type[BaseSettings]) -> None:
+    assert set(_actions(_parser(cls))) == set(cls.model_fields)
+
+
+@pytest.mark.parametrize("cls", [CortexSettings, NeuronSettings])
+def test_every_setting_says_what_it_is(cls: type[BaseSettings]) -> None:
+    """The description is the option's help: a setting without one would be
+    an option without a word of help."""
+    missing = [name for name, field in cls.model_fields.items() if not field.description]
+    assert missing == []
+
+
+def test_a_new_settings_class_parses_into_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEURAXIS_TOY_NAME", "from-env")
+    argv = [
+        "--count=7",
+        "--ratio=0.5",
+        "--where=/tmp/x",
+        "--loud",
+        "--no-hush",
+        "--mode=slow",
+        "--colour=blue",
+        "--peer=a:1",
+        "--peer=b:2",
+        "--sizes=1",
+        "--sizes=2",
+    ]
+    args = _parser(ToySettings).parse_args(argv)
+    settings = load_settings(ToySettings, None, overrides(args, ToySettings))
+    assert settings.model_dump() == dict(
+        count=7,
+        ratio=0.5,
+        name="from-env",
+        where=Path("/tmp/x"),
+        loud=True,
+        quiet=False,
+        mode="slow",
+        colour=Colour.BLUE,
+        peers=["a:1", "b:2"],
+        sizes=[1, 2],
+        percent=50,
+    )
+
+
+def test_options_not_given_override_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every option defaults to None, so the environment, the file and the
+    field's default still count."""
+    monkeypatch.setenv("NEURAXIS_TOY_COUNT", "9")
+    args = _parser(ToySettings).parse_args([])
+    assert overrides(args, ToySettings) == {}
+    assert load_settings(ToySettings, None, overrides(args, ToySettings)).count == 9
+    given = _parser(ToySettings).parse_args(["--count", "4"])
+    assert load_settings(ToySettings, None, overrides(given, ToySettings)).count == 4
+
+
+def test_forms_follow_the_types() -> None:
+    actions = _actions(_parser(ToySettings))
+    assert actions["count"].type is int
+    assert actions["ratio"].type is float
+    assert actions["where"].type is Path
+    assert isinstance(actions["loud"], argparse.BooleanOptionalAction)
+    assert actions["quiet"].option_strings == ["--hush", "--no-hush"]
+    assert actions["mode"].choices == ["fast", "slow"]
+    assert actions["colour"].choices == ["red", "blue"]
+    assert actions["peers"].option_strings == ["--peer"]
+    assert actions["peers"].metavar == "HOST:PORT"
+    assert isinstance(actions["sizes"], argparse._AppendAction)
+    assert actions["sizes"].type is int
+
+
+def test_help_is_the_description_and_the_default() -> None:
+    parser = _parser(ToySettings)
+    actions = _actions(parser)
+    assert actions["count"].help == "how many (default: 3)"
+    assert actions["loud"].help == "shout (default: off)"
+    assert actions["ratio"].help == "a ratio"
+    assert actions["peers"].help == "a peer (repeatable)"
+    text = parser.format_help()
+    assert "a share in % (default: 50)" in text  # a literal % survives argparse
+    assert "speed (default: fast)" in text
+
+
+def test_generation_choices_come_from_the_enum() -> None:
+    actions = _actions(_parser(NeuronSettings))
+    names = [g.value for g in Generation]
+    assert actions["generation"].choices == ["auto", *names]
+    assert actions["sim_generation"].choices == names
+    assert actions["task"].choices == [t.value for t in ModelTask]
+    assert option_choices(Generation | None) == names
+
+
+def test_a_type_with_no_command_line_form_is_refused_when_building() -> None:
+    class Odd(BaseSettings):
+        table: dict[str, int] = Field(default_factory=dict, description="a table")
+
+    with pytest.raises(TypeError, match="setting table: no command-line form"):
+        _parser(Odd)
+
+
+def test_only_the_named_fields_and_only_real_ones() -> None:
+    assert set(_actions(_parser(ToySettings, ["count", "loud"]))) == {"count", "loud"}
+    with pytest.raises(ValueError, match="ToySettings has no setting colour_depth"):
+        _parser(ToySettings, ["count", "colour_depth"])
