@@ -92,10 +92,34 @@ def host_generation(devices: list[Device]) -> Generation:
     return generations.pop()
 
 
+# The generations a neuraxis-neuron-<flavour> package is built for: rpm/lock.py's
+# FLAVOURS (a unit test keeps the two equal). Hopper has none yet.
+PACKAGED_GENERATIONS: tuple[Generation, ...] = (
+    Generation.CPU,
+    Generation.AMPERE,
+    Generation.ADA,
+    Generation.BLACKWELL,
+)
+
+
 def check_installed_for(expected: Generation, detected: Generation) -> None:
     """A neuron installed for one generation refuses to run on another."""
     if expected is not detected:
         raise UnsupportedGpuError(
             f"this neuron is installed for {expected.value} GPUs, but the host has "
-            f"{detected.value}; install the neuraxis-neuron-{detected.value} flavour"
+            f"{detected.value}; {_what_to_install(detected)}"
         )
+
+
+def _what_to_install(detected: Generation) -> str:
+    """Advice that names only packages that exist."""
+    if detected in PACKAGED_GENERATIONS:
+        return f"install the neuraxis-neuron-{detected.value} flavour"
+    packages = ", ".join(f"neuraxis-neuron-{g.value}" for g in PACKAGED_GENERATIONS)
+    # The GPU flavours carry one vLLM build whose kernels cover sm_90 too
+    # (rpm/lock.py): only the generation their neuron.toml names differs.
+    return (
+        f"there is no neuraxis-neuron-{detected.value} package (there are {packages}); "
+        f'a GPU one runs on {detected.value} with generation = "auto" in '
+        "/etc/neuraxis/neuron.toml (or --generation auto), untried on such GPUs"
+    )

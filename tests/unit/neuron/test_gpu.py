@@ -3,17 +3,25 @@ capabilities, with NVML faked; and the refusal of a mismatched install."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from neuraxis.core.generations import Generation, UnsupportedGpuError, check_model_options
 from neuraxis.core.neuron_settings import NeuronSettings
-from neuron.gpu import check_installed_for, detect, generation_of, host_generation
+from neuron.gpu import (
+    PACKAGED_GENERATIONS,
+    check_installed_for,
+    detect,
+    generation_of,
+    host_generation,
+)
 from neuron.main import detect_generation
 
 # (name NVML reports, compute capability, generation)
@@ -108,6 +116,41 @@ def test_mismatched_install_names_both_generations(capsys: pytest.CaptureFixture
     assert re.search(r"installed for ampere.*host has ada", capsys.readouterr().err)
     ok = detect_generation(NeuronSettings(generation="ada"), FakeNvml([("NVIDIA L4", (8, 9))]))
     assert ok is Generation.ADA
+
+
+def test_a_host_of_a_packaged_generation_is_told_its_package() -> None:
+    with pytest.raises(UnsupportedGpuError) as info:
+        check_installed_for(Generation.CPU, Generation.ADA)
+    assert str(info.value) == (
+        "this neuron is installed for cpu GPUs, but the host has ada; "
+        "install the neuraxis-neuron-ada flavour"
+    )
+
+
+@pytest.mark.parametrize("installed", [Generation.CPU, Generation.ADA])
+def test_a_hopper_host_is_told_only_of_packages_that_exist(installed: Generation) -> None:
+    """There is no neuraxis-neuron-hopper: the message names the packages
+    there are and what a Hopper host can do with them."""
+    with pytest.raises(UnsupportedGpuError) as info:
+        check_installed_for(installed, Generation.HOPPER)
+    message = str(info.value)
+    refused = "there is no neuraxis-neuron-hopper package"
+    assert refused in message
+    named = set(re.findall(r"neuraxis-neuron-[a-z]+", message.replace(refused, "")))
+    assert named == {f"neuraxis-neuron-{g.value}" for g in PACKAGED_GENERATIONS}
+    assert 'generation = "auto"' in message
+
+
+def test_the_packaged_generations_are_the_rpm_flavours(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rpm/lock.py builds one neuraxis-neuron-<flavour> per entry of its
+    FLAVOURS (besides cortex); the message must not name another."""
+    path = Path(__file__).resolve().parents[3] / "rpm" / "lock.py"
+    spec = importlib.util.spec_from_file_location("rpm_lock", path)
+    assert spec is not None and spec.loader is not None
+    lock = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "rpm_lock", lock)  # its dataclasses look it up
+    spec.loader.exec_module(lock)
+    assert set(lock.FLAVOURS) - {"cortex"} == {g.value for g in PACKAGED_GENERATIONS}
 
 
 def test_neuron_command_refuses_a_mismatched_generation_here() -> None:
