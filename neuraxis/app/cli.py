@@ -2,8 +2,9 @@
 check, model prepare.
 
 The options of `cortex`, `neuron serve` and `neuron agent` are generated from
-their settings classes (neuraxis/app/options.py); a new setting needs no edit
-here. `up` and the other commands have options of their own."""
+their settings classes, and those of `up` from EmbeddedOptions
+(neuraxis/app/options.py): a new setting needs no edit here. The other
+commands have options of their own."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from cortex.cluster.spec import SpecError
 from cortex.config import CortexSettings
+from neuraxis.app.embedded import EmbeddedOptions
 from neuraxis.app.options import add_settings_options, overrides
 from neuraxis.core.neuron_settings import AGENT_SETTINGS, NeuronSettings
 from neuraxis.core.settings import S, SettingsError, load_settings
@@ -39,47 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prepare the bundled model, start a neuron (vLLM on the CPU) and cortex, "
         "and serve an OpenAI-compatible API until Ctrl-C or SIGTERM.",
     )
-    up.add_argument("--host", default="127.0.0.1", help="cortex HTTP address (default 127.0.0.1)")
-    up.add_argument("--port", type=int, default=8080, help="cortex HTTP port (default 8080)")
-    up.add_argument(
-        "--neuron-port", type=int, default=50051, help="chat neuron gRPC port (default 50051)"
-    )
-    up.add_argument(
-        "--embedding-port",
-        type=int,
-        default=50052,
-        help="embedding neuron gRPC port (default 50052)",
-    )
-    up.add_argument(
-        "--neuron-metrics-port",
-        type=int,
-        default=9400,
-        help="chat neuron metrics port (default 9400)",
-    )
-    up.add_argument(
-        "--embedding-metrics-port",
-        type=int,
-        default=9401,
-        help="embedding neuron metrics port (default 9401)",
-    )
-    up.add_argument("--cache-dir", type=Path, help="model cache (default ~/.cache/neuraxis)")
-    up.add_argument(
-        "--state-dir",
-        type=Path,
-        help="state: the Responses store (default ~/.local/state/neuraxis)",
-    )
-    up.add_argument(
-        "--kv-cache-gib", type=int, default=1, help="KV cache size in whole GiB (default 1)"
-    )
-    up.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
-    up.add_argument(
-        "--static",
-        action="store_true",
-        help="start the neurons directly, without Ray (the --*-port options apply)",
-    )
-    up.add_argument(
-        "--ray-port", type=int, default=0, help="the local Ray head's port (default: a free one)"
-    )
+    add_settings_options(up, EmbeddedOptions)
 
     cortex = sub.add_parser(
         "cortex", help="run the gateway", description="Run cortex, the OpenAI-compatible gateway."
@@ -173,24 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "up":
-            from neuraxis.app.embedded import EmbeddedOptions, run_embedded
+            from neuraxis.app.embedded import run_embedded
 
-            return run_embedded(
-                EmbeddedOptions(
-                    host=args.host,
-                    port=args.port,
-                    neuron_port=args.neuron_port,
-                    embedding_port=args.embedding_port,
-                    neuron_metrics_port=args.neuron_metrics_port,
-                    embedding_metrics_port=args.embedding_metrics_port,
-                    cache_dir=args.cache_dir,
-                    state_dir=args.state_dir,
-                    kv_cache_gib=args.kv_cache_gib,
-                    max_model_len=args.max_model_len,
-                    static=args.static,
-                    ray_port=args.ray_port,
-                )
-            )
+            return run_embedded(EmbeddedOptions(**overrides(args, EmbeddedOptions)))
         if args.command == "cortex":
             from cortex.main import run as run_cortex
 

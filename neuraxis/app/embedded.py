@@ -28,9 +28,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from cortex.config import default_state_dir
 from neuraxis.core.generations import GENERATION_LABEL
@@ -44,20 +45,28 @@ EMBEDDED_CLUSTER_FILE = "embedded-cluster.json"
 STOP_TIMEOUT_S = 40.0
 
 
-@dataclass(frozen=True)
-class EmbeddedOptions:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    neuron_port: int = 50051
-    embedding_port: int = 50052
-    neuron_metrics_port: int = 9400
-    embedding_metrics_port: int = 9401
-    cache_dir: Path | None = None
-    state_dir: Path | None = None
-    kv_cache_gib: int = 1
-    max_model_len: int | None = None
-    static: bool = False
-    ray_port: int = 0  # 0: a free port
+class EmbeddedOptions(BaseModel):
+    """`neuraxis up`'s options (generated from these fields, as the services'
+    are from their settings: neuraxis/app/options.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field("127.0.0.1", description="cortex HTTP address")
+    port: int = Field(8080, description="cortex HTTP port")
+    neuron_port: int = Field(50051, description="chat neuron gRPC port")
+    embedding_port: int = Field(50052, description="embedding neuron gRPC port")
+    neuron_metrics_port: int = Field(9400, description="chat neuron metrics port")
+    embedding_metrics_port: int = Field(9401, description="embedding neuron metrics port")
+    cache_dir: Path | None = Field(None, description="model cache (default ~/.cache/neuraxis)")
+    state_dir: Path | None = Field(
+        None, description="state: the Responses store (default ~/.local/state/neuraxis)"
+    )
+    kv_cache_gib: int = Field(1, description="KV cache size in whole GiB")
+    max_model_len: int | None = Field(None, description="context length (default: the model's)")
+    static: bool = Field(
+        False, description="start the neurons directly, without Ray (the --*-port options apply)"
+    )
+    ray_port: int = Field(0, description="the local Ray head's port (0: a free one)")
 
 
 class _StopRequestedError(Exception):

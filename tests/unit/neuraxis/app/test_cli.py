@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings
 
 from cortex.config import CortexSettings
 from neuraxis.app.cli import build_parser, main
+from neuraxis.app.embedded import EmbeddedOptions
 from neuraxis.app.options import overrides
 from neuraxis.core.generations import Generation
 from neuraxis.core.neuron_settings import AGENT_SETTINGS, NeuronSettings
@@ -161,3 +162,55 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         False,
         3,
     )
+
+
+def _up(argv: list[str]) -> EmbeddedOptions:
+    return EmbeddedOptions(**overrides(build_parser().parse_args(["up", *argv]), EmbeddedOptions))
+
+
+def test_up_keeps_its_defaults() -> None:
+    assert _up([]).model_dump() == {
+        "host": "127.0.0.1",
+        "port": 8080,
+        "neuron_port": 50051,
+        "embedding_port": 50052,
+        "neuron_metrics_port": 9400,
+        "embedding_metrics_port": 9401,
+        "cache_dir": None,
+        "state_dir": None,
+        "kv_cache_gib": 1,
+        "max_model_len": None,
+        "static": False,
+        "ray_port": 0,
+    }
+
+
+def test_up_keeps_its_flags() -> None:
+    argv = [
+        "--host=0.0.0.0",
+        "--port=8090",
+        "--neuron-port=50061",
+        "--embedding-port=50062",
+        "--neuron-metrics-port=9410",
+        "--embedding-metrics-port=9411",
+        "--cache-dir=/c",
+        "--state-dir=/s",
+        "--kv-cache-gib=2",
+        "--max-model-len=1024",
+        "--static",
+        "--ray-port=6390",
+    ]
+    assert _up(argv).model_dump() == {
+        "host": "0.0.0.0",
+        "port": 8090,
+        "neuron_port": 50061,
+        "embedding_port": 50062,
+        "neuron_metrics_port": 9410,
+        "embedding_metrics_port": 9411,
+        "cache_dir": Path("/c"),
+        "state_dir": Path("/s"),
+        "kv_cache_gib": 2,
+        "max_model_len": 1024,
+        "static": True,
+        "ray_port": 6390,
+    }

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import pytest
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cortex.config import CortexSettings
+from neuraxis.app.embedded import EmbeddedOptions
 from neuraxis.app.options import add_settings_options, option_choices, overrides
 from neuraxis.core.generations import Generation
 from neuraxis.core.neuron_settings import NeuronSettings
@@ -45,7 +46,7 @@ class ToySettings(BaseSettings):
     percent: int = Field(50, description="a share in %")
 
 
-def _parser(cls: type[BaseSettings], fields: list[str] | None = None) -> argparse.ArgumentParser:
+def _parser(cls: type[BaseModel], fields: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="t")
     add_settings_options(parser, cls, fields)
     return parser
@@ -55,13 +56,13 @@ def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return {a.dest: a for a in parser._actions if a.dest != "help"}
 
 
-@pytest.mark.parametrize("cls", [CortexSettings, NeuronSettings, ToySettings])
-def test_every_field_has_an_option(cls: type[BaseSettings]) -> None:
+@pytest.mark.parametrize("cls", [CortexSettings, NeuronSettings, EmbeddedOptions, ToySettings])
+def test_every_field_has_an_option(cls: type[BaseModel]) -> None:
     assert set(_actions(_parser(cls))) == set(cls.model_fields)
 
 
-@pytest.mark.parametrize("cls", [CortexSettings, NeuronSettings])
-def test_every_setting_says_what_it_is(cls: type[BaseSettings]) -> None:
+@pytest.mark.parametrize("cls", [CortexSettings, NeuronSettings, EmbeddedOptions])
+def test_every_setting_says_what_it_is(cls: type[BaseModel]) -> None:
     """The description is the option's help: a setting without one would be
     an option without a word of help."""
     missing = [name for name, field in cls.model_fields.items() if not field.description]
