@@ -9,7 +9,9 @@ the setting to the environment, the TOML file or the field's default
     bool                    --x / --no-x
     Literal, Enum, unions   choices (an enum's values)
     int, float, str, Path   one value of that type
+    SecretStr               a string (kept out of the help's default)
     list[T]                 repeated: --x A --x B
+    dict, a pydantic model  JSON, as in the environment: --x '{"a": 1}'
     T | None                as T
 
 A field of another type is refused when the parser is built, not when a user
@@ -19,13 +21,14 @@ first passes it. The subcommands themselves live in neuraxis/app/cli.py.
 from __future__ import annotations
 
 import argparse
+import json
 import types
 from collections.abc import Iterable, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -99,6 +102,10 @@ def _form(name: str, annotation: Any) -> dict[str, Any]:
             return {"action": argparse.BooleanOptionalAction}
         if kind in _SCALARS:
             return {"type": kind}
+        if kind is SecretStr:
+            return {"type": str}
+        if get_origin(kind) is dict or _is_model(kind):
+            return {"type": json.loads, "metavar": "JSON"}
         if get_origin(kind) is list:
             (item,) = get_args(kind)
             item_choices = option_choices(item)
@@ -107,6 +114,10 @@ def _form(name: str, annotation: Any) -> dict[str, Any]:
             if item in _SCALARS:
                 return {"action": "append", "type": item}
     raise TypeError(f"setting {name}: no command-line form for {annotation!r}")
+
+
+def _is_model(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
 
 
 def _help(field: FieldInfo) -> str:
@@ -129,6 +140,8 @@ def _shown_default(field: FieldInfo) -> str | None:
         return "on" if value else "off"
     if isinstance(value, Enum):
         return str(value.value)
+    if isinstance(value, SecretStr | BaseModel | dict):
+        return None
     if isinstance(value, Sequence) and not isinstance(value, str) and not value:
         return None
     return str(value)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cortex.config import CortexSettings
@@ -24,6 +24,11 @@ from neuraxis.core.tasks import ModelTask
 class Colour(Enum):
     RED = "red"
     BLUE = "blue"
+
+
+class Tls(BaseModel):
+    cert: Path
+    key: Path
 
 
 class ToySettings(BaseSettings):
@@ -44,6 +49,13 @@ class ToySettings(BaseSettings):
     )
     sizes: list[int] = Field(default_factory=list, description="sizes")
     percent: int = Field(50, description="a share in %")
+    token: SecretStr | None = Field(None, description="a secret")
+    limits: dict[str, int] = Field(default_factory=dict, description="per-key limits")
+    tls: Tls | None = Field(None, description="TLS files")
+
+
+class Clock:
+    """Not a type a command line (or an environment variable) can give."""
 
 
 def _parser(cls: type[BaseModel], fields: list[str] | None = None) -> argparse.ArgumentParser:
@@ -83,6 +95,9 @@ def test_a_new_settings_class_parses_into_its_settings(monkeypatch: pytest.Monke
         "--peer=b:2",
         "--sizes=1",
         "--sizes=2",
+        "--token=s3cret",
+        '--limits={"a": 1}',
+        '--tls={"cert": "/c.pem", "key": "/k.pem"}',
     ]
     args = _parser(ToySettings).parse_args(argv)
     settings = load_settings(ToySettings, None, overrides(args, ToySettings))
@@ -98,6 +113,9 @@ def test_a_new_settings_class_parses_into_its_settings(monkeypatch: pytest.Monke
         peers=["a:1", "b:2"],
         sizes=[1, 2],
         percent=50,
+        token=SecretStr("s3cret"),
+        limits={"a": 1},
+        tls={"cert": Path("/c.pem"), "key": Path("/k.pem")},
     )
 
 
@@ -125,6 +143,8 @@ def test_forms_follow_the_types() -> None:
     assert actions["peers"].metavar == "HOST:PORT"
     assert isinstance(actions["sizes"], argparse._AppendAction)
     assert actions["sizes"].type is int
+    assert actions["token"].type is str
+    assert (actions["limits"].metavar, actions["tls"].metavar) == ("JSON", "JSON")
 
 
 def test_help_is_the_description_and_the_default() -> None:
@@ -150,9 +170,10 @@ def test_generation_choices_come_from_the_enum() -> None:
 
 def test_a_type_with_no_command_line_form_is_refused_when_building() -> None:
     class Odd(BaseSettings):
-        table: dict[str, int] = Field(default_factory=dict, description="a table")
+        model_config = SettingsConfigDict(arbitrary_types_allowed=True)
+        clock: Clock = Field(default_factory=Clock, description="a clock")
 
-    with pytest.raises(TypeError, match="setting table: no command-line form"):
+    with pytest.raises(TypeError, match="setting clock: no command-line form"):
         _parser(Odd)
 
 
