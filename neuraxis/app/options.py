@@ -1,4 +1,5 @@
-"""Command-line options generated from a pydantic settings class.
+"""Command-line options generated from a pydantic settings class (or any
+pydantic model: `neuraxis up`'s EmbeddedOptions).
 
 Every field becomes `--field-name` (or the `Flag` name it is annotated with,
 neuraxis/core/settings.py): its type gives the option's form, its description
