@@ -3,12 +3,14 @@
 The only cortex module that touches grpc: it turns a failed call into the
 typed error the neuron raised (or UnavailableError when the neuron could not
 be reached), and cancels the call when its caller stops reading, which
-aborts the request in the neuron's engine.
+aborts the request in the neuron's engine. `NeuronConnection` is the
+interface the pool uses, so that its tests can put an in-memory neuron behind it.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -33,6 +35,22 @@ _CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
+
+
+class NeuronConnection(Protocol):
+    """What the pool needs of a neuron: NeuronClient over gRPC, or a test's
+    in-memory fake. Failures are raised as neuraxis's typed errors."""
+
+    address: str
+
+    async def info(self, timeout: float) -> pb.InfoResponse: ...
+    async def embed(self, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse: ...
+    async def load(self, timeout: float) -> pb.LoadResponse: ...
+    async def serving(self, timeout: float) -> bool: ...
+    def generate(
+        self, request: pb.GenerateRequest, timeout: float
+    ) -> AsyncIterator[pb.GenerateResponse]: ...
+    async def close(self) -> None: ...
 
 
 class NeuronClient:

@@ -5,21 +5,29 @@ follows the controller's endpoint table (`update`), and a replica that leaves
 the table takes no new requests while its in-flight ones finish. A background
 task polls every neuron's Info to learn which are ready and which models they
 serve; a neuron that fails a request with UNAVAILABLE is taken out at once
-and comes back with its next good poll. Requests go to the ready neuron with
-the fewest outstanding requests, counted from the moment of dispatch. A
-request whose neuron fails before the first token is retried elsewhere.
+and comes back with its next good poll. Each request counts against its
+neuron from the moment of dispatch. A request whose neuron fails before the
+first token is retried elsewhere.
+
+Which of the eligible neurons takes an attempt is the routing policy's
+decision (`policy.py`; least outstanding by default): the pool hands it
+read-only candidates and dispatches to the one it returns. Clients are made
+by a factory and time is read from a clock, both passed in, so the pool is
+tested with in-memory neurons.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from cortex import metrics
-from cortex.routing.client import NeuronClient
+from cortex.routing.client import NeuronClient, NeuronConnection
+from cortex.routing.factory import make_policy
+from cortex.routing.policy import Candidate, Outcome, RouteHints, RouteRequest, RoutingPolicy
 from neuraxis.core.errors import (
     InternalError,
     InvalidRequestError,
@@ -31,10 +39,12 @@ from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex")
 
+ClientFactory = Callable[[str], NeuronConnection]
 
-@dataclass
+
+@dataclass(eq=False)  # compared by identity: two states may share an address
 class NeuronState:
-    client: NeuronClient
+    client: NeuronConnection
     ready: bool = False
     ever_seen: bool = False  # answered Info at least once
     models: dict[str, pb.ModelInfo] = field(default_factory=dict)
@@ -43,21 +53,37 @@ class NeuronState:
     retired: bool = False  # left the endpoint table; closed once idle
 
 
+@dataclass(frozen=True)
+class _Attempt:
+    """One dispatch of a request: the neuron and the route it was chosen by."""
+
+    state: NeuronState
+    route: RouteRequest
+
+
 class NeuronPool:
     def __init__(
         self,
-        clients: list[NeuronClient],
+        clients: Sequence[NeuronConnection],
         expected_models: list[str],
         poll_interval_s: float,
         request_timeout_s: float,
         max_retries: int,
+        *,
+        client_factory: ClientFactory = NeuronClient,
+        policy: RoutingPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clients` are the static neurons; `client_factory` makes the ones
+        the endpoint table adds (`update`)."""
         self._states = [NeuronState(c) for c in clients]
         self._expected = list(expected_models)
         self._poll_interval = poll_interval_s
         self._timeout = request_timeout_s
         self._max_retries = max_retries
-        self._rotation = itertools.count()
+        self._client_factory = client_factory
+        self._policy = policy or make_policy()
+        self._clock = clock
         self._poller: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -73,7 +99,7 @@ class NeuronPool:
         """Follow the endpoint table: add new neurons (polled at once), retire
         the ones that left it."""
         current = {s.client.address: s for s in self._states}
-        added = [NeuronState(NeuronClient(a)) for a in addresses if a not in current]
+        added = [NeuronState(self._client_factory(a)) for a in addresses if a not in current]
         keep = set(addresses)
         for state in self._states:
             if state.client.address not in keep:
@@ -136,58 +162,106 @@ class NeuronPool:
             param="model",
         )
 
-    async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
+    async def generate(
+        self, request: pb.GenerateRequest, hints: RouteHints | None = None
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        """The neuron's stream for `request`. An attempt that fails before its
+        first message is retried on another neuron; after it, the error goes
+        to the caller (part of the answer has already gone out)."""
         tried: list[NeuronState] = []
-        state: NeuronState | None = self._pick(request.model, tried)
-        while state is not None:
-            current, state = state, None
-            current.outstanding += 1  # counted at dispatch, not at the first token
-            metrics.record_routed(self.model_label(request.model), current.client.address)
+        attempt: _Attempt | None = self._first_attempt(request, hints)
+        while attempt is not None:
+            current, attempt = attempt, None
+            self._dispatch(current)
             started = False
+            outcome = Outcome.CANCELLED  # unless the stream ends or fails
             try:
-                async for response in current.client.generate(request, self._timeout):
+                async for response in current.state.client.generate(request, self._timeout):
                     started = True
                     yield response
+                outcome = Outcome.OK
             except (UnavailableError, InternalError) as e:
-                state = self._retry_or_raise(request, current, e, tried, started)
+                outcome = Outcome.FAILED
+                attempt = self._retry_or_raise(request, current, e, tried, started)
+            except NeuraxisError:
+                outcome = Outcome.OK  # the neuron answered: the request was at fault
+                raise
             finally:
-                await self._done(current)
+                await self._done(current, outcome)
 
-    async def embed(self, request: pb.EmbedRequest) -> pb.EmbedResponse:
+    async def embed(
+        self, request: pb.EmbedRequest, hints: RouteHints | None = None
+    ) -> pb.EmbedResponse:
         tried: list[NeuronState] = []
-        state = self._pick(request.model, tried)
+        attempt = self._first_attempt(request, hints)
         while True:
-            current = state
-            current.outstanding += 1
-            metrics.record_routed(self.model_label(request.model), current.client.address)
+            current = attempt
+            self._dispatch(current)
+            outcome = Outcome.CANCELLED
             try:
-                return await current.client.embed(request, self._timeout)
+                response = await current.state.client.embed(request, self._timeout)
+                outcome = Outcome.OK
+                return response
             except (UnavailableError, InternalError) as e:
-                state = self._retry_or_raise(request, current, e, tried, started=False)
+                outcome = Outcome.FAILED
+                attempt = self._retry_or_raise(request, current, e, tried, started=False)
+            except NeuraxisError:
+                outcome = Outcome.OK
+                raise
             finally:
-                await self._done(current)
+                await self._done(current, outcome)
 
-    async def _done(self, state: NeuronState) -> None:
+    def _first_attempt(
+        self, request: pb.GenerateRequest | pb.EmbedRequest, hints: RouteHints | None
+    ) -> _Attempt:
+        route = self._route(request, hints or RouteHints(), attempt=0)
+        return _Attempt(self._pick(route, []), route)
+
+    def _route(
+        self, request: pb.GenerateRequest | pb.EmbedRequest, hints: RouteHints, attempt: int
+    ) -> RouteRequest:
+        return RouteRequest(
+            model=request.model,
+            request_id=request.request_id,
+            now=self._clock(),
+            hints=hints,
+            attempt=attempt,
+        )
+
+    def _dispatch(self, attempt: _Attempt) -> None:
+        state = attempt.state
+        state.outstanding += 1  # counted at dispatch, not at the first token
+        metrics.record_routed(self.model_label(attempt.route.model), state.client.address)
+        self._policy.on_dispatch(self._candidate(state), attempt.route)
+
+    async def _done(self, attempt: _Attempt, outcome: Outcome) -> None:
+        # The neuron this attempt ran on, even when a retry has already been
+        # chosen: its count, not the next one's, goes down.
+        state = attempt.state
         state.outstanding -= 1
+        self._policy.on_complete(state.client.address, attempt.route, outcome)
         if state.retired and state.outstanding == 0:
             await state.client.close()
 
     def _retry_or_raise(
         self,
         request: pb.GenerateRequest | pb.EmbedRequest,
-        state: NeuronState,
+        failed: _Attempt,
         error: UnavailableError | InternalError,
         tried: list[NeuronState],
         started: bool,
-    ) -> NeuronState:
-        """The neuron to retry on after a failure, or raise the failure: only
+    ) -> _Attempt:
+        """The next attempt after a failure, or raise the failure: only
         before anything reached the client, and a bounded number of times."""
+        state = failed.state
         if isinstance(error, UnavailableError):
             state.ready = False
         tried.append(state)
         retry = None
         if not started and len(tried) <= self._max_retries:
-            retry = self._alternative(request.model, tried)
+            route = self._route(request, failed.route.hints, attempt=len(tried))
+            chosen = self._alternative(route, tried)
+            retry = _Attempt(chosen, route) if chosen is not None else None
         if retry is None:
             raise error
         metrics.record_retry(self.model_label(request.model), state.client.address)
@@ -196,29 +270,33 @@ class NeuronPool:
             request.request_id,
             state.client.address,
             error.message,
-            retry.client.address,
+            retry.state.client.address,
         )
         return retry
 
-    def _alternative(self, model: str, exclude: list[NeuronState]) -> NeuronState | None:
+    def _alternative(self, route: RouteRequest, exclude: list[NeuronState]) -> NeuronState | None:
         try:
-            return self._pick(model, exclude)
+            return self._pick(route, exclude)
         except NeuraxisError:
             return None
 
-    def _pick(self, model: str, exclude: list[NeuronState]) -> NeuronState:
-        states = self._states
-        candidates = [
-            i
-            for i, s in enumerate(states)
+    def _pick(self, route: RouteRequest, exclude: list[NeuronState]) -> NeuronState:
+        """The policy's choice among the ready neurons serving the model that
+        this request has not tried; or why there is none."""
+        model = route.model
+        eligible = [
+            s
+            for s in self._states
             if s.ready and model in s.models and all(s is not t for t in exclude)
         ]
-        if candidates:
-            # Fewest outstanding; ties rotate so that equal neurons share work.
-            start = next(self._rotation)
-            n = len(states)
-            best = min(candidates, key=lambda i: (states[i].outstanding, (i - start) % n))
-            return states[best]
+        if eligible:
+            candidates = [self._candidate(s) for s in eligible]
+            chosen = self._policy.select(candidates, route)
+            for candidate, state in zip(candidates, eligible, strict=True):
+                if candidate is chosen:
+                    return state
+            log.error("request %s: the routing policy chose no candidate", route.request_id)
+            raise InternalError("The router failed to choose a neuron.")
         known = model in self._expected or any(model in s.models for s in self._states)
         loading = any(not s.ever_seen for s in self._states)
         if known or loading:
@@ -226,6 +304,12 @@ class NeuronPool:
                 f"No neuron serving '{model}' is ready; try again shortly.", retry_after=2
             )
         raise ModelNotFoundError(f"The model '{model}' does not exist.")
+
+    @staticmethod
+    def _candidate(state: NeuronState) -> Candidate:
+        # Engine load (the Load RPC) is not polled yet; policies that need it
+        # treat None as unknown.
+        return Candidate(address=state.client.address, outstanding=state.outstanding)
 
     async def _poll_forever(self) -> None:
         while True:

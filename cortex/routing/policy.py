@@ -1,0 +1,106 @@
+"""The routing-policy interface and the read-only views a policy decides on.
+
+A policy chooses one neuron for one attempt of one request. It decides and
+does nothing else: the pool (`pool.py`) owns membership, health, the
+outstanding counts, retries and retirement, and hands a policy only the
+candidates that may take the attempt right now (ready, serving the model,
+not already tried by this request). Health and load are therefore inputs,
+never something a policy re-derives; a policy never calls a neuron.
+
+    RoutingPolicy.select(candidates, request) -> one of candidates
+    RoutingPolicy.on_dispatch / on_complete   no-op hooks for stateful policies
+
+What lives here: the interface, the candidate view (`Candidate`, with an
+optional engine load and the time it was measured), the request view
+(`RouteRequest`, with optional affinity `RouteHints`) and the outcome a
+completion hook receives. Each policy lives in its own module
+(`least_outstanding.py`); `factory.py` builds one by name.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """What a neuron's engine said about its own load (the `Load` RPC), and
+    when, on the pool's clock. Other cortex instances route to the same
+    engines, so this sees load that the outstanding count cannot."""
+
+    running: int
+    waiting: int
+    measured_at: float
+    kv_cache_usage: float | None = None  # 0..1, when the engine reports it
+
+    def age(self, now: float) -> float:
+        return now - self.measured_at
+
+    def fresh(self, now: float, max_age_s: float) -> bool:
+        """Whether the value is recent enough to trust (a stale load would
+        keep steering traffic away from a neuron that has since emptied)."""
+        return self.age(now) <= max_age_s
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One neuron that may take the attempt, as the policy sees it."""
+
+    address: str
+    # Requests this cortex has dispatched to the neuron and not yet seen
+    # end, counted from the moment of dispatch (counting at the first token
+    # would send a burst to one neuron).
+    outstanding: int
+    load: EngineLoad | None = None
+
+
+@dataclass(frozen=True)
+class RouteHints:
+    """Optional affinity keys a request carries; a policy may ignore them."""
+
+    previous_response_id: str | None = None
+    prompt_cache_key: str | None = None
+
+
+@dataclass(frozen=True)
+class RouteRequest:
+    """The request being routed, as the policy sees it."""
+
+    model: str
+    request_id: str
+    # The pool's clock at the decision, so that a policy can judge the age
+    # of an EngineLoad without reading a clock of its own.
+    now: float
+    hints: RouteHints = field(default_factory=RouteHints)
+    attempt: int = 0  # 0 for the first dispatch, n for the n-th retry
+
+
+class Outcome(enum.Enum):
+    """How an attempt ended, for `RoutingPolicy.on_complete`."""
+
+    OK = "ok"  # the neuron answered (a request it rejected counts: it answered)
+    FAILED = "failed"  # the neuron failed it (unreachable, internal error)
+    CANCELLED = "cancelled"  # the caller stopped before the end
+
+
+class RoutingPolicy(ABC):
+    """Chooses a neuron for each attempt. A policy may keep state (a hash
+    ring, a rotation); the hooks tell it what happened to its choices."""
+
+    @abstractmethod
+    def select(self, candidates: Sequence[Candidate], request: RouteRequest) -> Candidate:
+        """One of `candidates` (never empty), by identity: the pool dispatches
+        to the candidate object returned."""
+
+    # The hooks are no-ops on purpose (B027): a stateless policy overrides
+    # neither.
+    def on_dispatch(self, candidate: Candidate, request: RouteRequest) -> None:  # noqa: B027
+        """The attempt was sent to `candidate`."""
+
+    def on_complete(  # noqa: B027
+        self, address: str, request: RouteRequest, outcome: Outcome
+    ) -> None:
+        """The attempt on `address` ended."""
