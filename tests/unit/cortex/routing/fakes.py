@@ -1,0 +1,94 @@
+"""In-memory neurons for the pool's tests: each plays NeuronConnection
+honestly (typed errors, a stream that can be held open) without grpc."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+from neuraxis.core.errors import NeuraxisError, UnavailableError
+from neuraxis.core.v1 import neuron_pb2 as pb
+
+# A stream script: messages to send, errors to raise, events to wait for
+# (the stream is held open, as a neuron still generating, until one is set).
+Step = pb.GenerateResponse | NeuraxisError | asyncio.Event
+
+
+def text(content: str) -> pb.GenerateResponse:
+    return pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text=content)])
+
+
+DONE = pb.GenerateResponse(
+    choices=[pb.ChoiceDelta(index=0, text="!", finish_reason=pb.FINISH_REASON_STOP)],
+    usage=pb.Usage(prompt_tokens=3, completion_tokens=2),
+)
+
+
+class FakeNeuron:
+    """A neuron serving `models`; its answers are set by the test."""
+
+    def __init__(
+        self,
+        address: str,
+        models: Sequence[str] = ("m",),
+        *,
+        ready: bool = True,
+        task: pb.ModelTask = pb.MODEL_TASK_GENERATE,
+    ) -> None:
+        self.address = address
+        self.models = [pb.ModelInfo(id=m, max_context_length=100, task=task) for m in models]
+        self.ready = ready
+        self.reachable = True
+        self.script: list[Step] = [text("hi"), DONE]
+        self.embed_error: NeuraxisError | None = None
+        self.generate_requests: list[pb.GenerateRequest] = []
+        self.embed_requests: list[pb.EmbedRequest] = []
+        self.streams_open = 0
+        self.closed = False
+
+    async def info(self, timeout: float) -> pb.InfoResponse:
+        if not self.reachable:
+            raise UnavailableError(f"neuron {self.address} is unreachable")
+        return pb.InfoResponse(models=self.models, engine="fake", ready=self.ready)
+
+    async def embed(self, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse:
+        self.embed_requests.append(request)
+        if self.embed_error is not None:
+            raise self.embed_error
+        return pb.EmbedResponse(embeddings=[pb.Embedding(values=[1.0])], prompt_tokens=1)
+
+    async def load(self, timeout: float) -> pb.LoadResponse:
+        return pb.LoadResponse(running=self.streams_open, waiting=0)
+
+    async def serving(self, timeout: float) -> bool:
+        return self.reachable and self.ready
+
+    async def generate(
+        self, request: pb.GenerateRequest, timeout: float
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        self.generate_requests.append(request)
+        self.streams_open += 1
+        try:
+            for step in self.script:
+                if isinstance(step, asyncio.Event):
+                    await step.wait()
+                elif isinstance(step, NeuraxisError):
+                    raise step
+                else:
+                    yield step
+        finally:
+            self.streams_open -= 1
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class Fleet:
+    """The pool's client factory: hands out the FakeNeuron for an address,
+    made on first use, and remembers every one it made."""
+
+    def __init__(self) -> None:
+        self.neurons: dict[str, FakeNeuron] = {}
+
+    def __call__(self, address: str) -> FakeNeuron:
+        return self.neurons.setdefault(address, FakeNeuron(address))
