@@ -300,6 +300,16 @@ async def test_an_embedding_is_retried_on_another_neuron() -> None:
     assert len(a.embed_requests) == len(b.embed_requests) == 1
 
 
+async def test_an_embedding_the_neuron_rejects_is_not_retried() -> None:
+    a = FakeNeuron("embed-bad-a:1", models=["e"], task=pb.MODEL_TASK_EMBED)
+    b = FakeNeuron("embed-bad-b:1", models=["e"], task=pb.MODEL_TASK_EMBED)
+    a.embed_error = InvalidRequestError("too long", param="input")
+    pool = await _polled(_pool([a, b], policy=InOrder(), expected=["e"]))
+    with pytest.raises(InvalidRequestError):
+        await pool.embed(pb.EmbedRequest(request_id="req-e", model="e"))
+    assert not b.embed_requests
+
+
 # --- membership and retirement ---------------------------------------------
 
 
@@ -344,6 +354,22 @@ async def test_an_idle_retired_neuron_is_closed_at_once() -> None:
     await pool.update([])
     assert idle.closed
     assert pool.neurons() == []
+
+
+async def test_the_background_poll_brings_a_neuron_in_once_it_is_ready() -> None:
+    loading = FakeNeuron("poll-a:1", ready=False)
+    pool = _pool([loading])
+    await pool.start()
+    try:
+        assert pool.missing_models() == ["m"]
+        loading.ready = True
+        deadline = asyncio.get_running_loop().time() + 5.0
+        while pool.missing_models() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        assert pool.missing_models() == []
+        assert await _texts(pool.generate(_request())) == ["hi", "!"]
+    finally:
+        await pool.stop()
 
 
 async def test_stop_closes_every_neuron() -> None:
