@@ -15,8 +15,9 @@ import ray
 from ray.exceptions import AuthenticationError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cortex.cluster.controller import CONTROLLER_NAME, NAMESPACE, ControllerActor
+from cortex.cluster.ray_backend import CONTROLLER_NAME, NAMESPACE, ControllerActor
 from cortex.cluster.spec import DeploymentSpec, spec_to_dict
+from cortex.cluster.status import ClusterStatus
 from cortex.routing.pool import NeuronPool
 
 log = logging.getLogger("neuraxis.cortex")
@@ -83,9 +84,9 @@ def find_controller() -> Any:
         ) from None
 
 
-def status(timeout_s: float = 30.0) -> dict[str, Any]:
+def status(timeout_s: float = 30.0) -> ClusterStatus:
     result: dict[str, Any] = ray.get(find_controller().status.remote(), timeout=timeout_s)
-    return result
+    return ClusterStatus.from_dict(result)
 
 
 def apply_spec(spec: DeploymentSpec, timeout_s: float = 60.0) -> None:

@@ -24,14 +24,13 @@ from typing import Any
 
 import ray
 
+from cortex.cluster.backend import ReplicaStartError
 from cortex.routing.client import NeuronClient
 from neuraxis.core.process import die_with_parent, stop_process_group
 
+__all__ = ["HOST_ENV", "LOG_DIR_ENV", "ReplicaActor", "ReplicaStartError"]
+
 LOG_TAIL_BYTES = 4000
-
-
-class ReplicaStartError(Exception):
-    """The neuron exited or never became ready; the message has its last log lines."""
 
 
 def _free_port(host: str, env: str, taken: int = 0) -> int:
@@ -87,8 +86,10 @@ class Replica:
             "labels": dict(context.get_node_labels()),
         }
 
-    async def start(self, neuron_args: list[str], timeout_s: float) -> dict[str, Any]:
-        """Start the neuron and return its addresses once it reports SERVING."""
+    async def start(self, settings_env: dict[str, str], timeout_s: float) -> dict[str, Any]:
+        """Start the neuron with its settings (`NEURAXIS_NEURON_*` variables,
+        over the node's environment) and return its addresses once it
+        reports SERVING."""
         host = _node_ip()
         port = _free_port(host, "NEURAXIS_REPLICA_PORTS")
         metrics_port = _free_port(host, "NEURAXIS_REPLICA_METRICS_PORTS", taken=port)
@@ -109,9 +110,8 @@ class Replica:
             str(port),
             "--metrics-port",
             str(metrics_port),
-            *neuron_args,
         ]
-        env = dict(os.environ)
+        env = {**os.environ, **settings_env}
         # Ray sets one OpenMP thread for its workers; the engine sizes its own.
         env.pop("OMP_NUM_THREADS", None)
         with open(self._log_path, "wb") as log:

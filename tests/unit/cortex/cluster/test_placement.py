@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from cortex.cluster.controller import neuron_args
 from cortex.cluster.placement import (
     NodeView,
     eligibility,
@@ -63,25 +62,6 @@ def test_not_enough_gpus_on_any_one_node() -> None:
 def test_a_satisfiable_model_has_no_reason() -> None:
     assert unplaceable_reason(_model(min_generation="ada", tensor_parallel_size=2), CLUSTER) is None
     assert unplaceable_reason(_model(generations=["cpu"]), [_node(Generation.CPU, 0)]) is None
-
-
-def test_neuron_arguments_take_the_generation_profile_defaults() -> None:
-    model = _model(min_generation="ada", max_context=2048, engine={"kv_cache_dtype": "fp8"})
-    args = neuron_args(model, Generation.ADA)
-    assert args[:6] == ["--engine", "vllm", "--served-id", "m", "--generation", "ada"]
-    assert args[args.index("--dtype") + 1] == "bfloat16"
-    assert args[args.index("--kv-cache-dtype") + 1] == "fp8"
-    assert args[args.index("--max-model-len") + 1] == "2048"
-    cpu = neuron_args(_model(generations=["cpu"]), Generation.CPU)
-    assert cpu[cpu.index("--dtype") + 1] == "float32"
-
-
-def test_simulated_replicas_take_their_timing() -> None:
-    model = _model(generations=["ada"], engine={"kind": "sim", "sim_ttft_s": 0.2})
-    args = neuron_args(model, Generation.ADA)
-    assert "--model" not in args and "--generation" not in args
-    assert args[args.index("--sim-generation") + 1] == "ada"
-    assert args[args.index("--sim-ttft-s") + 1] == "0.2"
 
 
 def test_the_next_replica_prefers_a_node_without_one() -> None:

@@ -1,54 +1,162 @@
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import Any
 
+import pytest
+
+from cortex.cluster.status import (
+    ClusterStatus,
+    Failover,
+    ModelStatus,
+    NodeStatus,
+    ReplicaState,
+    ReplicaStatus,
+)
 from neuraxis.app.status import render, render_json
+from neuraxis.core.generations import Generation
 
-STATUS = {
+ADA = Generation.ADA
+
+STATUS = ClusterStatus(
+    nodes=[
+        NodeStatus("a" * 40, "10.0.0.21", ADA, 2, True),
+        NodeStatus("b" * 40, "10.0.0.22", None, 0, False),
+    ],
+    models=[
+        ModelStatus(
+            id="chat",
+            desired=2,
+            generations=[ADA, Generation.BLACKWELL],
+            gpus_per_replica=1,
+            replicas=[
+                ReplicaStatus(
+                    id="chat-1",
+                    state=ReplicaState.READY,
+                    address="10.0.0.21:4000",
+                    generation=ADA,
+                    in_flight=3,
+                ),
+                ReplicaStatus(
+                    id="chat-2", state=ReplicaState.PENDING, waiting="waiting for 1 free GPU"
+                ),
+            ],
+        ),
+        ModelStatus(
+            id="big",
+            desired=1,
+            generations=[Generation.HOPPER],
+            gpus_per_replica=8,
+            unplaceable="no node of generation hopper in the cluster",
+        ),
+    ],
+    version=4,
+)
+
+# Every field set (none None, no list empty), so that a field the JSON loses
+# or renames cannot hide behind its default.
+FULL = ClusterStatus(
+    nodes=[NodeStatus("node-1", "10.0.0.21", ADA, 2, True)],
+    models=[
+        ModelStatus(
+            id="chat",
+            desired=2,
+            generations=[ADA],
+            gpus_per_replica=1,
+            unplaceable="no node of generation ada in the cluster",
+            last_start_error="the neuron exited with code 1 during start-up: boom",
+            replicas=[
+                ReplicaStatus(
+                    id="chat-3",
+                    state=ReplicaState.STARTING,
+                    waiting="waiting for a node with 1 free GPUs",
+                    address="10.0.0.21:50051",
+                    host="10.0.0.21",
+                    node_id="node-1",
+                    generation=ADA,
+                    in_flight=5,
+                    pid=4242,
+                    log="/var/lib/neuraxis/replicas/chat-3.log",
+                )
+            ],
+        )
+    ],
+    failovers=[
+        Failover(
+            model="chat",
+            replica="chat-1",
+            reason="its actor is gone (RayActorError)",
+            failed_at=1800000000.5,
+            address="10.0.0.22:50051",
+            replacement="chat-3",
+            replacement_address="10.0.0.21:50051",
+            ready_at=1800000003.0,
+            seconds_to_ready=2.5,
+        )
+    ],
+    version=7,
+)
+
+# The JSON `neuraxis status --json` prints for FULL, written out by hand:
+# what scripts reading it depend on.
+FULL_JSON: dict[str, Any] = {
     "nodes": [
-        {"node_id": "a" * 40, "host": "10.0.0.21", "generation": "ada", "gpus": 2, "alive": True},
-        {"node_id": "b" * 40, "host": "10.0.0.22", "generation": None, "gpus": 0, "alive": False},
+        {"node_id": "node-1", "host": "10.0.0.21", "generation": "ada", "gpus": 2, "alive": True}
     ],
     "models": [
         {
             "id": "chat",
             "desired": 2,
-            "generations": ["ada", "blackwell"],
+            "generations": ["ada"],
             "gpus_per_replica": 1,
-            "unplaceable": None,
-            "last_start_error": None,
+            "unplaceable": "no node of generation ada in the cluster",
+            "last_start_error": "the neuron exited with code 1 during start-up: boom",
             "replicas": [
                 {
-                    "id": "chat-1",
-                    "state": "ready",
-                    "waiting": None,
-                    "address": "10.0.0.21:4000",
+                    "id": "chat-3",
+                    "state": "starting",
+                    "waiting": "waiting for a node with 1 free GPUs",
+                    "address": "10.0.0.21:50051",
+                    "host": "10.0.0.21",
+                    "node_id": "node-1",
                     "generation": "ada",
-                    "in_flight": 3,
-                },
-                {
-                    "id": "chat-2",
-                    "state": "pending",
-                    "waiting": "waiting for 1 free GPU",
-                    "address": None,
-                    "generation": None,
-                    "in_flight": None,
-                },
+                    "in_flight": 5,
+                    "pid": 4242,
+                    "log": "/var/lib/neuraxis/replicas/chat-3.log",
+                }
             ],
-        },
-        {
-            "id": "big",
-            "desired": 1,
-            "generations": ["hopper"],
-            "gpus_per_replica": 8,
-            "unplaceable": "no node of generation hopper in the cluster",
-            "last_start_error": None,
-            "replicas": [],
-        },
+        }
     ],
-    "failovers": [],
-    "version": 4,
+    "failovers": [
+        {
+            "model": "chat",
+            "replica": "chat-1",
+            "reason": "its actor is gone (RayActorError)",
+            "failed_at": 1800000000.5,
+            "address": "10.0.0.22:50051",
+            "replacement": "chat-3",
+            "replacement_address": "10.0.0.21:50051",
+            "ready_at": 1800000003.0,
+            "seconds_to_ready": 2.5,
+        }
+    ],
+    "version": 7,
 }
+
+
+def _unset_fields(value: object, path: str = "status") -> list[str]:
+    """The paths of fields that are None or empty lists, anywhere inside."""
+    if dataclasses.is_dataclass(value):
+        found = []
+        for f in dataclasses.fields(value):
+            found += _unset_fields(getattr(value, f.name), f"{path}.{f.name}")
+        return found
+    if isinstance(value, list):
+        if not value:
+            return [path]
+        return [p for i, item in enumerate(value) for p in _unset_fields(item, f"{path}[{i}]")]
+    return [path] if value is None else []
 
 
 def test_tables_show_nodes_replicas_and_unplaceable_models() -> None:
@@ -65,5 +173,45 @@ def test_tables_show_nodes_replicas_and_unplaceable_models() -> None:
     ]
 
 
-def test_json_is_the_status_itself() -> None:
-    assert json.loads(render_json(STATUS)) == STATUS
+def test_a_start_error_shows_while_the_model_is_short_of_replicas() -> None:
+    lines = render(FULL).splitlines()
+    # An unplaceable reason comes first; without one, the start error.
+    assert "no node of generation ada" in lines[lines.index("UNPLACEABLE") + 2]
+    model = dataclasses.replace(FULL.models[0], unplaceable=None)
+    lines = render(dataclasses.replace(FULL, models=[model])).splitlines()
+    assert lines[lines.index("UNPLACEABLE") + 2].split(None, 1) == [
+        "chat",
+        "failed to start: the neuron exited with code 1 during start-up: boom",
+    ]
+
+
+def test_the_fixture_sets_every_field() -> None:
+    assert _unset_fields(FULL) == []
+
+
+def test_json_has_every_field_under_its_name() -> None:
+    assert json.loads(render_json(FULL)) == FULL_JSON
+
+
+def test_json_reads_back_as_the_same_status() -> None:
+    assert ClusterStatus.from_dict(json.loads(render_json(FULL))) == FULL
+    assert ClusterStatus.from_dict(json.loads(render_json(STATUS))) == STATUS
+
+
+@pytest.mark.parametrize("where", ["status", "nodes", "models", "replicas", "failovers"])
+def test_reading_json_refuses_a_missing_or_unknown_field(where: str) -> None:
+    data = json.loads(render_json(FULL))
+    item = {
+        "status": data,
+        "nodes": data["nodes"][0],
+        "models": data["models"][0],
+        "replicas": data["models"][0]["replicas"][0],
+        "failovers": data["failovers"][0],
+    }[where]
+    item["surprise"] = 1
+    with pytest.raises(TypeError):
+        ClusterStatus.from_dict(data)
+    del item["surprise"]
+    del item[next(iter(item))]
+    with pytest.raises(TypeError):
+        ClusterStatus.from_dict(data)

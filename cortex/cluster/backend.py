@@ -1,0 +1,108 @@
+"""The seam between the controller and the cluster it runs on.
+
+`ClusterBackend` is everything the controller asks of the cluster: the nodes,
+creating a replica where placement asked, starting its neuron, checking it,
+draining and killing it. It speaks the plain-data types below, keyed by the
+replica's id (which is also the name of its actor in Ray, so that a later
+controller can find replicas it did not start). `ray_backend.RayBackend` is
+the real one; the unit tests drive the controller with a fake.
+
+What does not live here: the decisions (decisions.py), the controller's
+bookkeeping (controller.py), and anything that imports Ray (ray_backend.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from cortex.cluster.placement import NodeView
+from neuraxis.core.generations import Generation
+
+
+class ReplicaStartError(Exception):
+    """A replica could not be placed or its neuron did not start; the message
+    says why (with the neuron's last log lines when it ran at all)."""
+
+
+@dataclass(frozen=True)
+class ReplicaRequest:
+    """A replica to create: its id, model, GPUs, the generation label selector
+    and a preferred node (a soft wish; the backend may place it elsewhere)."""
+
+    replica_id: str
+    model: str
+    gpus: int
+    label_selector: dict[str, str]
+    preferred_node: str | None
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where the backend put a replica."""
+
+    node_id: str
+    host: str
+    generation: Generation | None
+
+
+@dataclass(frozen=True)
+class Started:
+    """A replica whose neuron answers SERVING."""
+
+    address: str
+    metrics_port: int
+    pid: int
+    log: str
+
+
+class Liveness(Enum):
+    GONE = "gone"  # the replica's actor is gone (killed, or its node left)
+    EXITED = "exited"  # the actor runs but its neuron process exited
+    NOT_SERVING = "not_serving"  # the neuron runs but its health check fails
+    SERVING = "serving"
+
+
+@dataclass(frozen=True)
+class Health:
+    """One health check of a replica. `detail` says why when it is not
+    SERVING; `in_flight` is the neuron's running + waiting requests, when
+    it could be read."""
+
+    liveness: Liveness
+    detail: str = ""
+    in_flight: int | None = None
+
+
+class ClusterBackend(Protocol):
+    async def nodes(self) -> list[NodeView]:
+        """Every node the cluster knows, alive or not."""
+        ...
+
+    def create(self, request: ReplicaRequest) -> None:
+        """Ask for a replica to be placed; returns at once (`placed` waits)."""
+        ...
+
+    async def placed(self, replica_id: str) -> Placed:
+        """Wait until the replica has a node; ReplicaStartError if it cannot."""
+        ...
+
+    async def start(self, replica_id: str, env: dict[str, str], timeout_s: float) -> Started:
+        """Start the replica's neuron with these environment variables (its
+        serialised settings); ReplicaStartError when it does not come up."""
+        ...
+
+    async def check(self, replica_id: str) -> Health:
+        """One health check; never raises."""
+        ...
+
+    async def drain(self, replica_id: str, timeout_s: float) -> None:
+        """SIGTERM the neuron and wait (up to `timeout_s`) for its in-flight
+        requests to finish and the process to exit; never raises."""
+        ...
+
+    def kill(self, replica_id: str) -> None:
+        """Release the replica (its actor, its neuron, its connections) at
+        once; a no-op for an unknown id."""
+        ...

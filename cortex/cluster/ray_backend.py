@@ -1,0 +1,186 @@
+"""The controller on Ray: `RayBackend` (the `ClusterBackend` over Ray actors
+and `ray.nodes()`) and `ControllerActor`, the named, detached actor that
+holds a `Controller` over it.
+
+A replica is a `ReplicaActor` (replica.py) named by its replica id in the
+neuraxis namespace, with `num_gpus`, the generation label selector and a
+soft affinity to the node placement preferred (SPREAD when there is none).
+Its neuron's gRPC health and load are read here too, so that the controller
+sees one `Health` per check. Ray's errors become `ReplicaStartError` or a
+GONE health here; the controller never sees them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import ray
+from ray.exceptions import RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from cortex.cluster.backend import (
+    Health,
+    Liveness,
+    Placed,
+    ReplicaRequest,
+    ReplicaStartError,
+    Started,
+)
+from cortex.cluster.clock import SystemClock
+from cortex.cluster.controller import Controller, ControllerConfig
+from cortex.cluster.placement import NodeView
+from cortex.cluster.replica import ReplicaActor
+from cortex.cluster.spec import DeploymentSpec
+from cortex.routing.client import NeuronClient
+from neuraxis.core.errors import NeuraxisError
+from neuraxis.core.generations import GENERATION_LABEL, Generation
+
+log = logging.getLogger("neuraxis.controller")
+
+CONTROLLER_NAME = "neuraxis-controller"
+NAMESPACE = "neuraxis"
+# How long a replica's actor may take to answer a check before it counts as gone.
+CHECK_TIMEOUT_S = 10.0
+# How long the neuron's health and load calls may take.
+PROBE_TIMEOUT_S = 2.0
+
+
+class RayBackend:
+    def __init__(self) -> None:
+        self._actors: dict[str, Any] = {}
+        self._clients: dict[str, NeuronClient] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    async def nodes(self) -> list[NodeView]:
+        return [_node_view(node) for node in ray.nodes()]  # type: ignore[no-untyped-call]
+
+    def create(self, request: ReplicaRequest) -> None:
+        # Soft: Ray still places it on another eligible node when this one is
+        # full; SPREAD when every eligible node already holds a replica.
+        strategy: Any = (
+            NodeAffinitySchedulingStrategy(node_id=request.preferred_node, soft=True)
+            if request.preferred_node
+            else "SPREAD"
+        )
+        self._actors[request.replica_id] = ReplicaActor.options(
+            # Named, so that an operator (or a test) can find a replica's actor.
+            name=request.replica_id,
+            namespace=NAMESPACE,
+            num_cpus=0,
+            num_gpus=request.gpus,
+            label_selector=request.label_selector,
+            scheduling_strategy=strategy,
+            max_restarts=0,
+            max_concurrency=16,
+        ).remote(request.replica_id)
+
+    async def placed(self, replica_id: str) -> Placed:
+        try:
+            where = await self._actors[replica_id].where.remote()
+        except RayError as e:
+            raise ReplicaStartError(_cause(e)) from None
+        label = where["labels"].get(GENERATION_LABEL)
+        return Placed(where["node_id"], where["host"], _generation(label))
+
+    async def start(self, replica_id: str, env: dict[str, str], timeout_s: float) -> Started:
+        try:
+            started = await self._actors[replica_id].start.remote(env, timeout_s)
+        except RayError as e:
+            raise ReplicaStartError(_cause(e)) from None
+        self._clients[replica_id] = NeuronClient(started["address"])
+        return Started(started["address"], started["metrics_port"], started["pid"], started["log"])
+
+    async def check(self, replica_id: str) -> Health:
+        actor = self._actors.get(replica_id)
+        client = self._clients.get(replica_id)
+        if actor is None or client is None:
+            return Health(Liveness.GONE, "not started by this controller")
+        try:
+            process = await asyncio.wait_for(actor.check.remote(), timeout=CHECK_TIMEOUT_S)
+        except (RayError, TimeoutError) as e:
+            return Health(Liveness.GONE, type(e).__name__)
+        if not process["running"]:
+            return Health(Liveness.EXITED, str(process["exit_code"]))
+        if not await client.serving(timeout=PROBE_TIMEOUT_S):
+            return Health(Liveness.NOT_SERVING, "health check not SERVING")
+        try:
+            load = await client.load(timeout=PROBE_TIMEOUT_S)
+        except NeuraxisError:
+            return Health(Liveness.SERVING)  # serving; its load is unknown this time
+        return Health(Liveness.SERVING, in_flight=load.running + load.waiting)
+
+    async def drain(self, replica_id: str, timeout_s: float) -> None:
+        actor = self._actors.get(replica_id)
+        if actor is None:
+            return
+        try:
+            await actor.drain.remote(timeout_s)
+        except RayError as e:
+            # Gone already: nothing left to drain.
+            log.warning("replica %s could not be drained: %s", replica_id, _cause(e))
+
+    def kill(self, replica_id: str) -> None:
+        actor = self._actors.pop(replica_id, None)
+        if actor is not None:
+            with contextlib.suppress(RayError, ValueError):
+                ray.kill(actor)
+        client = self._clients.pop(replica_id, None)
+        if client is not None:
+            closing = asyncio.create_task(client.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
+
+def _node_view(node: dict[str, Any]) -> NodeView:
+    return NodeView(
+        node_id=node["NodeID"],
+        host=node["NodeManagerAddress"],
+        generation=_generation(node.get("Labels", {}).get(GENERATION_LABEL)),
+        gpus=int(node.get("Resources", {}).get("GPU", 0)),
+        alive=bool(node["Alive"]),
+    )
+
+
+def _generation(label: str | None) -> Generation | None:
+    try:
+        return Generation(label) if label else None
+    except ValueError:
+        return None
+
+
+def _cause(error: Exception) -> str:
+    """The message of the exception an actor method raised, without Ray's
+    traceback wrapping."""
+    cause = getattr(error, "cause", None)
+    return str(cause) if cause is not None else str(error).strip().splitlines()[-1]
+
+
+class ControllerShell:
+    """The controller as a Ray actor: plain data in and out of its methods."""
+
+    def __init__(
+        self,
+        health_interval_s: float = 2.0,
+        start_timeout_s: float = 900.0,
+        drain_timeout_s: float = 60.0,
+    ) -> None:
+        config = ControllerConfig(health_interval_s, start_timeout_s, drain_timeout_s)
+        self._controller = Controller(RayBackend(), SystemClock(), config)
+
+    async def apply(self, spec: dict[str, Any]) -> None:
+        await self._controller.apply(DeploymentSpec.model_validate(spec))
+
+    async def table(self, known_version: int, timeout_s: float) -> dict[str, Any]:
+        return await self._controller.table.wait(known_version, timeout_s)
+
+    async def status(self) -> dict[str, Any]:
+        return self._controller.status().to_dict()
+
+    async def shutdown(self) -> None:
+        await self._controller.shutdown()
+
+
+ControllerActor = ray.remote(ControllerShell)

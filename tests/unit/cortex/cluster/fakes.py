@@ -1,0 +1,127 @@
+"""Honest fakes for driving the controller: a cluster backend that keeps its
+replicas in dicts and a clock moved by hand."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from cortex.cluster.backend import (
+    Health,
+    Liveness,
+    Placed,
+    ReplicaRequest,
+    ReplicaStartError,
+    Started,
+)
+from cortex.cluster.placement import NodeView
+from neuraxis.core.generations import Generation
+
+EPOCH = 1_800_000_000.0
+
+
+class FakeClock:
+    """Time moves only in `advance`; sleepers wake when their time comes."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return EPOCH + self.now
+
+    async def sleep(self, seconds: float) -> None:
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self.now + seconds, woken))
+        await woken
+
+    async def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for wake_at, woken in list(self._sleepers):
+            if wake_at <= self.now + 1e-9:
+                self._sleepers.remove((wake_at, woken))
+                if not woken.done():
+                    woken.set_result(None)
+        await settle()
+
+
+async def settle() -> None:
+    """Let every task that can run without time passing run to its next wait."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+def node(node_id: str, generation: Generation, gpus: int = 1, alive: bool = True) -> NodeView:
+    return NodeView(node_id, f"10.0.0.{len(node_id)}", generation, gpus, alive)
+
+
+@dataclass
+class FakeReplica:
+    request: ReplicaRequest
+    node_id: str | None
+    env: dict[str, str] = field(default_factory=dict)
+    address: str | None = None
+
+
+class FakeBackend:
+    def __init__(self, nodes: list[NodeView]) -> None:
+        self.node_list = nodes
+        self.replicas: dict[str, FakeReplica] = {}
+        self.created: list[ReplicaRequest] = []
+        self.killed: list[str] = []
+        self.drained: list[str] = []
+        # Per replica id: what its next checks answer (default SERVING).
+        self.health: dict[str, Health] = {}
+        # Per model id: the error its starts fail with.
+        self.start_errors: dict[str, str] = {}
+        self._ports = iter(range(50051, 60000))
+
+    async def nodes(self) -> list[NodeView]:
+        return list(self.node_list)
+
+    def create(self, request: ReplicaRequest) -> None:
+        self.created.append(request)
+        self.replicas[request.replica_id] = FakeReplica(request, self._place(request))
+
+    def _place(self, request: ReplicaRequest) -> str | None:
+        """The preferred node, or else the first live node the label selector
+        allows (as Ray's SPREAD would, on a cluster with room)."""
+        if request.preferred_node is not None:
+            return request.preferred_node
+        allowed = next(iter(request.label_selector.values()))[3:-1].split(",")
+        fits = [
+            n for n in self.node_list if n.alive and n.generation and n.generation.value in allowed
+        ]
+        return fits[0].node_id if fits else None
+
+    async def placed(self, replica_id: str) -> Placed:
+        node_id = self.replicas[replica_id].node_id
+        found = next((n for n in self.node_list if n.node_id == node_id), None)
+        if found is None:
+            raise ReplicaStartError("no node")
+        return Placed(found.node_id, found.host, found.generation)
+
+    async def start(self, replica_id: str, env: dict[str, str], timeout_s: float) -> Started:
+        replica = self.replicas[replica_id]
+        replica.env = env
+        error = self.start_errors.get(replica.request.model)
+        if error is not None:
+            raise ReplicaStartError(error)
+        port = next(self._ports)
+        replica.address = f"127.0.0.1:{port}"
+        return Started(replica.address, port + 1000, port, f"/logs/{replica_id}.log")
+
+    async def check(self, replica_id: str) -> Health:
+        if replica_id not in self.replicas:
+            return Health(Liveness.GONE, "RayActorError")
+        return self.health.get(replica_id, Health(Liveness.SERVING, in_flight=0))
+
+    async def drain(self, replica_id: str, timeout_s: float) -> None:
+        self.drained.append(replica_id)
+
+    def kill(self, replica_id: str) -> None:
+        if self.replicas.pop(replica_id, None) is not None:
+            self.killed.append(replica_id)

@@ -1,0 +1,253 @@
+"""The controller driven through a fake backend and a hand-moved clock: every
+pass is a `tick()` the test runs, every wait is the clock's."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from cortex.cluster.backend import Health, Liveness
+from cortex.cluster.controller import Controller, ControllerConfig
+from cortex.cluster.placement import NodeView
+from cortex.cluster.spec import DeploymentSpec
+from cortex.cluster.status import ClusterStatus, ModelStatus, ReplicaState
+from neuraxis.core.generations import Generation
+from tests.unit.cortex.cluster.fakes import FakeBackend, FakeClock, node, settle
+
+ADA = node("n-ada", Generation.ADA, gpus=2)
+BLACKWELL = node("n-bw", Generation.BLACKWELL, gpus=2)
+NOT_SERVING = Health(Liveness.NOT_SERVING, "health check not SERVING")
+
+
+def chat(replicas: int = 1, **fields: Any) -> dict[str, Any]:
+    return {
+        "id": "chat",
+        "source": "sim",
+        "replicas": replicas,
+        "min_generation": "ada",
+        "engine": {"kind": "sim"},
+        **fields,
+    }
+
+
+def spec(*models: dict[str, Any]) -> DeploymentSpec:
+    return DeploymentSpec.model_validate({"models": list(models)})
+
+
+async def started(
+    nodes: list[NodeView], deployment: DeploymentSpec
+) -> tuple[Controller, FakeBackend, FakeClock]:
+    backend = FakeBackend(nodes)
+    clock = FakeClock()
+    controller = Controller(backend, clock, ControllerConfig(health_interval_s=1.0))
+    await controller.apply(deployment, start_loop=False)
+    await settle()
+    return controller, backend, clock
+
+
+async def tick(controller: Controller, clock: FakeClock, seconds: float = 1.0) -> None:
+    await clock.advance(seconds)
+    await controller.tick()
+    await settle()
+
+
+def table(controller: Controller) -> list[str]:
+    return [e.replica for e in controller.table.endpoints]
+
+
+def model(controller: Controller, model_id: str = "chat") -> ModelStatus:
+    return next(m for m in controller.status().models if m.id == model_id)
+
+
+def state(controller: Controller, replica_id: str) -> ReplicaState | None:
+    found = [r.state for r in model(controller).replicas if r.id == replica_id]
+    return found[0] if found else None
+
+
+async def test_a_replica_failing_checks_leaves_the_table_after_3_and_is_replaced_after_10() -> None:
+    controller, backend, clock = await started([ADA], spec(chat()))
+    [first] = table(controller)
+    backend.health[first] = NOT_SERVING
+    for failed in range(1, 10):
+        await tick(controller, clock)
+        if failed < 3:
+            assert state(controller, first) is ReplicaState.READY
+            assert table(controller) == [first]
+        else:
+            assert state(controller, first) is ReplicaState.UNHEALTHY
+            assert table(controller) == []
+    assert backend.killed == [] and len(backend.created) == 1
+    await tick(controller, clock)
+    assert backend.killed == [first]
+    [second] = table(controller)
+    assert second != first
+    [failover] = controller.status().failovers
+    assert (failover.replica, failover.replacement) == (first, second)
+    assert failover.reason == "not SERVING for 10 checks"
+
+
+async def test_an_unhealthy_replica_that_serves_again_returns_with_a_clean_count() -> None:
+    controller, backend, clock = await started([ADA], spec(chat()))
+    [first] = table(controller)
+    backend.health[first] = NOT_SERVING
+    for _ in range(3):
+        await tick(controller, clock)
+    assert table(controller) == []
+    del backend.health[first]
+    await tick(controller, clock)
+    assert table(controller) == [first]
+    backend.health[first] = NOT_SERVING
+    await tick(controller, clock)
+    await tick(controller, clock)
+    assert state(controller, first) is ReplicaState.READY
+
+
+async def test_a_dead_node_s_replica_is_replaced_on_another_node() -> None:
+    controller, backend, clock = await started([ADA, BLACKWELL], spec(chat()))
+    [first] = table(controller)
+    assert backend.created[0].preferred_node == "n-ada"
+    # The node is gone: its actor does not answer, Ray reports the node dead.
+    backend.node_list = [node("n-ada", Generation.ADA, gpus=2, alive=False), BLACKWELL]
+    backend.health[first] = Health(Liveness.GONE, "RayActorError")
+    await tick(controller, clock)
+    assert backend.killed == [first]
+    assert backend.created[1].preferred_node == "n-bw"
+    [second] = table(controller)
+    status = controller.status()
+    assert [r.node_id for r in model(controller).replicas] == ["n-bw"]
+    assert [n.alive for n in status.nodes] == [False, True]
+    assert status.failovers[0].reason == "its actor is gone (RayActorError)"
+    assert status.failovers[0].replacement == second
+
+
+@pytest.mark.parametrize(("later_s", "preferred"), [(14.0, None), (16.0, "n-ada")])
+async def test_a_node_where_an_actor_died_is_avoided_for_15_s(
+    later_s: float, preferred: str | None
+) -> None:
+    controller, backend, clock = await started([ADA, BLACKWELL], spec(chat()))
+    [first] = table(controller)
+    # The actor is gone, but its node still looks alive (Ray is slow to tell).
+    backend.health[first] = Health(Liveness.GONE, "RayActorError")
+    await tick(controller, clock)
+    [second] = table(controller)
+    assert backend.created[1].preferred_node == "n-bw"
+    backend.health[second] = Health(Liveness.GONE, "RayActorError")
+    await tick(controller, clock, later_s)
+    # n-bw is suspect now too; n-ada only until 15 s after the first death.
+    assert backend.created[2].preferred_node == preferred
+
+
+async def test_a_scale_down_takes_the_replica_out_of_the_table_then_stops_it() -> None:
+    controller, backend, clock = await started([ADA, BLACKWELL], spec(chat(2)))
+    assert table(controller) == ["chat-1", "chat-2"]
+    await controller.apply(spec(chat(1)), start_loop=False)
+    await settle()
+    # The newest one drains: out of the table at once, not stopped yet.
+    assert table(controller) == ["chat-1"]
+    assert state(controller, "chat-2") is ReplicaState.DRAINING
+    await clock.advance(0.5)
+    assert backend.drained == [] and backend.killed == []
+    await clock.advance(0.5)
+    assert backend.drained == ["chat-2"] and backend.killed == ["chat-2"]
+    assert [r.id for r in model(controller).replicas] == ["chat-1"]
+
+
+async def test_a_model_removed_from_the_spec_is_drained() -> None:
+    controller, backend, clock = await started([ADA], spec(chat()))
+    await controller.apply(spec(), start_loop=False)
+    await settle()
+    assert table(controller) == []
+    await clock.advance(1.0)
+    assert backend.drained == ["chat-1"]
+
+
+async def test_an_unplaceable_model_gets_no_replica_and_a_reason() -> None:
+    hopper = {"id": "big", "source": "sim", "generations": ["hopper"], "engine": {"kind": "sim"}}
+    controller, backend, clock = await started([ADA], spec(hopper))
+    for _ in range(3):
+        await tick(controller, clock)
+    assert backend.created == []
+    big = model(controller, "big")
+    assert big.replicas == []
+    assert big.unplaceable == (
+        "no node of generation hopper in the cluster (generations present: ada)"
+    )
+    # A node that can take it joins: placed at the next pass, reason gone.
+    backend.node_list = [ADA, node("n-hopper", Generation.HOPPER)]
+    await tick(controller, clock)
+    assert [r.preferred_node for r in backend.created] == ["n-hopper"]
+    assert model(controller, "big").unplaceable is None
+
+
+async def test_start_failures_back_off_2_4_and_so_on_up_to_60_s() -> None:
+    error = "the neuron exited with code 1 during start-up: CUDA out of memory"
+    backend = FakeBackend([ADA])
+    backend.start_errors["chat"] = error
+    clock = FakeClock()
+    controller = Controller(backend, clock, ControllerConfig())
+    await controller.apply(spec(chat()), start_loop=False)
+    await settle()
+    attempts = [0.0]
+    while clock.now < 190:
+        await tick(controller, clock)
+        if len(backend.created) > len(attempts):
+            attempts.append(clock.now)
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    assert gaps == [2, 4, 8, 16, 32, 60, 60]
+    assert model(controller).last_start_error == error
+    assert model(controller).replicas == []
+    # Once a start succeeds the back-off and the error are gone.
+    del backend.start_errors["chat"]
+    await tick(controller, clock, 60)
+    assert len(table(controller)) == 1
+    assert model(controller).last_start_error is None
+
+
+async def test_a_crowded_node_gives_up_a_replica_to_a_node_that_joins() -> None:
+    controller, backend, clock = await started([ADA], spec(chat(2)))
+    # Nowhere else to go: both on the one node.
+    assert [r.node_id for r in model(controller).replicas] == ["n-ada", "n-ada"]
+    backend.node_list = [ADA, BLACKWELL]
+    await tick(controller, clock)
+    assert state(controller, "chat-2") is ReplicaState.DRAINING
+    assert table(controller) == ["chat-1"]
+    await tick(controller, clock)  # drained after its delay; the next pass places
+    assert backend.drained == ["chat-2"]
+    assert backend.created[-1].preferred_node == "n-bw"
+    assert sorted(r.node_id or "" for r in model(controller).replicas) == ["n-ada", "n-bw"]
+    assert table(controller) == ["chat-1", "chat-3"]
+
+
+async def test_replicas_start_with_their_serialised_settings() -> None:
+    _controller, backend, _ = await started(
+        [ADA], spec(chat(engine={"kind": "sim", "sim_ttft_s": 0.2}))
+    )
+    env = backend.replicas["chat-1"].env
+    assert env["NEURAXIS_NEURON_ENGINE"] == "sim"
+    assert env["NEURAXIS_NEURON_SERVED_ID"] == "chat"
+    assert env["NEURAXIS_NEURON_SIM_GENERATION"] == "ada"
+    assert env["NEURAXIS_NEURON_SIM_TTFT_S"] == "0.2"
+
+
+async def test_the_table_long_poll_wakes_on_a_change() -> None:
+    controller, backend, clock = await started([ADA], spec(chat()))
+    known = controller.table.version
+    assert (await controller.table.wait(known - 1, 0.01))["replicas"][0]["replica"] == "chat-1"
+    backend.health["chat-1"] = Health(Liveness.EXITED, "137")
+    await tick(controller, clock)
+    current = await controller.table.wait(known, 5.0)
+    assert current["version"] > known
+    assert [r["replica"] for r in current["replicas"]] == ["chat-2"]
+    assert controller.status().failovers[0].reason == "its neuron exited with code 137"
+
+
+async def test_the_controller_s_status_survives_json() -> None:
+    controller, backend, clock = await started([ADA, BLACKWELL], spec(chat(2)))
+    backend.health["chat-1"] = Health(Liveness.GONE, "RayActorError")
+    await tick(controller, clock)
+    status = controller.status()
+    assert status.failovers and status.nodes and status.models[0].replicas
+    assert ClusterStatus.from_dict(json.loads(json.dumps(status.to_dict()))) == status
