@@ -67,8 +67,11 @@ class FakeReplica:
 
 
 class FakeBackend:
-    def __init__(self, nodes: list[NodeView]) -> None:
+    def __init__(self, nodes: list[NodeView], clock: FakeClock | None = None) -> None:
         self.node_list = nodes
+        self.clock = clock or FakeClock()
+        # How long a neuron takes to start, on the clock.
+        self.start_s = 0.0
         self.replicas: dict[str, FakeReplica] = {}
         self.created: list[ReplicaRequest] = []
         self.killed: list[str] = []
@@ -107,6 +110,8 @@ class FakeBackend:
     async def start(self, replica_id: str, env: dict[str, str], timeout_s: float) -> Started:
         replica = self.replicas[replica_id]
         replica.env = env
+        if self.start_s:
+            await self.clock.sleep(self.start_s)
         error = self.start_errors.get(replica.request.model)
         if error is not None:
             raise ReplicaStartError(error)

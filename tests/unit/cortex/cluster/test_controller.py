@@ -40,8 +40,8 @@ def spec(*models: dict[str, Any]) -> DeploymentSpec:
 async def started(
     nodes: list[NodeView], deployment: DeploymentSpec
 ) -> tuple[Controller, FakeBackend, FakeClock]:
-    backend = FakeBackend(nodes)
     clock = FakeClock()
+    backend = FakeBackend(nodes, clock)
     controller = Controller(backend, clock, ControllerConfig(health_interval_s=1.0))
     await controller.apply(deployment, start_loop=False)
     await settle()
@@ -112,15 +112,19 @@ async def test_a_dead_node_s_replica_is_replaced_on_another_node() -> None:
     # The node is gone: its actor does not answer, Ray reports the node dead.
     backend.node_list = [node("n-ada", Generation.ADA, gpus=2, alive=False), BLACKWELL]
     backend.health[first] = Health(Liveness.GONE, "RayActorError")
+    backend.start_s = 3.0
     await tick(controller, clock)
     assert backend.killed == [first]
     assert backend.created[1].preferred_node == "n-bw"
+    assert table(controller) == []
+    await clock.advance(3.0)
     [second] = table(controller)
     status = controller.status()
     assert [r.node_id for r in model(controller).replicas] == ["n-bw"]
     assert [n.alive for n in status.nodes] == [False, True]
     assert status.failovers[0].reason == "its actor is gone (RayActorError)"
     assert status.failovers[0].replacement == second
+    assert status.failovers[0].seconds_to_ready == 3.0
 
 
 @pytest.mark.parametrize(("later_s", "preferred"), [(14.0, None), (16.0, "n-ada")])

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from cortex.cluster.backend import Health, Liveness
 from cortex.cluster.decisions import (
-    REBALANCE_EVERY_S,
     ReplicaRecord,
     avoided_nodes,
     backoff_delay,
@@ -59,8 +58,8 @@ def test_a_scale_down_drains_replicas_not_serving_first_then_the_newest() -> Non
 def test_a_rebalance_moves_the_newest_of_a_crowded_node_at_most_every_10_s() -> None:
     crowded = [_replica(1), _replica(2), _replica(3, node="n2")]
     assert rebalance_mover(crowded, True, float("-inf"), 0.0) is crowded[1]
-    assert rebalance_mover(crowded, True, 0.0, REBALANCE_EVERY_S - 0.1) is None
-    assert rebalance_mover(crowded, True, 0.0, REBALANCE_EVERY_S) is crowded[1]
+    assert rebalance_mover(crowded, True, 0.0, 9.9) is None
+    assert rebalance_mover(crowded, True, 0.0, 10.0) is crowded[1]
     # Nowhere to go, nothing crowded, or a replica not ready yet: no move.
     assert rebalance_mover(crowded, False, float("-inf"), 0.0) is None
     assert rebalance_mover(crowded[1:], True, float("-inf"), 0.0) is None
