@@ -86,7 +86,11 @@ def find_controller() -> Any:
 
 def status(timeout_s: float = 30.0) -> ClusterStatus:
     result: dict[str, Any] = ray.get(find_controller().status.remote(), timeout=timeout_s)
-    return ClusterStatus.from_dict(result)
+    try:
+        return ClusterStatus.from_dict(result)
+    except (TypeError, KeyError, ValueError) as e:
+        # A controller left running by another version of neuraxis.
+        raise ClusterError(f"the controller's status is not in this version's form: {e}") from None
 
 
 def apply_spec(spec: DeploymentSpec, timeout_s: float = 60.0) -> None:
