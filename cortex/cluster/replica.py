@@ -28,8 +28,6 @@ from cortex.cluster.backend import ReplicaStartError
 from cortex.routing.client import NeuronClient
 from neuraxis.core.process import die_with_parent, stop_process_group
 
-__all__ = ["HOST_ENV", "LOG_DIR_ENV", "ReplicaActor", "ReplicaStartError"]
-
 LOG_TAIL_BYTES = 4000
 
 
