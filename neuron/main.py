@@ -43,7 +43,11 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
         )
     from neuron.engine.vllm import VllmEngine
 
-    return VllmEngine(vllm_options(settings, resolve_model(settings)), generation)
+    return VllmEngine(
+        vllm_options(settings, resolve_model(settings)),
+        generation,
+        prepare_threads=settings.prepare_threads,
+    )
 
 
 def vllm_options(settings: NeuronSettings, model: ResolvedModel) -> VllmOptions:
@@ -121,7 +125,8 @@ def run(settings: NeuronSettings) -> int:
     generation = detect_generation(settings, load_nvml())
     log.info("GPU generation: %s", generation.value)
     engine = build_engine(settings, generation)
-    asyncio.run(
+    # Non-zero when the engine died: the supervisor starts a new neuron.
+    return asyncio.run(
         serve(
             engine,
             host=settings.host,
@@ -131,4 +136,3 @@ def run(settings: NeuronSettings) -> int:
             metrics_port=settings.metrics_port,
         )
     )
-    return 0

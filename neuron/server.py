@@ -88,8 +88,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
         try:
             if not self.ready:
                 raise UnavailableError("the neuron is still loading its model")
-            if not self._engine.healthy():
-                raise UnavailableError("the neuron's engine has died")
+            _check_alive(self._engine)
             async for output in self._engine.generate(convert.engine_request(request)):
                 if output.usage is not None:
                     call.fields = {
@@ -118,8 +117,9 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     ) -> pb.EmbedResponse:
         call = _Call("Embed", self._model_label(request.model), request.request_id)
         try:
-            if not self.ready or not self._engine.healthy():
-                raise UnavailableError("the neuron is not ready")
+            if not self.ready:
+                raise UnavailableError("the neuron is still loading its model")
+            _check_alive(self._engine)
             result = await self._engine.embed(convert.embed_request(request))
             call.fields = {"inputs": len(request.inputs), "prompt_tokens": result.prompt_tokens}
         except NeuraxisError as e:
@@ -161,6 +161,12 @@ class NeuronServicer(pb_grpc.NeuronServicer):
         return pb.LoadResponse(running=load.running, waiting=load.waiting)
 
 
+def _check_alive(engine: Engine) -> None:
+    cause = engine.death_cause()
+    if cause is not None or not engine.healthy():
+        raise UnavailableError(f"the neuron's engine has died: {cause or 'unknown cause'}")
+
+
 async def _abort(context: grpc.aio.ServicerContext, error: NeuraxisError) -> None:
     metadata: tuple[tuple[str, str], ...] = ((ERROR_METADATA_KEY, error.kind),)
     if error.param:
@@ -169,19 +175,35 @@ async def _abort(context: grpc.aio.ServicerContext, error: NeuraxisError) -> Non
     await context.abort(code, error.message, trailing_metadata=metadata)
 
 
-async def _watch_engine(
-    engine: Engine, health_servicer: health.aio.HealthServicer, stop: asyncio.Event
-) -> None:
-    """Until stopped, report NOT_SERVING once the engine has died, so that
-    health checks and cortex stop sending it requests."""
+# The exit status of a neuron whose engine died (EX_SOFTWARE): non-zero, so
+# that systemd or the controller starts a new one at once.
+EXIT_ENGINE_DIED = 70
+# How often the neuron looks whether its engine is still alive.
+ENGINE_WATCH_INTERVAL_S = 0.5
+# How long, once the engine has died, its in-flight calls get to receive
+# their error before the server stops (they fail at once; this is a bound).
+ENGINE_DEATH_GRACE_S = 5.0
+
+
+async def _engine_death(engine: Engine, stop: asyncio.Event) -> str | None:
+    """Wait until the engine dies (return why) or the neuron is stopped (None)."""
     while not stop.is_set():
+        cause = engine.death_cause()
+        if cause is not None:
+            return cause
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=1.0)
-        if not stop.is_set() and not engine.healthy():
-            log.error("the engine has died; reporting NOT_SERVING")
-            for name in ("", SERVICE_NAME):
-                await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-            await stop.wait()
+            await asyncio.wait_for(stop.wait(), timeout=ENGINE_WATCH_INTERVAL_S)
+    return None
+
+
+async def _set_health(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
+    status = (
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, status)
 
 
 async def serve(
@@ -191,9 +213,15 @@ async def serve(
     generation: pb.GpuGeneration,
     drain_timeout_s: float,
     metrics_port: int = 0,
-) -> None:
+) -> int:
     """Serve until SIGTERM or SIGINT, then drain: stop accepting calls, let
-    in-flight ones finish for up to drain_timeout_s, and stop the engine."""
+    in-flight ones finish for up to drain_timeout_s, and stop the engine.
+
+    Returns the process's exit status: 0 after a stop, EXIT_ENGINE_DIED when
+    the engine died (health NOT_SERVING at once, the in-flight calls fail
+    with UNAVAILABLE naming the cause, and the neuron ends within seconds: a
+    dead engine never recovers, and a neuron that stayed up would only fail
+    health checks until someone gave up on it)."""
     if metrics_port:
         metrics.serve_metrics(host, metrics_port)
     server = grpc.aio.server()
@@ -201,8 +229,7 @@ async def serve(
     pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in ("", SERVICE_NAME):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await _set_health(health_servicer, serving=False)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port}")
@@ -217,19 +244,24 @@ async def serve(
     loader = asyncio.create_task(engine.start())
     stopper = asyncio.create_task(stop.wait())
     await asyncio.wait({loader, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    grace, status = drain_timeout_s, 0
     if loader.done() and loader.exception() is None:
         servicer.ready = True
-        for name in ("", SERVICE_NAME):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await _set_health(health_servicer, serving=True)
         models = ", ".join(m.id for m in engine.models())
         log.info("neuron ready on %s:%d serving %s (%s)", host, bound, models, engine.description)
-        await _watch_engine(engine, health_servicer, stop)
-    log.info("neuron stopping: draining for up to %.0f s", drain_timeout_s)
+        cause = await _engine_death(engine, stop)
+        if cause is not None:
+            log.error("the engine has died (%s): NOT_SERVING, and the neuron exits", cause)
+            await _set_health(health_servicer, serving=False)
+            grace, status = ENGINE_DEATH_GRACE_S, EXIT_ENGINE_DIED
+    log.info("neuron stopping: draining for up to %.0f s", grace)
     await health_servicer.enter_graceful_shutdown()
-    await server.stop(grace=drain_timeout_s)
+    await server.stop(grace=grace)
     if not loader.done():
         loader.cancel()
     await engine.shutdown()
     stopper.cancel()
     if loader.done() and not loader.cancelled() and loader.exception() is not None:
         raise loader.exception()  # type: ignore[misc]
+    return status

@@ -6,7 +6,7 @@ its own process (its engine, its metrics port, its drain on SIGTERM) exactly
 as in static mode, and Ray's CUDA_VISIBLE_DEVICES reaches it through the
 environment. The child is told by the kernel to stop when the actor dies
 (PR_SET_PDEATHSIG), so killing the actor or losing its node takes the neuron
-with it.
+with it; and when the neuron ends, what is left of its process group is killed.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import ray
 
 from cortex.cluster.backend import ReplicaStartError
 from cortex.routing.client import NeuronClient
-from neuraxis.core.process import die_with_parent, stop_process_group
+from neuraxis.core.process import die_with_parent, kill_group_when_exits, stop_process_group
 
 LOG_TAIL_BYTES = 4000
 
@@ -123,6 +123,8 @@ class Replica:
                 start_new_session=True,
                 preexec_fn=die_with_parent,
             )
+        # However the neuron ends (SIGKILL included), its engine core goes too.
+        kill_group_when_exits(self._child)
         address = f"{host}:{port}"
         client = NeuronClient(address)
         deadline = time.monotonic() + timeout_s

@@ -93,6 +93,12 @@ class NeuronSettings(BaseSettings):
     drain_timeout_s: float = Field(
         30.0, ge=0, description="seconds in-flight requests get to finish when stopped"
     )
+    prepare_threads: int = Field(
+        1,
+        ge=1,
+        description="threads that render chat templates, tokenise and truncate prompts, "
+        "off the event loop (vLLM engine)",
+    )
     # The simulated engine (tests and benchmarks).
     sim_ttft_s: float = Field(0.01, ge=0, description="sim engine: time to first token (s)")
     sim_itl_s: float = Field(0.005, ge=0, description="sim engine: time between tokens (s)")

@@ -1,8 +1,11 @@
-"""Stopping a child process and everything it started.
+"""Stopping a child process and everything it started, and making sure that
+nothing a process started outlives it.
 
-Used by `neuraxis up` and by the tests. The child must lead its own process
-group (start it with start_new_session=True): vLLM's engine core and workers
-run in that group, and whatever of it outlives the child is killed."""
+Used by `neuraxis up`, the replica actor, the neuron and the tests. A
+supervised child must lead its own process group (start it with
+start_new_session=True): vLLM's engine core and workers run in that group,
+and whatever of it outlives the child is killed. Finding `ray` and Ray's
+fixed ports live here too; nothing here knows about cortex or the neuron."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,13 +49,73 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+_PR_SET_PDEATHSIG = 1
+
+
 def die_with_parent() -> None:
     """A preexec_fn: the kernel sends the child SIGTERM when the thread that
     started it dies, so that no child outlives a supervisor killed without
     the chance to clean up."""
-    pr_set_pdeathsig = 1
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class _Fork:
+    """Set in the parent just before each fork, read in the child just after."""
+
+    libc: ctypes.CDLL | None = None  # loaded before any fork: no dlopen in the child
+    parent = 0
+    from_main_thread = False
+
+
+def forked_children_die_with_this_process() -> None:
+    """From now on, every child this process forks from its main thread gets
+    SIGKILL from the kernel when this process dies, however it dies (SIGKILL
+    included), and so does every child those children fork.
+
+    vLLM forks its engine core with multiprocessing and no death signal: a
+    neuron killed with SIGKILL left the engine core running, holding the model's
+    memory, reparented to init. SIGKILL because the parent that would have
+    drained is already gone, and an orphaned engine core was seen ignoring
+    SIGTERM for seconds. Only forks from the main thread: the kernel ties the
+    signal to the forking thread, so a child forked from a short-lived worker
+    thread would be killed when that thread ends."""
+    if _Fork.libc is not None:
+        return
+    _Fork.libc = ctypes.CDLL(None, use_errno=True)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+def _before_fork() -> None:
+    _Fork.parent = os.getpid()
+    _Fork.from_main_thread = threading.current_thread() is threading.main_thread()
+
+
+def _after_fork_in_child() -> None:
+    if not _Fork.from_main_thread or _Fork.libc is None:
+        return
+    _Fork.libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    # The parent may have died between the fork and the prctl: then no
+    # signal will ever come, and this child is already an orphan.
+    if os.getppid() != _Fork.parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_group_when_exits(child: subprocess.Popen[bytes]) -> threading.Thread:
+    """Watch a child that leads its own process group: once it has exited, in
+    any way, SIGKILL whatever is left of its group (its engine core, workers).
+
+    For processes that do not die with it by themselves: children started
+    with the spawn method, which cannot carry a death signal set at fork."""
+
+    def watch() -> None:
+        child.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name=f"group-reaper-{child.pid}", daemon=True)
+    thread.start()
+    return thread
 
 
 def ray_binary() -> str:

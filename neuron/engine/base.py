@@ -211,7 +211,13 @@ class Engine(abc.ABC):
 
     def healthy(self) -> bool:
         """False once the engine has died and can serve nothing more."""
-        return True
+        return self.death_cause() is None
+
+    def death_cause(self) -> str | None:
+        """None while the engine lives; once it has died (its process exited,
+        it failed beyond recovery), why, in words fit for an error message.
+        The neuron then stops: a dead engine never comes back."""
+        return None
 
     @abc.abstractmethod
     async def shutdown(self) -> None: ...

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from neuraxis.core.errors import InternalError, ModelNotFoundError
+from neuraxis.core.errors import InternalError, ModelNotFoundError, UnavailableError
 from neuraxis.core.tasks import ModelTask
 from neuron.engine.base import (
     ChoiceDelta,
@@ -38,12 +38,18 @@ class SimOptions:
     # After this many tokens the request fails with an internal error (a
     # crashing engine); None means never, 0 fails before the first token.
     fail_after_tokens: int | None = None
+    # After this many tokens (counted over all requests) the whole engine dies,
+    # as vLLM's does when its engine core process exits: every request in
+    # flight fails, and so does every later one. None means never.
+    die_after_tokens: int | None = None
 
 
 class SimEngine(Engine):
     def __init__(self, options: SimOptions) -> None:
         self._options = options
         self._running = 0
+        self._tokens = 0
+        self._death: str | None = None
         self._model = ServedModel(
             id=options.served_id,
             max_context_length=options.max_context_length,
@@ -64,9 +70,21 @@ class SimEngine(Engine):
     def load(self) -> EngineLoad:
         return EngineLoad(running=self._running, waiting=0)
 
+    def death_cause(self) -> str | None:
+        return self._death
+
+    def die(self, cause: str = "the simulated engine died") -> None:
+        """The fault switch: from now on the engine serves nothing."""
+        self._death = cause
+
+    def _check_alive(self) -> None:
+        if self._death is not None:
+            raise UnavailableError(f"the neuron's engine has died: {self._death}")
+
     async def generate(self, request: EngineRequest) -> AsyncIterator[Output]:
         if request.model != self._model.id:
             raise ModelNotFoundError(f"The model '{request.model}' does not exist on this neuron.")
+        self._check_alive()
         opts = self._options
         text_in = (
             request.prompt
@@ -85,6 +103,10 @@ class SimEngine(Engine):
                     raise InternalError("simulated engine failure")
                 if i:
                     await asyncio.sleep(opts.itl_s)
+                self._check_alive()
+                self._tokens += 1
+                if self._tokens == opts.die_after_tokens:
+                    self.die(f"the simulated engine died after {self._tokens} tokens")
                 text = f"tok{i}" if i == 0 else f" tok{i}"
                 last = i == max_tokens - 1
                 finish = FinishReason.LENGTH if last else None

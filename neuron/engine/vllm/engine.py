@@ -5,19 +5,27 @@ the arguments args.py derives from the model and the GPU generation, renders
 prompts with the model's tokenizer (prompt.py), shapes each choice's text by
 tool mode (shaping.py), and translates vLLM's outputs and exceptions into
 neuraxis's types and errors.
+
+Rendering and tokenising a prompt run on a small thread pool, never on the
+event loop: a conversation of thousands of messages takes seconds to prepare,
+and the neuron must keep answering health checks meanwhile. The engine core
+is a child process forked by vLLM; it is made to die with the neuron.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, TypeVar
 
 from neuraxis.core.errors import InvalidRequestError, ModelNotFoundError, UnavailableError
 from neuraxis.core.generations import Generation
+from neuraxis.core.process import forked_children_die_with_this_process
 from neuraxis.core.tasks import ModelTask
 from neuron.engine.base import (
     ChoiceDelta,
@@ -40,19 +48,35 @@ from neuron.engine.vllm.args import VllmOptions, engine_launch
 from neuron.engine.vllm.prompt import openai_tool, render_fitting, sampling_params
 from neuron.engine.vllm.shaping import AutoParser, ChoiceShaper, ParsedCalls, ReasoningSplit
 
+_T = TypeVar("_T")
+
+# What the neuron says when vLLM reports its engine core dead: vLLM itself
+# knows no more than that (EngineDeadError carries no cause).
+ENGINE_CORE_DIED = "vLLM's engine core process stopped"
+
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 
 
 class VllmEngine(Engine):
-    def __init__(self, options: VllmOptions, generation: Generation = Generation.CPU) -> None:
+    def __init__(
+        self,
+        options: VllmOptions,
+        generation: Generation = Generation.CPU,
+        prepare_threads: int = 1,
+    ) -> None:
         self._options = options
         self._generation = generation
+        # Threads that render chat templates and tokenise, off the event loop.
+        # One by default, as vLLM's own server does: a Hugging Face tokenizer
+        # shared by threads can fail with "Already borrowed".
+        self._prepare_threads = prepare_threads
         self._llm: Any = None
         self._tokenizer: Any = None
         self._model: ServedModel | None = None
         self._parser_class: Any = None
         self._reasoning_class: Any = None
         self._stats = _SchedulerStatsSink()
+        self._prepare_pool: ThreadPoolExecutor | None = None
 
     @property
     def description(self) -> str:
@@ -83,6 +107,11 @@ class VllmEngine(Engine):
                 opts.reasoning_parser
             )
         args = AsyncEngineArgs(**launch.kwargs)
+        self._prepare_pool = ThreadPoolExecutor(
+            max_workers=self._prepare_threads, thread_name_prefix="prepare"
+        )
+        # The engine core is forked below: it must not outlive this process.
+        forked_children_die_with_this_process()
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
         self._tokenizer = self._llm.get_tokenizer()
         self._model = ServedModel(
@@ -105,6 +134,16 @@ class VllmEngine(Engine):
     def healthy(self) -> bool:
         return self._llm is not None and not self._llm.errored
 
+    def death_cause(self) -> str | None:
+        if self._llm is not None and self._llm.errored:
+            return ENGINE_CORE_DIED
+        return None
+
+    async def _prepare(self, work: Callable[..., _T], *args: Any) -> _T:
+        """Run prompt preparation (templates, tokenisation) off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._prepare_pool, functools.partial(work, *args))
+
     async def generate(self, request: EngineRequest) -> AsyncIterator[Output]:
         from vllm.exceptions import VLLMValidationError
         from vllm.v1.engine.exceptions import EngineDeadError
@@ -112,7 +151,9 @@ class VllmEngine(Engine):
         model = self._served(request.model, ModelTask.GENERATE)
         completion_tokens = 0
         try:
-            prompt_ids = render_fitting(self._tokenizer, request, model.max_context_length)
+            prompt_ids = await self._prepare(
+                render_fitting, self._tokenizer, request, model.max_context_length
+            )
             max_tokens = check_context(model, len(prompt_ids), request.sampling.max_tokens)
             params = sampling_params(request, max_tokens)
             shapers = [self._shaper(i, request) for i in range(request.sampling.n)]
@@ -149,7 +190,7 @@ class VllmEngine(Engine):
                 if choices or usage:
                     yield Output(choices=tuple(choices), usage=usage)
         except EngineDeadError:
-            raise UnavailableError("the engine died while serving the request") from None
+            raise _dead() from None
         except VLLMValidationError as e:
             raise InvalidRequestError(str(e), param=e.parameter) from None
         except ValueError as e:
@@ -165,10 +206,7 @@ class VllmEngine(Engine):
                 f"The model '{model.id}' does not support the 'dimensions' parameter.",
                 param="dimensions",
             )
-        prompts = [
-            list(item) if isinstance(item, tuple) else self._tokenizer.encode(item)
-            for item in request.inputs
-        ]
+        prompts = await self._prepare(_token_ids, self._tokenizer, request.inputs)
         for ids in prompts:
             if len(ids) > model.max_context_length:
                 raise InvalidRequestError(
@@ -190,7 +228,7 @@ class VllmEngine(Engine):
             # All inputs at once, so that the engine batches them.
             results = await asyncio.gather(*(one(i, ids) for i, ids in enumerate(prompts)))
         except EngineDeadError:
-            raise UnavailableError("the engine died while serving the request") from None
+            raise _dead() from None
         # One pooled vector per input (flattened: some poolers keep a batch axis).
         embeddings = [r.outputs.data.flatten().tolist() for r in results if r is not None]
         return EmbedResult(embeddings=embeddings, prompt_tokens=sum(len(p) for p in prompts))
@@ -199,6 +237,8 @@ class VllmEngine(Engine):
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+        if self._prepare_pool is not None:
+            self._prepare_pool.shutdown(wait=False, cancel_futures=True)
 
     def _served(self, model_id: str, task: ModelTask) -> ServedModel:
         if self._model is None:
@@ -206,7 +246,7 @@ class VllmEngine(Engine):
         if model_id != self._model.id:
             raise ModelNotFoundError(f"The model '{model_id}' does not exist on this neuron.")
         if not self.healthy():
-            raise UnavailableError("the engine has stopped; the neuron must be restarted")
+            raise _dead()
         if self._model.task is not task:
             raise wrong_task(model_id, self._model.task)
         return self._model
@@ -269,6 +309,14 @@ class VllmEngine(Engine):
             return ParsedCalls(content=info.content or "", calls=calls)
 
         return parse
+
+
+def _dead() -> UnavailableError:
+    return UnavailableError(f"the neuron's engine has died: {ENGINE_CORE_DIED}")
+
+
+def _token_ids(tokenizer: Any, inputs: tuple[str | tuple[int, ...], ...]) -> list[list[int]]:
+    return [list(i) if isinstance(i, tuple) else tokenizer.encode(i) for i in inputs]
 
 
 def _logprobs(

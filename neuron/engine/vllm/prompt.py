@@ -17,25 +17,51 @@ from neuron.engine.base import (
     ToolChoiceMode,
 )
 
+# Roles never dropped by truncation: the instructions.
+_KEPT_ROLES = ("system", "developer")
+
 
 def render_fitting(tokenizer: Any, request: EngineRequest, limit: int) -> list[int]:
     """Render; with truncate_oldest, drop the oldest non-system turns until the
-    prompt leaves room for the requested output (or one turn is left)."""
+    prompt leaves room for the requested output (or one turn is left).
+
+    Linear in the number of messages: each message is tokenised once for an
+    estimate of its cost, the oldest turns whose costs cover the excess go at
+    once, and the conversation is rendered again only to check (once or twice:
+    the estimate is close). Re-rendering after each dropped turn was quadratic:
+    seconds of CPU for a few thousand messages."""
     ids = render(tokenizer, request)
     room = limit - (request.sampling.max_tokens or 1)
-    messages = list(request.messages)
-    while request.truncate_oldest and len(ids) > room:
-        oldest = next(
-            (i for i, m in enumerate(messages) if m.role not in ("system", "developer")), None
-        )
-        if oldest is None or sum(m.role not in ("system", "developer") for m in messages) <= 1:
-            break
-        del messages[oldest]
-        # A tool result without the call it answers confuses templates: drop it too.
-        while oldest < len(messages) and messages[oldest].role == "tool":
-            del messages[oldest]
-        ids = render(tokenizer, replace(request, messages=tuple(messages)))
+    if not request.truncate_oldest or len(ids) <= room:
+        return ids
+    messages = request.messages
+    costs = _estimated_costs(tokenizer, messages, len(ids))
+    droppable = [i for i, m in enumerate(messages) if m.role not in _KEPT_ROLES]
+    kept = [True] * len(messages)
+    dropped = 0  # how many of `droppable` are gone, oldest first
+    while len(ids) > room and len(droppable) - dropped > 1:
+        freed, excess = 0.0, len(ids) - room
+        while freed < excess and len(droppable) - dropped > 1:
+            i = droppable[dropped]
+            kept[i], freed, dropped = False, freed + costs[i], dropped + 1
+            # A tool result without the call it answers confuses templates: drop it too.
+            while i + 1 < len(messages) and messages[i + 1].role == "tool":
+                i += 1
+                kept[i], freed, dropped = False, freed + costs[i], dropped + 1
+        remaining = tuple(m for m, k in zip(messages, kept, strict=True) if k)
+        ids = render(tokenizer, replace(request, messages=remaining))
     return ids
+
+
+def _estimated_costs(tokenizer: Any, messages: tuple[Message, ...], total: int) -> list[float]:
+    """Each message's share of the rendered prompt: its own tokens plus an even
+    share of what the template adds (role markers, default system prompt)."""
+    own = [
+        len(tokenizer.encode(_template_message(m)["content"], add_special_tokens=False))
+        for m in messages
+    ]
+    overhead = max(0.0, (total - sum(own)) / len(messages))
+    return [n + overhead for n in own]
 
 
 def render(tokenizer: Any, request: EngineRequest) -> list[int]:
