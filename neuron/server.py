@@ -37,11 +37,37 @@ log = logging.getLogger("neuraxis.neuron")
 SERVICE_NAME = "neuraxis.core.v1.Neuron"
 
 
+class InFlight:
+    """The Generate and Embed calls being served: a neuron whose engine died
+    exits as soon as they have had their error (health watchers, which never
+    end, are not counted)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._none = asyncio.Event()
+        self._none.set()
+
+    def enter(self) -> None:
+        self.count += 1
+        self._none.clear()
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._none.set()
+
+    async def wait_none(self, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._none.wait(), timeout=timeout_s)
+
+
 class _Call:
     """One gRPC call: its metrics and its log line (sizes, never text)."""
 
-    def __init__(self, method: str, model: str, request_id: str) -> None:
+    def __init__(self, method: str, model: str, request_id: str, in_flight: InFlight) -> None:
         self.method, self.model, self.request_id = method, model, request_id
+        self._in_flight = in_flight
+        in_flight.enter()
         self.started = time.perf_counter()
         self.code = "OK"
         self.fields: dict[str, object] = {}
@@ -55,6 +81,7 @@ class _Call:
             self.code = "INTERNAL"
 
     def done(self) -> None:
+        self._in_flight.leave()
         seconds = time.perf_counter() - self.started
         metrics.record_call(self.method, self.model, self.code, seconds)
         log.info(
@@ -77,6 +104,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
         self._generation = generation
         self._metrics_port = metrics_port
         self.ready = False
+        self.in_flight = InFlight()
 
     def _model_label(self, model: str) -> str:
         return model if any(m.id == model for m in self._engine.models()) else "unknown"
@@ -84,7 +112,9 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     async def Generate(  # noqa: N802 (gRPC method name)
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
-        call = _Call("Generate", self._model_label(request.model), request.request_id)
+        call = _Call(
+            "Generate", self._model_label(request.model), request.request_id, self.in_flight
+        )
         try:
             if not self.ready:
                 raise UnavailableError("the neuron is still loading its model")
@@ -115,7 +145,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     async def Embed(  # noqa: N802
         self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext
     ) -> pb.EmbedResponse:
-        call = _Call("Embed", self._model_label(request.model), request.request_id)
+        call = _Call("Embed", self._model_label(request.model), request.request_id, self.in_flight)
         try:
             if not self.ready:
                 raise UnavailableError("the neuron is still loading its model")
@@ -181,7 +211,8 @@ EXIT_ENGINE_DIED = 70
 # How often the neuron looks whether its engine is still alive.
 ENGINE_WATCH_INTERVAL_S = 0.5
 # How long, once the engine has died, its in-flight calls get to receive
-# their error before the server stops (they fail at once; this is a bound).
+# their error before the server stops (they fail at once; this is a bound);
+# any still running then are cancelled.
 ENGINE_DEATH_GRACE_S = 5.0
 
 
@@ -254,7 +285,8 @@ async def serve(
         if cause is not None:
             log.error("the engine has died (%s): NOT_SERVING, and the neuron exits", cause)
             await _set_health(health_servicer, serving=False)
-            grace, status = ENGINE_DEATH_GRACE_S, EXIT_ENGINE_DIED
+            await servicer.in_flight.wait_none(ENGINE_DEATH_GRACE_S)
+            grace, status = 0.0, EXIT_ENGINE_DIED
     log.info("neuron stopping: draining for up to %.0f s", grace)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace=grace)

@@ -1,6 +1,7 @@
 """The neuron's gRPC servicer in-process, in front of the simulated engine,
 reached through cortex's NeuronClient: proto translation, typed errors across
-the wire, cancellation and deadlines."""
+the wire, cancellation and deadlines; and the whole server (`serve`) ending
+when its engine dies."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cortex.routing.client import NeuronClient
 from neuraxis.core.errors import (
@@ -17,11 +19,13 @@ from neuraxis.core.errors import (
     DeadlineExceededError,
     InternalError,
     ModelNotFoundError,
+    UnavailableError,
 )
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 from neuron.engine.sim import SimEngine, SimOptions
-from neuron.server import NeuronServicer
+from neuron.server import ENGINE_DEATH_GRACE_S, EXIT_ENGINE_DIED, NeuronServicer, serve
+from tests.procs import free_port
 
 
 @contextlib.asynccontextmanager
@@ -118,3 +122,61 @@ async def test_engine_failure_is_internal_without_details() -> None:
             [r async for r in client.generate(_request(), timeout=10)]
         info = await client.info(timeout=5)
         assert info.ready and info.engine == "sim" and [m.id for m in info.models] == ["m"]
+
+
+async def test_a_dead_engine_fails_the_calls_in_flight_naming_the_cause() -> None:
+    engine = SimEngine(SimOptions(served_id="m", itl_s=0.01, die_after_tokens=3))
+    async with _serve(engine) as client:
+        with pytest.raises(UnavailableError, match="died after 3 tokens"):
+            [r async for r in client.generate(_request(max_tokens=50), timeout=10)]
+
+
+async def test_after_the_engine_died_calls_are_unavailable_and_info_not_ready(
+    served: tuple[SimEngine, NeuronClient],
+) -> None:
+    engine, client = served
+    engine.die("the engine core process exited")
+    with pytest.raises(UnavailableError, match="the engine core process exited"):
+        [r async for r in client.generate(_request(), timeout=10)]
+    info = await client.info(timeout=5)
+    assert not info.ready and not info.models
+
+
+async def _health_statuses(address: str, seen: list[int]) -> None:
+    """Every status the neuron's health service reports, until its stream ends."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            async for update in stub.Watch(health_pb2.HealthCheckRequest(service="")):
+                seen.append(update.status)
+
+
+async def test_a_dead_engine_ends_the_neuron_with_a_non_zero_status() -> None:
+    engine = SimEngine(SimOptions(served_id="m", itl_s=0.01))
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    neuron = asyncio.create_task(serve(engine, "127.0.0.1", port, pb.GPU_GENERATION_CPU, 30.0))
+    client = NeuronClient(address)
+    seen: list[int] = []
+    watcher = None
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await client.serving(timeout=1.0):
+            assert asyncio.get_running_loop().time() < deadline, "the neuron never served"
+            await asyncio.sleep(0.05)
+        watcher = asyncio.create_task(_health_statuses(address, seen))
+        stream = client.generate(_request(max_tokens=500), timeout=30)
+        await anext(stream)  # a call in flight when the engine dies
+        engine.die("the engine core process exited")
+        with pytest.raises(UnavailableError, match="the engine core process exited"):
+            [r async for r in stream]
+        # Well within the drain timeout (30 s): the neuron does not wait for one.
+        assert await asyncio.wait_for(neuron, timeout=ENGINE_DEATH_GRACE_S + 5) == EXIT_ENGINE_DIED
+        await asyncio.wait_for(watcher, timeout=5)
+        assert seen[0] == health_pb2.HealthCheckResponse.SERVING
+        assert health_pb2.HealthCheckResponse.NOT_SERVING in seen
+    finally:
+        await client.close()
+        for task in (neuron, watcher):
+            if task is not None and not task.done():
+                task.cancel()
