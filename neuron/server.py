@@ -237,6 +237,22 @@ async def _set_health(health_servicer: health.aio.HealthServicer, serving: bool)
         await health_servicer.set(name, status)
 
 
+async def _listen(
+    servicer: NeuronServicer, health_servicer: health.aio.HealthServicer, host: str, port: int
+) -> tuple[grpc.aio.Server, int]:
+    """Start the gRPC server (NOT_SERVING until the engine has loaded)."""
+    server = grpc.aio.server()
+    pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    await _set_health(health_servicer, serving=False)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen on {host}:{port}")
+    await server.start()
+    log.info("neuron listening on %s:%d, loading the engine", host, bound)
+    return server, bound
+
+
 async def serve(
     engine: Engine,
     host: str,
@@ -255,17 +271,9 @@ async def serve(
     health checks until someone gave up on it)."""
     if metrics_port:
         metrics.serve_metrics(host, metrics_port)
-    server = grpc.aio.server()
     servicer = NeuronServicer(engine, generation, metrics_port)
-    pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    await _set_health(health_servicer, serving=False)
-    bound = server.add_insecure_port(f"{host}:{port}")
-    if bound == 0:
-        raise OSError(f"cannot listen on {host}:{port}")
-    await server.start()
-    log.info("neuron listening on %s:%d, loading the engine", host, bound)
+    server, bound = await _listen(servicer, health_servicer, host, port)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

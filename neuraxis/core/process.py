@@ -69,9 +69,12 @@ class _Fork:
 
 
 def forked_children_die_with_this_process() -> None:
-    """From now on, every child this process forks from its main thread gets
-    SIGKILL from the kernel when this process dies, however it dies (SIGKILL
-    included), and so does every child those children fork.
+    """From now on, every child this process forks from its main thread with
+    os.fork (multiprocessing's fork method included) gets SIGKILL from the
+    kernel when this process dies, however it dies (SIGKILL included), and so
+    does every child those children fork that way. (subprocess children and
+    multiprocessing's spawn method run no Python at the fork: for those, see
+    kill_group_when_exits.)
 
     vLLM forks its engine core with multiprocessing and no death signal: a
     neuron killed with SIGKILL left the engine core running, holding the model's
