@@ -104,6 +104,12 @@ def _conversation(turns: int) -> list[pb.ChatMessage]:
     ] + [pb.ChatMessage(role="user", content="And where do the strawberries go?")]
 
 
+# Between two rounds of probes: a health checker's pace (50 rounds a second,
+# far more often than any real one), not a flood that would itself keep the
+# neuron's event loop busy.
+PROBE_PAUSE_S = 0.02
+
+
 async def _probe(address: str, until: asyncio.Task[object]) -> list[tuple[float, float]]:
     """Health.Check then Info, one after the other, until `until` is done:
     (start, latency) of each call."""
@@ -119,6 +125,7 @@ async def _probe(address: str, until: asyncio.Task[object]) -> list[tuple[float,
                 started = time.perf_counter()
                 await client.info(timeout=5)
                 samples.append((started, time.perf_counter() - started))
+                await asyncio.sleep(PROBE_PAUSE_S)
         finally:
             await client.close()
     return samples
