@@ -304,4 +304,5 @@ async def serve(
     stopper.cancel()
     if loader.done() and not loader.cancelled() and loader.exception() is not None:
         raise loader.exception()  # type: ignore[misc]
+    log.info("neuron stopped (exit status %d)", status)
     return status
