@@ -82,7 +82,9 @@ def neuron(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     replica = Replica(request.node.name.replace("[", "-").replace("]", ""))
-    started = asyncio.run(replica.start(["--model", MODEL], timeout_s=START_TIMEOUT_S))
+    # The neuron's settings as the controller hands them over: environment.
+    settings = {"NEURAXIS_NEURON_MODEL": MODEL}
+    started = asyncio.run(replica.start(settings, timeout_s=START_TIMEOUT_S))
     cores = _engine_cores(started["pid"])
     try:
         yield Neuron(replica, started["address"], started["pid"], cores)
