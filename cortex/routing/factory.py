@@ -1,4 +1,5 @@
-"""Routing policies by name: the names a setting may use, and the factory.
+"""Routing policies by name: the names a setting may use, the options they
+take, the factory, and the table of one policy per model.
 
 Kept apart from `policy.py` because it imports every policy module, while
 each of those imports the interface.
@@ -7,29 +8,84 @@ each of those imports the interface.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from cortex.routing.least_outstanding import LeastOutstanding
 from cortex.routing.policy import RoutingPolicy
+from cortex.routing.power_of_two import PowerOfTwo
+from cortex.routing.prefix import PrefixHasher
+from cortex.routing.prefix_affinity import PrefixAffinity
 
 
 class PolicyName(enum.StrEnum):
     LEAST_OUTSTANDING = "least_outstanding"
+    POWER_OF_TWO = "power_of_two"
+    PREFIX_AFFINITY = "prefix_affinity"
 
 
 DEFAULT_POLICY = PolicyName.LEAST_OUTSTANDING
 
-_BUILDERS: dict[PolicyName, Callable[[], RoutingPolicy]] = {
-    PolicyName.LEAST_OUTSTANDING: LeastOutstanding,
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """What the policies are tuned by (cortex's `routing_*` settings)."""
+
+    epsilon: float = 0.25  # prefix_affinity: a neuron takes <= (1 + epsilon) x average
+    block_bytes: int = 256  # prefix_affinity: the size of one hashed prefix block
+    max_blocks: int = 32  # prefix_affinity: blocks hashed per request
+    load_max_age_s: float = 2.0  # an engine load report older than this is ignored
+    seed: int | None = None  # power_of_two: a fixed seed for its draws (tests)
+
+
+_BUILDERS: dict[PolicyName, Callable[[PolicyOptions], RoutingPolicy]] = {
+    PolicyName.LEAST_OUTSTANDING: lambda _: LeastOutstanding(),
+    PolicyName.POWER_OF_TWO: lambda o: PowerOfTwo(
+        load_max_age_s=o.load_max_age_s, rng=random.Random(o.seed)
+    ),
+    PolicyName.PREFIX_AFFINITY: lambda o: PrefixAffinity(
+        epsilon=o.epsilon,
+        hasher=PrefixHasher(o.block_bytes, o.max_blocks),
+        load_max_age_s=o.load_max_age_s,
+    ),
 }
 
 
-def make_policy(name: str = DEFAULT_POLICY) -> RoutingPolicy:
-    """A new policy (its own state) of the named kind; ValueError names the
-    known ones when `name` is not one of them."""
+def policy_name(name: str) -> PolicyName:
+    """`name` as a PolicyName; ValueError names the known ones."""
     try:
-        kind = PolicyName(name)
+        return PolicyName(name)
     except ValueError:
         known = ", ".join(p.value for p in PolicyName)
         raise ValueError(f"unknown routing policy {name!r}; known: {known}") from None
-    return _BUILDERS[kind]()
+
+
+def make_policy(name: str = DEFAULT_POLICY, options: PolicyOptions | None = None) -> RoutingPolicy:
+    """A new policy (its own state) of the named kind; ValueError names the
+    known ones when `name` is not one of them."""
+    return _BUILDERS[policy_name(name)](options or PolicyOptions())
+
+
+@dataclass
+class PolicyTable:
+    """One policy per model: `default` unless `per_model` names another.
+    Each model gets its own instance, made on first use, so that one model's
+    traffic does not shape another's ring or counts."""
+
+    default: str = DEFAULT_POLICY
+    per_model: Mapping[str, str] = field(default_factory=dict)
+    options: PolicyOptions = field(default_factory=PolicyOptions)
+    _policies: dict[str, RoutingPolicy] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Refuse a bad name when the table is built, not at the first request.
+        for name in [self.default, *self.per_model.values()]:
+            policy_name(name)
+
+    def for_model(self, model: str) -> RoutingPolicy:
+        policy = self._policies.get(model)
+        if policy is None:
+            policy = make_policy(self.per_model.get(model, self.default), self.options)
+            self._policies[model] = policy
+        return policy

@@ -14,7 +14,8 @@ What lives here: the interface, the candidate view (`Candidate`, with an
 optional engine load and the time it was measured), the request view
 (`RouteRequest`, with optional affinity `RouteHints`) and the outcome a
 completion hook receives. Each policy lives in its own module
-(`least_outstanding.py`); `factory.py` builds one by name.
+(`least_outstanding.py`, `power_of_two.py`, `prefix_affinity.py`);
+`factory.py` builds one by name.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from cortex.routing.prefix import PrefixHasher
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,9 @@ class RouteRequest:
     now: float
     hints: RouteHints = field(default_factory=RouteHints)
     attempt: int = 0  # 0 for the first dispatch, n for the n-th retry
+    # The chained hashes of the prompt's prefix blocks (`prefix.py`), made by
+    # the pool only for a policy with a `prefix_hasher`; empty otherwise.
+    prefix: tuple[int, ...] = ()
 
 
 class Outcome(enum.Enum):
@@ -89,6 +95,10 @@ class Outcome(enum.Enum):
 class RoutingPolicy(ABC):
     """Chooses a neuron for each attempt. A policy may keep state (a hash
     ring, a rotation); the hooks tell it what happened to its choices."""
+
+    # Set by a policy that routes on the prompt's prefix: the pool then hashes
+    # each generation request with it into `RouteRequest.prefix`.
+    prefix_hasher: PrefixHasher | None = None
 
     @abstractmethod
     def select(self, candidates: Sequence[Candidate], request: RouteRequest) -> Candidate:

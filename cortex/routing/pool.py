@@ -10,10 +10,15 @@ neuron from the moment of dispatch. A request whose neuron fails before the
 first token is retried elsewhere.
 
 Which of the eligible neurons takes an attempt is the routing policy's
-decision (`policy.py`; least outstanding by default): the pool hands it
-read-only candidates and dispatches to the one it returns. Clients are made
-by a factory and time is read from a clock, both passed in, so the pool is
-tested with in-memory neurons.
+decision (`policy.py`; one per model from a `PolicyTable`, least outstanding
+by default): the pool hands it read-only candidates and dispatches to the
+one it returns. A second background task polls each ready neuron's `Load`
+(the engine's running and waiting requests) every `load_interval_s` and
+keeps it, stamped with the pool's clock, as the candidate's `load`; each
+policy judges its age. For a policy that routes on the prompt's prefix the
+pool hashes the request once (`prefix.py`) and every attempt carries it.
+Clients are made by a factory and time is read from a clock, both passed
+in, so the pool is tested with in-memory neurons.
 """
 
 from __future__ import annotations
@@ -26,8 +31,15 @@ from dataclasses import dataclass, field
 
 from cortex import metrics
 from cortex.routing.client import NeuronClient, NeuronConnection
-from cortex.routing.factory import make_policy
-from cortex.routing.policy import Candidate, Outcome, RouteHints, RouteRequest, RoutingPolicy
+from cortex.routing.factory import PolicyTable
+from cortex.routing.policy import (
+    Candidate,
+    EngineLoad,
+    Outcome,
+    RouteHints,
+    RouteRequest,
+    RoutingPolicy,
+)
 from neuraxis.core.errors import (
     InternalError,
     InvalidRequestError,
@@ -51,6 +63,7 @@ class NeuronState:
     outstanding: int = 0
     info: pb.InfoResponse | None = None
     retired: bool = False  # left the endpoint table; closed once idle
+    load: EngineLoad | None = None  # the engine's last Load report
 
 
 @dataclass(frozen=True)
@@ -71,28 +84,39 @@ class NeuronPool:
         max_retries: int,
         *,
         client_factory: ClientFactory = NeuronClient,
-        policy: RoutingPolicy | None = None,
+        policy: RoutingPolicy | PolicyTable | None = None,
         clock: Callable[[], float] = time.monotonic,
+        load_interval_s: float = 0.5,
     ) -> None:
         """`clients` are the static neurons; `client_factory` makes the ones
-        the endpoint table adds (`update`)."""
+        the endpoint table adds (`update`). `policy` is one policy for every
+        model, or a table of one per model (default: least outstanding)."""
         self._states = [NeuronState(c) for c in clients]
         self._expected = list(expected_models)
         self._poll_interval = poll_interval_s
         self._timeout = request_timeout_s
         self._max_retries = max_retries
         self._client_factory = client_factory
-        self._policy = policy or make_policy()
+        if isinstance(policy, RoutingPolicy):
+            shared = policy
+            self._policy_for: Callable[[str], RoutingPolicy] = lambda _model: shared
+        else:
+            self._policy_for = (policy or PolicyTable()).for_model
         self._clock = clock
-        self._poller: asyncio.Task[None] | None = None
+        self._load_interval = load_interval_s
+        self._pollers: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         await self.refresh()
-        self._poller = asyncio.create_task(self._poll_forever())
+        await self.refresh_load()
+        self._pollers = [
+            asyncio.create_task(self._poll_forever()),
+            asyncio.create_task(self._poll_load_forever()),
+        ]
 
     async def stop(self) -> None:
-        if self._poller:
-            self._poller.cancel()
+        for poller in self._pollers:
+            poller.cancel()
         await asyncio.gather(*(s.client.close() for s in self._states), return_exceptions=True)
 
     async def update(self, addresses: list[str]) -> None:
@@ -214,11 +238,21 @@ class NeuronPool:
     def _first_attempt(
         self, request: pb.GenerateRequest | pb.EmbedRequest, hints: RouteHints | None
     ) -> _Attempt:
-        route = self._route(request, hints or RouteHints(), attempt=0)
+        hints = hints or RouteHints()
+        prefix: tuple[int, ...] = ()
+        hasher = self._policy_for(request.model).prefix_hasher
+        if hasher is not None and isinstance(request, pb.GenerateRequest):
+            # Hashed once per request; retries carry the same prefix.
+            prefix = hasher.blocks(request, salt=hints.prompt_cache_key)
+        route = self._route(request, hints, attempt=0, prefix=prefix)
         return _Attempt(self._pick(route, []), route)
 
     def _route(
-        self, request: pb.GenerateRequest | pb.EmbedRequest, hints: RouteHints, attempt: int
+        self,
+        request: pb.GenerateRequest | pb.EmbedRequest,
+        hints: RouteHints,
+        attempt: int,
+        prefix: tuple[int, ...],
     ) -> RouteRequest:
         return RouteRequest(
             model=request.model,
@@ -226,20 +260,23 @@ class NeuronPool:
             now=self._clock(),
             hints=hints,
             attempt=attempt,
+            prefix=prefix,
         )
 
     def _dispatch(self, attempt: _Attempt) -> None:
         state = attempt.state
         state.outstanding += 1  # counted at dispatch, not at the first token
         metrics.record_routed(self.model_label(attempt.route.model), state.client.address)
-        self._policy.on_dispatch(self._candidate(state), attempt.route)
+        self._policy_for(attempt.route.model).on_dispatch(self._candidate(state), attempt.route)
 
     async def _done(self, attempt: _Attempt, outcome: Outcome) -> None:
         # The neuron this attempt ran on, even when a retry has already been
         # chosen: its count, not the next one's, goes down.
         state = attempt.state
         state.outstanding -= 1
-        self._policy.on_complete(state.client.address, attempt.route, outcome)
+        self._policy_for(attempt.route.model).on_complete(
+            state.client.address, attempt.route, outcome
+        )
         if state.retired and state.outstanding == 0:
             await state.client.close()
 
@@ -259,7 +296,9 @@ class NeuronPool:
         tried.append(state)
         retry = None
         if not started and len(tried) <= self._max_retries:
-            route = self._route(request, failed.route.hints, attempt=len(tried))
+            route = self._route(
+                request, failed.route.hints, attempt=len(tried), prefix=failed.route.prefix
+            )
             chosen = self._alternative(route, tried)
             retry = _Attempt(chosen, route) if chosen is not None else None
         if retry is None:
@@ -291,7 +330,7 @@ class NeuronPool:
         ]
         if eligible:
             candidates = [self._candidate(s) for s in eligible]
-            chosen = self._policy.select(candidates, route)
+            chosen = self._policy_for(model).select(candidates, route)
             for candidate, state in zip(candidates, eligible, strict=True):
                 if candidate is chosen:
                     return state
@@ -307,14 +346,36 @@ class NeuronPool:
 
     @staticmethod
     def _candidate(state: NeuronState) -> Candidate:
-        # Engine load (the Load RPC) is not polled yet; policies that need it
-        # treat None as unknown.
-        return Candidate(address=state.client.address, outstanding=state.outstanding)
+        return Candidate(
+            address=state.client.address, outstanding=state.outstanding, load=state.load
+        )
 
     async def _poll_forever(self) -> None:
         while True:
             await asyncio.sleep(self._poll_interval)
             await self.refresh()
+
+    async def refresh_load(self) -> None:
+        """Ask each ready neuron for its engine's load, once."""
+        ready = [s for s in self._states if s.ready and not s.retired]
+        await asyncio.gather(*(self._load_one(s) for s in ready))
+
+    async def _poll_load_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._load_interval)
+            await self.refresh_load()
+
+    async def _load_one(self, state: NeuronState) -> None:
+        try:
+            response = await state.client.load(timeout=max(self._load_interval, 0.5))
+        except NeuraxisError as e:
+            # The last report stays and ages out: policies ignore it once it
+            # is stale, and the Info poll decides readiness.
+            log.debug("neuron %s did not report its load: %s", state.client.address, e.message)
+            return
+        state.load = EngineLoad(
+            running=response.running, waiting=response.waiting, measured_at=self._clock()
+        )
 
     async def _refresh_one(self, state: NeuronState) -> None:
         try:

@@ -1,0 +1,137 @@
+"""The prefix-affinity policy: send a request where its prompt prefix is most
+likely cached, under a bound on load (consistent hashing with bounded loads,
+Mirrokni et al.; HAProxy's hash-balance-factor).
+
+The pool hands the policy the request's chained prefix-block hashes
+(`prefix.py`, asked for through `prefix_hasher`). The choice, in order:
+
+1. Continuing a Responses chain (`previous_response_id`): the neuron that
+   served the previous response (the Responses API uses the response id as
+   the request id, remembered here when an attempt ends OK).
+2. The neuron this policy last dispatched the longest known block of the
+   prefix to (block hash -> neuron, remembered at dispatch).
+3. A walk of the consistent-hash ring from the first block's hash: requests
+   sharing a system prompt (and tools) share a home neuron.
+
+Each step takes a neuron only under the bound: a neuron is eligible when
+its load + 1 <= ceil((1 + epsilon) * (total load + 1) / n), so none takes
+more than (1 + epsilon) times the average; an ineligible home sends the walk
+on to the next neuron on the ring. The least-loaded candidate always fits,
+so the walk ends. A request without a prefix (embeddings) goes to the least
+loaded candidate.
+
+Load is `load.effective_load`. With several cortex processes (or uvicorn
+workers) each sees only its own outstanding counts; the shared signal is
+the engine's fresh running + waiting, which every process polls, so the
+bound holds against the whole load to within one poll interval. The ring
+is the same in every process (stable hashes), so processes that have never
+seen a prefix still agree on its home; only steps 1-2 are per process.
+
+Health, ejection and retries are the pool's: candidates are already the
+ready neurons this attempt may use.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from cortex.routing.load import effective_load
+from cortex.routing.policy import Candidate, Outcome, RouteRequest, RoutingPolicy
+from cortex.routing.prefix import PrefixHasher
+from cortex.routing.ring import HashRing
+
+
+class _Lru(OrderedDict[int | str, str]):
+    """A mapping that forgets its least recently written keys past `size`
+    (the policy remembers recent prefixes and chains, not all of them)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self._size = size
+
+    def put(self, key: int | str, value: str) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self._size:
+            self.popitem(last=False)
+
+
+class PrefixAffinity(RoutingPolicy):
+    def __init__(
+        self,
+        *,
+        epsilon: float = 0.25,
+        hasher: PrefixHasher | None = None,
+        load_max_age_s: float = 2.0,
+        virtual_nodes: int = 64,
+        max_prefixes: int = 65_536,
+        max_chains: int = 16_384,
+    ) -> None:
+        if epsilon < 0:
+            raise ValueError("epsilon must not be negative")
+        self.prefix_hasher = hasher or PrefixHasher()
+        self._epsilon = epsilon
+        self._max_age = load_max_age_s
+        self._virtual_nodes = virtual_nodes
+        self._owners = _Lru(max_prefixes)  # block hash -> address
+        self._chains = _Lru(max_chains)  # response id -> address
+        self._ring: HashRing | None = None
+        self._rotation = itertools.count()
+
+    def select(self, candidates: Sequence[Candidate], request: RouteRequest) -> Candidate:
+        if not candidates:
+            raise ValueError("select needs at least one candidate")
+        loads = [effective_load(c, request.now, self._max_age) for c in candidates]
+        limit = bound(loads, self._epsilon)
+        index = {c.address: i for i, c in enumerate(candidates)}
+        for address in self._preferred(request):
+            i = index.get(address)
+            if i is not None and loads[i] + 1 <= limit:
+                return candidates[i]
+        if request.prefix:
+            for address in self._ring_for(index).walk(request.prefix[0]):
+                i = index[address]
+                if loads[i] + 1 <= limit:
+                    return candidates[i]
+        # No prefix: the least loaded, ties in turn.
+        start, n = next(self._rotation), len(candidates)
+        return candidates[min(range(n), key=lambda i: (loads[i], (i - start) % n))]
+
+    def on_dispatch(self, candidate: Candidate, request: RouteRequest) -> None:
+        # Remembered at dispatch, not at the end: a burst of requests sharing
+        # a long prefix should follow the first one while it still runs.
+        for block in request.prefix:
+            self._owners.put(block, candidate.address)
+
+    def on_complete(self, address: str, request: RouteRequest, outcome: Outcome) -> None:
+        if outcome is Outcome.OK:
+            self._chains.put(request.request_id, address)
+
+    def _preferred(self, request: RouteRequest) -> list[str]:
+        preferred = []
+        previous = request.hints.previous_response_id
+        if previous is not None and previous in self._chains:
+            preferred.append(self._chains[previous])
+        for block in reversed(request.prefix):
+            owner = self._owners.get(block)
+            if owner is not None:
+                preferred.append(owner)
+                break
+        return preferred
+
+    def _ring_for(self, index: dict[str, int]) -> HashRing:
+        # The candidates are the same set for most requests; rebuild only
+        # when it changes (a neuron joins, leaves, or is excluded on a retry).
+        addresses = frozenset(index)
+        if self._ring is None or self._ring.addresses != addresses:
+            self._ring = HashRing(addresses, self._virtual_nodes)
+        return self._ring
+
+
+def bound(loads: Sequence[int], epsilon: float) -> int:
+    """The most load one neuron may carry after taking one more request:
+    ceil((1 + epsilon) * (total + 1) / n)."""
+    return math.ceil((1 + epsilon) * (sum(loads) + 1) / len(loads))
