@@ -47,6 +47,8 @@ def create_app(
         poll_interval_s=settings.poll_interval_s,
         request_timeout_s=settings.request_timeout_s,
         max_retries=settings.max_retries,
+        policy=settings.policy_table(),
+        load_interval_s=settings.load_interval_s,
     )
 
     store = store or _store_for(settings)

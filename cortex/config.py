@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from cortex.routing.factory import DEFAULT_POLICY, PolicyName, PolicyOptions, PolicyTable
 from neuraxis.core.settings import Flag
 
 
@@ -48,6 +49,35 @@ class CortexSettings(BaseSettings):
     )
     max_retries: int = Field(
         2, ge=0, description="attempts on other neurons when one fails before the first token"
+    )
+    routing: PolicyName = Field(
+        DEFAULT_POLICY,
+        description="how a neuron is chosen for a request: least_outstanding, power_of_two "
+        "(the less loaded of two random neurons) or prefix_affinity (where the prompt's "
+        "prefix is likely cached, under a load bound)",
+    )
+    routing_models: dict[str, PolicyName] = Field(
+        default_factory=dict,
+        description='a routing policy per model, overriding routing: {"model-id": "power_of_two"}',
+    )
+    routing_epsilon: float = Field(
+        0.25,
+        ge=0,
+        description="prefix_affinity: no neuron takes more than (1 + epsilon) x the average load",
+    )
+    routing_block_bytes: int = Field(
+        256, gt=0, description="prefix_affinity: size of one hashed block of the prompt prefix"
+    )
+    routing_max_blocks: int = Field(
+        32, gt=0, description="prefix_affinity: how many prefix blocks are hashed per request"
+    )
+    load_interval_s: float = Field(
+        0.5, gt=0, description="how often each ready neuron's engine load is polled (s)"
+    )
+    load_max_age_s: float = Field(
+        2.0,
+        gt=0,
+        description="an engine load report older than this is ignored by the routing policies (s)",
     )
     max_body_bytes: int = Field(
         16 * 1024 * 1024, gt=0, description="largest accepted request body; larger ones get 413"
@@ -123,3 +153,13 @@ class CortexSettings(BaseSettings):
     @property
     def cluster_mode(self) -> bool:
         return self.ray_head or self.ray_address is not None
+
+    def policy_table(self) -> PolicyTable:
+        """The routing policies these settings ask for, one per model."""
+        options = PolicyOptions(
+            epsilon=self.routing_epsilon,
+            block_bytes=self.routing_block_bytes,
+            max_blocks=self.routing_max_blocks,
+            load_max_age_s=self.load_max_age_s,
+        )
+        return PolicyTable(self.routing, dict(self.routing_models), options)
