@@ -1,0 +1,29 @@
+"""The load estimate every policy uses: the larger of this cortex's count and
+the engine's fresh running + waiting."""
+
+from __future__ import annotations
+
+from cortex.routing.load import effective_load
+from cortex.routing.policy import Candidate, EngineLoad
+
+
+def _candidate(outstanding: int, running: int, waiting: int, measured_at: float) -> Candidate:
+    load = EngineLoad(running=running, waiting=waiting, measured_at=measured_at)
+    return Candidate("load:1", outstanding=outstanding, load=load)
+
+
+def test_without_an_engine_report_the_outstanding_count_is_the_load() -> None:
+    assert effective_load(Candidate("load:1", outstanding=3), now=10.0, max_age_s=2.0) == 3
+
+
+def test_a_fresh_report_of_more_work_than_ours_wins() -> None:
+    # Other cortex processes' requests are on the engine as well.
+    assert effective_load(_candidate(2, 5, 3, measured_at=9.0), now=10.0, max_age_s=2.0) == 8
+
+
+def test_our_newer_count_wins_over_a_report_that_has_not_seen_it_yet() -> None:
+    assert effective_load(_candidate(6, 1, 0, measured_at=9.5), now=10.0, max_age_s=2.0) == 6
+
+
+def test_a_stale_report_is_ignored() -> None:
+    assert effective_load(_candidate(2, 5, 3, measured_at=7.9), now=10.0, max_age_s=2.0) == 2

@@ -1,0 +1,235 @@
+"""The prefix-affinity policy on plain candidates: the same prefix goes to the
+same neuron, the load bound holds, the ring walks on when the home is full,
+only fresh engine load counts, a Responses chain stays on its neuron."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from cortex.routing.policy import Candidate, EngineLoad, Outcome, RouteHints, RouteRequest
+from cortex.routing.prefix import PrefixHasher
+from cortex.routing.prefix_affinity import PrefixAffinity, bound
+from cortex.routing.ring import HashRing
+from neuraxis.core.v1 import neuron_pb2 as pb
+
+ADDRESSES = [f"aff-{i}:1" for i in range(4)]
+HASHER = PrefixHasher(block_bytes=16, max_blocks=8)
+
+
+def _chat(system: str, *turns: str) -> pb.GenerateRequest:
+    messages = [pb.ChatMessage(role="system", content=system)]
+    messages += [pb.ChatMessage(role="user", content=t) for t in turns]
+    return pb.GenerateRequest(model="m", messages=messages)
+
+
+def _route(
+    prefix: tuple[int, ...] = (),
+    *,
+    request_id: str = "req",
+    now: float = 100.0,
+    previous: str | None = None,
+) -> RouteRequest:
+    return RouteRequest(
+        model="m",
+        request_id=request_id,
+        now=now,
+        hints=RouteHints(previous_response_id=previous),
+        prefix=prefix,
+    )
+
+
+def _idle(addresses: Sequence[str] = ADDRESSES) -> list[Candidate]:
+    return [Candidate(address=a, outstanding=0) for a in addresses]
+
+
+def _with(candidates: list[Candidate], address: str, **changes: Any) -> list[Candidate]:
+    """The candidates with the one at `address` changed."""
+    return [replace(c, **changes) if c.address == address else c for c in candidates]
+
+
+def _home(prefix: tuple[int, ...], addresses: Sequence[str] = ADDRESSES) -> list[str]:
+    """The ring order the policy walks for this prefix."""
+    return list(HashRing(addresses).walk(prefix[0]))
+
+
+def _dispatch(policy: PrefixAffinity, candidates: list[Candidate], route: RouteRequest) -> str:
+    chosen = policy.select(candidates, route)
+    policy.on_dispatch(chosen, route)
+    return chosen.address
+
+
+def test_the_same_prefix_goes_to_the_same_neuron() -> None:
+    policy = PrefixAffinity(hasher=HASHER)
+    prefix = HASHER.blocks(_chat("You are a helpful assistant.", "hello"))
+    chosen = {_dispatch(policy, _idle(), _route(prefix)) for _ in range(10)}
+    assert chosen == {_home(prefix)[0]}
+
+
+def test_a_fresh_policy_agrees_on_the_home_of_a_prefix() -> None:
+    # Another cortex process, which has routed nothing, picks the same neuron.
+    prefix = HASHER.blocks(_chat("You are a terse assistant.", "hi"))
+    first = PrefixAffinity(hasher=HASHER).select(_idle(), _route(prefix))
+    second = PrefixAffinity(hasher=HASHER).select(_idle(), _route(prefix))
+    assert first.address == second.address == _home(prefix)[0]
+
+
+def test_distinct_prefixes_spread_over_the_neurons() -> None:
+    policy = PrefixAffinity(hasher=HASHER)
+    homes = Counter(
+        _dispatch(
+            policy, _idle(), _route(HASHER.blocks(_chat(f"{i:04d} is this system prompt", "q")))
+        )
+        for i in range(200)
+    )
+    assert set(homes) == set(ADDRESSES)
+    assert min(homes.values()) >= 20  # 50 each on average; the ring is not lopsided
+
+
+def test_a_later_turn_follows_the_neuron_that_holds_the_longer_prefix() -> None:
+    policy = PrefixAffinity(hasher=HASHER)
+    system = "You are a helpful assistant who answers in French."
+    first = HASHER.blocks(_chat(system, "What is the capital of Italy, please?"))
+    home = _home(first)[0]
+    other = next(a for a in ADDRESSES if a != home)
+    # The first turn went elsewhere (its home was busy when it came).
+    busy = _with(_idle(), home, outstanding=3)
+    route = _route(first)
+    assert policy.select(busy, route).address != home
+    went = _dispatch(policy, _with(busy, other, outstanding=0), route)
+    later = HASHER.blocks(
+        _chat(system, "What is the capital of Italy, please?", "And of Spain, then?")
+    )
+    assert later[: len(first)] == first
+    assert _dispatch(policy, _idle(), _route(later)) == went
+
+
+def test_bounded_load_is_never_exceeded() -> None:
+    rng = random.Random(7)
+    policy = PrefixAffinity(epsilon=0.25, hasher=HASHER, load_max_age_s=2.0)
+    prefixes = [HASHER.blocks(_chat(f"group {g}", "question")) for g in range(3)]
+    for i in range(2000):
+        n = rng.randint(1, 6)
+        candidates = [
+            Candidate(
+                address=f"b-{j}:1",
+                outstanding=rng.randint(0, 20),
+                load=EngineLoad(
+                    running=rng.randint(0, 20),
+                    waiting=rng.randint(0, 5),
+                    measured_at=rng.choice([99.0, 90.0]),
+                ),
+            )
+            for j in range(n)
+        ]
+        route = _route(rng.choice(prefixes), request_id=f"r{i}", now=100.0)
+        chosen = policy.select(candidates, route)
+        policy.on_dispatch(chosen, route)
+        loads = [
+            max(c.outstanding, c.load.running + c.load.waiting)
+            if c.load is not None and c.load.measured_at == 99.0
+            else c.outstanding
+            for c in candidates
+        ]
+        mine = loads[candidates.index(chosen)]
+        limit = math.ceil(1.25 * (sum(loads) + 1) / n)
+        assert mine + 1 <= limit, (i, loads, chosen.address)
+
+
+def test_the_bound_is_the_ceiling_of_one_plus_epsilon_times_the_average() -> None:
+    assert bound([0, 0, 0, 0], 0.25) == 1
+    assert bound([3, 3, 3, 3], 0.25) == 5  # 1.25 * 13 / 4 = 4.06
+    assert bound([8, 0], 0.0) == 5
+
+
+def test_an_overloaded_home_sends_the_walk_to_the_next_neuron_on_the_ring() -> None:
+    policy = PrefixAffinity(epsilon=0.25, hasher=HASHER)
+    prefix = HASHER.blocks(_chat("A system prompt shared by many requests."))
+    ring = _home(prefix)
+    # Home at 3, the rest idle: bound = ceil(1.25 * 4 / 4) = 2, home is over it.
+    full_home = _with(_idle(), ring[0], outstanding=3)
+    assert policy.select(full_home, _route(prefix)).address == ring[1]
+    # The next one over the bound too: the walk goes on to the third.
+    both = _with(_with(_idle(), ring[0], outstanding=3), ring[1], outstanding=3)
+    assert policy.select(both, _route(prefix)).address == ring[2]
+
+
+def test_a_fresh_engine_load_counts_and_a_stale_one_is_ignored() -> None:
+    policy = PrefixAffinity(hasher=HASHER, load_max_age_s=2.0)
+    prefix = HASHER.blocks(_chat("Engine load decides this one."))
+    home, second = _home(prefix)[:2]
+    # Other cortex processes keep the home's engine busy: 6 running.
+    for measured_at, expected in ((99.0, second), (97.0, home)):
+        busy = EngineLoad(running=6, waiting=0, measured_at=measured_at)
+        candidates = _with(_idle(), home, load=busy)
+        assert policy.select(candidates, _route(prefix, now=100.0)).address == expected
+
+
+def test_a_chain_goes_back_to_the_neuron_that_served_the_previous_response() -> None:
+    policy = PrefixAffinity(hasher=HASHER)
+    first = HASHER.blocks(_chat("Chain system prompt."))
+    served = _home(first)[-1]  # not where a new request with this prefix would go
+    policy.on_complete(served, _route(first, request_id="resp_1"), Outcome.OK)
+    # A follow-up with different content (Responses do not carry instructions
+    # over), so only the chain links it to its neuron.
+    follow = HASHER.blocks(_chat("Something unrelated entirely."))
+    assert policy.select(_idle(), _route(follow, previous="resp_1")).address == served
+
+
+def test_a_failed_response_does_not_pin_a_chain() -> None:
+    policy = PrefixAffinity(hasher=HASHER)
+    prefix = HASHER.blocks(_chat("Failed chain prompt."))
+    policy.on_complete(_home(prefix)[-1], _route(prefix, request_id="resp_f"), Outcome.FAILED)
+    assert policy.select(_idle(), _route(prefix, previous="resp_f")).address == _home(prefix)[0]
+
+
+def test_a_chain_falls_back_when_its_neuron_is_gone_or_over_the_bound() -> None:
+    policy = PrefixAffinity(epsilon=0.25, hasher=HASHER)
+    prefix = HASHER.blocks(_chat("Fallback chain prompt."))
+    ring = _home(prefix)
+    served = ring[-1]
+    policy.on_complete(served, _route(prefix, request_id="resp_2"), Outcome.OK)
+    follow = _route(prefix, previous="resp_2")
+    without = _idle([a for a in ADDRESSES if a != served])
+    assert policy.select(without, follow).address == ring[0]
+    over = _with(_idle(), served, outstanding=3)
+    assert policy.select(over, follow).address == ring[0]
+
+
+def test_a_request_without_a_prefix_goes_to_the_least_loaded() -> None:
+    policy = PrefixAffinity(hasher=HASHER)
+    candidates = [Candidate(address=a, outstanding=i + 1) for i, a in enumerate(ADDRESSES)]
+    candidates = _with(candidates, ADDRESSES[2], outstanding=0)
+    assert policy.select(candidates, _route()).address == ADDRESSES[2]
+
+
+def test_remembered_chains_are_bounded_the_oldest_forgotten() -> None:
+    policy = PrefixAffinity(hasher=HASHER, max_chains=2)
+    prefix = HASHER.blocks(_chat("Bounded chain prompt."))
+    home, served = _home(prefix)[0], _home(prefix)[-1]
+    for i in range(3):
+        policy.on_complete(served, _route(prefix, request_id=f"resp_{i}"), Outcome.OK)
+    assert policy.select(_idle(), _route(prefix, previous="resp_2")).address == served
+    assert policy.select(_idle(), _route(prefix, previous="resp_0")).address == home
+
+
+def test_remembered_prefixes_are_bounded_the_oldest_forgotten() -> None:
+    policy = PrefixAffinity(hasher=HASHER, max_prefixes=2)
+    prefix = HASHER.blocks(_chat("Bounded prefix prompt."))
+    home, elsewhere = _home(prefix)[0], _home(prefix)[-1]
+    policy.on_dispatch(Candidate(address=elsewhere, outstanding=0), _route(prefix))
+    assert policy.select(_idle(), _route(prefix)).address == elsewhere
+    for other in ((1, 2), (3, 4)):  # two newer prefixes push it out
+        policy.on_dispatch(Candidate(address=home, outstanding=0), _route(other))
+    assert policy.select(_idle(), _route(prefix)).address == home
+
+
+def test_a_negative_epsilon_is_refused() -> None:
+    with pytest.raises(ValueError, match="epsilon"):
+        PrefixAffinity(epsilon=-0.1)
