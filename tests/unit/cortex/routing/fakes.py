@@ -44,6 +44,7 @@ class FakeNeuron:
         self.generate_requests: list[pb.GenerateRequest] = []
         self.embed_requests: list[pb.EmbedRequest] = []
         self.streams_open = 0
+        self.waiting = 0  # what its engine reports as queued (other senders' work)
         self.closed = False
 
     async def info(self, timeout: float) -> pb.InfoResponse:
@@ -58,7 +59,9 @@ class FakeNeuron:
         return pb.EmbedResponse(embeddings=[pb.Embedding(values=[1.0])], prompt_tokens=1)
 
     async def load(self, timeout: float) -> pb.LoadResponse:
-        return pb.LoadResponse(running=self.streams_open, waiting=0)
+        if not self.reachable:
+            raise UnavailableError(f"neuron {self.address} is unreachable")
+        return pb.LoadResponse(running=self.streams_open, waiting=self.waiting)
 
     async def serving(self, timeout: float) -> bool:
         return self.reachable and self.ready

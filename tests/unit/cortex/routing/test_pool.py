@@ -10,8 +10,17 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 from prometheus_client import REGISTRY
 
-from cortex.routing.policy import Candidate, Outcome, RouteHints, RouteRequest, RoutingPolicy
+from cortex.routing.factory import PolicyOptions, PolicyTable
+from cortex.routing.policy import (
+    Candidate,
+    EngineLoad,
+    Outcome,
+    RouteHints,
+    RouteRequest,
+    RoutingPolicy,
+)
 from cortex.routing.pool import NeuronPool
+from cortex.routing.prefix import PrefixHasher
 from neuraxis.core.errors import (
     InternalError,
     InvalidRequestError,
@@ -409,3 +418,159 @@ async def test_a_clients_model_name_becomes_a_label_only_when_known() -> None:
     assert pool.model_label("m") == "m"
     assert pool.model_label("served") == "served"
     assert pool.model_label("made-up") == "unknown"
+
+
+# --- engine load and prefixes -----------------------------------------------
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Recorder(InOrder):
+    """InOrder that keeps the whole candidates and routes it was shown, and
+    may ask for prefix hashes."""
+
+    def __init__(self, hasher: PrefixHasher | None = None) -> None:
+        super().__init__()
+        self.prefix_hasher = hasher
+        self.candidates: list[list[Candidate]] = []
+        self.routes: list[RouteRequest] = []
+
+    def select(self, candidates: Sequence[Candidate], request: RouteRequest) -> Candidate:
+        self.candidates.append(list(candidates))
+        self.routes.append(request)
+        return super().select(candidates, request)
+
+
+def _timed_pool(
+    neurons: Sequence[FakeNeuron],
+    policy: RoutingPolicy | PolicyTable,
+    clock: Clock,
+    load_interval_s: float = 0.5,
+) -> NeuronPool:
+    return NeuronPool(
+        neurons,
+        expected_models=["m"],
+        poll_interval_s=0.05,
+        request_timeout_s=5.0,
+        max_retries=1,
+        client_factory=Fleet(),
+        policy=policy,
+        clock=clock,
+        load_interval_s=load_interval_s,
+    )
+
+
+async def test_the_engine_load_poll_feeds_the_candidates() -> None:
+    a, b = FakeNeuron("load-a:1"), FakeNeuron("load-b:1")
+    a.waiting = 4
+    policy, clock = Recorder(), Clock(50.0)
+    pool = await _polled(_timed_pool([a, b], policy, clock))
+    await _texts(pool.generate(_request()))
+    assert [c.load for c in policy.candidates[0]] == [None, None]  # not polled yet
+    await pool.refresh_load()
+    clock.now = 51.0
+    await _texts(pool.generate(_request()))
+    assert [c.load for c in policy.candidates[1]] == [
+        EngineLoad(running=0, waiting=4, measured_at=50.0),
+        EngineLoad(running=0, waiting=0, measured_at=50.0),
+    ]
+    assert policy.routes[1].now == 51.0
+
+
+async def test_a_stale_engine_load_no_longer_steers_requests() -> None:
+    a, b = FakeNeuron("stale-a:1"), FakeNeuron("stale-b:1")
+    a.waiting = 5  # other cortex processes keep a's engine busy
+    clock = Clock(100.0)
+    table = PolicyTable("power_of_two", options=PolicyOptions(load_max_age_s=2.0, seed=5))
+    pool = await _polled(_timed_pool([a, b], table, clock))
+    await pool.refresh_load()
+    for _ in range(10):
+        await _texts(pool.generate(_request()))
+    assert not a.generate_requests
+    clock.now = 102.5  # no report since: a's is too old to trust
+    for _ in range(20):
+        await _texts(pool.generate(_request()))
+    assert a.generate_requests
+
+
+async def test_the_background_poll_keeps_the_engine_load_current() -> None:
+    a = FakeNeuron("load-bg:1")
+    policy = Recorder()
+    pool = _timed_pool([a], policy, Clock(1.0), load_interval_s=0.01)
+    await pool.start()
+    try:
+        a.waiting = 3
+        deadline = asyncio.get_running_loop().time() + 5.0
+        seen = None
+        while asyncio.get_running_loop().time() < deadline:
+            await _texts(pool.generate(_request()))
+            seen = policy.candidates[-1][0].load
+            if seen is not None and seen.waiting == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert seen == EngineLoad(running=0, waiting=3, measured_at=1.0)
+    finally:
+        await pool.stop()
+
+
+async def test_an_unreachable_neurons_last_load_stays_with_its_time() -> None:
+    a = FakeNeuron("load-gone:1")
+    a.waiting = 2
+    policy, clock = Recorder(), Clock(10.0)
+    pool = await _polled(_timed_pool([a], policy, clock))
+    await pool.refresh_load()
+    a.reachable = False
+    clock.now = 20.0
+    await pool.refresh_load()  # fails; the policy judges the old value's age
+    a.reachable = True
+    await _texts(pool.generate(_request()))
+    assert policy.candidates[0][0].load == EngineLoad(running=0, waiting=2, measured_at=10.0)
+
+
+async def test_a_prefix_policy_gets_the_hashes_and_a_retry_keeps_them() -> None:
+    a, b = FakeNeuron("prefix-a:1"), FakeNeuron("prefix-b:1")
+    a.script = [InternalError("boom")]
+    hasher = PrefixHasher(block_bytes=16, max_blocks=4)
+    policy = Recorder(hasher)
+    pool = await _polled(_timed_pool([a, b], policy, Clock(1.0)))
+    request = pb.GenerateRequest(
+        request_id="req-p",
+        model="m",
+        messages=[
+            pb.ChatMessage(
+                role="system",
+                content="A system prompt that is long enough to fill all four blocks.",
+            )
+        ],
+    )
+    hints = RouteHints(prompt_cache_key="tenant")
+    await _texts(pool.generate(request, hints=hints))
+    expected = hasher.blocks(request, salt="tenant")
+    assert len(expected) == 4
+    assert [(r.attempt, r.prefix) for r in policy.routes] == [(0, expected), (1, expected)]
+
+
+async def test_a_policy_without_a_hasher_gets_no_prefix() -> None:
+    policy = Recorder()
+    pool = await _polled(_timed_pool([FakeNeuron("prefix-none:1")], policy, Clock(1.0)))
+    await _texts(pool.generate(pb.GenerateRequest(request_id="r", model="m", prompt="x" * 600)))
+    assert policy.routes[0].prefix == ()
+
+
+async def test_each_model_routes_by_its_own_policy() -> None:
+    neurons = [FakeNeuron(f"per-model-{i}:1", models=["m", "n"]) for i in range(3)]
+    table = PolicyTable("least_outstanding", {"m": "prefix_affinity"})
+    pool = await _polled(_timed_pool(neurons, table, Clock(1.0)))
+    chat = [pb.ChatMessage(role="system", content="The same system prompt every time.")]
+    for model in ("m", "n"):
+        for _ in range(6):
+            await _texts(pool.generate(pb.GenerateRequest(model=model, messages=chat)))
+    by_model = [[sum(r.model == m for r in n.generate_requests) for n in neurons] for m in "mn"]
+    assert sorted(by_model[0]) == [0, 0, 6]  # affinity: one home for the prompt
+    assert by_model[1] == [2, 2, 2]  # least outstanding: in turn
