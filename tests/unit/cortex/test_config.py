@@ -1,0 +1,64 @@
+"""cortex's routing settings: `routing` and its per-model overrides from the
+flags, the environment and the TOML file, and the policy table they make."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cortex.config import CortexSettings
+from cortex.routing.least_outstanding import LeastOutstanding
+from cortex.routing.power_of_two import PowerOfTwo
+from cortex.routing.prefix import PrefixHasher
+from cortex.routing.prefix_affinity import PrefixAffinity
+from neuraxis.app.cli import build_parser
+from neuraxis.app.options import overrides
+from neuraxis.core.settings import SettingsError, load_settings
+
+
+def _from_flags(*argv: str) -> CortexSettings:
+    args = build_parser().parse_args(["cortex", *argv])
+    return load_settings(CortexSettings, None, overrides(args, CortexSettings))
+
+
+def test_least_outstanding_is_the_default_for_every_model() -> None:
+    table = CortexSettings().policy_table()
+    assert isinstance(table.for_model("any"), LeastOutstanding)
+
+
+def test_routing_and_its_tuning_come_from_the_flags() -> None:
+    settings = _from_flags(
+        "--routing",
+        "prefix_affinity",
+        "--routing-models",
+        '{"embedder": "power_of_two"}',
+        "--routing-block-bytes",
+        "128",
+        "--routing-max-blocks",
+        "8",
+    )
+    table = settings.policy_table()
+    chat = table.for_model("chat")
+    assert isinstance(chat, PrefixAffinity)
+    assert chat.prefix_hasher == PrefixHasher(block_bytes=128, max_blocks=8)
+    assert isinstance(table.for_model("embedder"), PowerOfTwo)
+
+
+def test_routing_comes_from_the_environment_and_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "cortex.toml"
+    config.write_text('routing = "power_of_two"\nrouting_models = { m = "prefix_affinity" }\n')
+    from_file = load_settings(CortexSettings, config, {})
+    assert isinstance(from_file.policy_table().for_model("x"), PowerOfTwo)
+    assert isinstance(from_file.policy_table().for_model("m"), PrefixAffinity)
+    monkeypatch.setenv("NEURAXIS_CORTEX_ROUTING", "prefix_affinity")
+    assert isinstance(
+        load_settings(CortexSettings, None, {}).policy_table().for_model("x"), PrefixAffinity
+    )
+
+
+def test_an_unknown_policy_is_refused_with_the_setting_named() -> None:
+    with pytest.raises((SettingsError, ValueError), match="routing"):
+        load_settings(CortexSettings, None, {"routing_models": {"m": "sticky"}})
