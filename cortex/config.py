@@ -79,6 +79,13 @@ class CortexSettings(BaseSettings):
         gt=0,
         description="an engine load report older than this is ignored by the routing policies (s)",
     )
+    routing_kv_limit: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="a neuron whose engine reports this share of its KV cache in use is "
+        "avoided while another is not",
+    )
     max_body_bytes: int = Field(
         16 * 1024 * 1024, gt=0, description="largest accepted request body; larger ones get 413"
     )
@@ -161,5 +168,6 @@ class CortexSettings(BaseSettings):
             block_bytes=self.routing_block_bytes,
             max_blocks=self.routing_max_blocks,
             load_max_age_s=self.load_max_age_s,
+            kv_limit=self.routing_kv_limit,
         )
         return PolicyTable(self.routing, dict(self.routing_models), options)

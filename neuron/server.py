@@ -188,7 +188,9 @@ class NeuronServicer(pb_grpc.NeuronServicer):
         self, request: pb.LoadRequest, context: grpc.aio.ServicerContext
     ) -> pb.LoadResponse:
         load = self._engine.load()
-        return pb.LoadResponse(running=load.running, waiting=load.waiting)
+        return pb.LoadResponse(
+            running=load.running, waiting=load.waiting, kv_cache_usage=load.kv_cache_usage
+        )
 
 
 def _check_alive(engine: Engine) -> None:

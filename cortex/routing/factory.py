@@ -36,18 +36,20 @@ class PolicyOptions:
     block_bytes: int = 256  # prefix_affinity: the size of one hashed prefix block
     max_blocks: int = 32  # prefix_affinity: blocks hashed per request
     load_max_age_s: float = 2.0  # an engine load report older than this is ignored
+    kv_limit: float = 0.8  # KV-cache usage at which a neuron counts as saturated
     seed: int | None = None  # power_of_two: a fixed seed for its draws (tests)
 
 
 _BUILDERS: dict[PolicyName, Callable[[PolicyOptions], RoutingPolicy]] = {
     PolicyName.LEAST_OUTSTANDING: lambda _: LeastOutstanding(),
     PolicyName.POWER_OF_TWO: lambda o: PowerOfTwo(
-        load_max_age_s=o.load_max_age_s, rng=random.Random(o.seed)
+        load_max_age_s=o.load_max_age_s, kv_limit=o.kv_limit, rng=random.Random(o.seed)
     ),
     PolicyName.PREFIX_AFFINITY: lambda o: PrefixAffinity(
         epsilon=o.epsilon,
         hasher=PrefixHasher(o.block_bytes, o.max_blocks),
         load_max_age_s=o.load_max_age_s,
+        kv_limit=o.kv_limit,
     ),
 }
 

@@ -373,8 +373,12 @@ class NeuronPool:
             # is stale, and the Info poll decides readiness.
             log.debug("neuron %s did not report its load: %s", state.client.address, e.message)
             return
+        kv = response.kv_cache_usage if response.HasField("kv_cache_usage") else None
         state.load = EngineLoad(
-            running=response.running, waiting=response.waiting, measured_at=self._clock()
+            running=response.running,
+            waiting=response.waiting,
+            measured_at=self._clock(),
+            kv_cache_usage=kv,
         )
 
     async def _refresh_one(self, state: NeuronState) -> None:

@@ -17,8 +17,9 @@ Each step takes a neuron only under the bound: a neuron is eligible when
 its load + 1 <= ceil((1 + epsilon) * (total load + 1) / n), so none takes
 more than (1 + epsilon) times the average; an ineligible home sends the walk
 on to the next neuron on the ring. The least-loaded candidate always fits,
-so the walk ends. A request without a prefix (embeddings) goes to the least
-loaded candidate.
+so the walk ends. A neuron whose KV cache is saturated (`load.saturated`)
+is passed over as well while any candidate is not. A request without a
+prefix (embeddings) goes to the least loaded candidate.
 
 Load is `load.effective_load`. With several cortex processes (or uvicorn
 workers) each sees only its own outstanding counts; the shared signal is
@@ -38,7 +39,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from cortex.routing.load import effective_load
+from cortex.routing.load import effective_load, saturated
 from cortex.routing.policy import Candidate, Outcome, RouteRequest, RoutingPolicy
 from cortex.routing.prefix import PrefixHasher
 from cortex.routing.ring import HashRing
@@ -66,6 +67,7 @@ class PrefixAffinity(RoutingPolicy):
         epsilon: float = 0.25,
         hasher: PrefixHasher | None = None,
         load_max_age_s: float = 2.0,
+        kv_limit: float = 0.8,
         virtual_nodes: int = 64,
         max_prefixes: int = 65_536,
         max_chains: int = 16_384,
@@ -75,6 +77,7 @@ class PrefixAffinity(RoutingPolicy):
         self.prefix_hasher = hasher or PrefixHasher()
         self._epsilon = epsilon
         self._max_age = load_max_age_s
+        self._kv_limit = kv_limit
         self._virtual_nodes = virtual_nodes
         self._owners = _Lru(max_prefixes)  # block hash -> address
         self._chains = _Lru(max_chains)  # response id -> address
@@ -86,19 +89,30 @@ class PrefixAffinity(RoutingPolicy):
             raise ValueError("select needs at least one candidate")
         loads = [effective_load(c, request.now, self._max_age) for c in candidates]
         limit = bound(loads, self._epsilon)
+        full = [saturated(c, request.now, self._max_age, self._kv_limit) for c in candidates]
+        avoid_full = not all(full)
         index = {c.address: i for i, c in enumerate(candidates)}
+
+        def eligible(i: int) -> bool:
+            return loads[i] + 1 <= limit and not (avoid_full and full[i])
+
         for address in self._preferred(request):
             i = index.get(address)
-            if i is not None and loads[i] + 1 <= limit:
+            if i is not None and eligible(i):
                 return candidates[i]
         if request.prefix:
             for address in self._ring_for(index).walk(request.prefix[0]):
-                i = index[address]
-                if loads[i] + 1 <= limit:
-                    return candidates[i]
-        # No prefix: the least loaded, ties in turn.
+                if eligible(index[address]):
+                    return candidates[index[address]]
+        # No prefix, or every unsaturated neuron is over the bound: within the
+        # bound (the least loaded always is), unsaturated first, then the
+        # least loaded, ties in turn.
         start, n = next(self._rotation), len(candidates)
-        return candidates[min(range(n), key=lambda i: (loads[i], (i - start) % n))]
+
+        def rank(i: int) -> tuple[bool, bool, int, int]:
+            return (loads[i] + 1 > limit, avoid_full and full[i], loads[i], (i - start) % n)
+
+        return candidates[min(range(n), key=rank)]
 
     def on_dispatch(self, candidate: Candidate, request: RouteRequest) -> None:
         # Remembered at dispatch, not at the end: a burst of requests sharing

@@ -181,6 +181,7 @@ class ServedModel:
 class EngineLoad:
     running: int
     waiting: int
+    kv_cache_usage: float | None = None  # 0..1, when the engine knows it
 
 
 class Engine(abc.ABC):

@@ -315,9 +315,11 @@ class LoadRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class LoadResponse(_message.Message):
-    __slots__ = ("running", "waiting")
+    __slots__ = ("running", "waiting", "kv_cache_usage")
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
     running: int
     waiting: int
-    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ...) -> None: ...
+    kv_cache_usage: float
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ...) -> None: ...

@@ -129,7 +129,11 @@ class VllmEngine(Engine):
     def load(self) -> EngineLoad:
         # vLLM's scheduler reports its counts after every step, including the
         # step that drops an aborted request.
-        return EngineLoad(running=self._stats.running, waiting=self._stats.waiting)
+        return EngineLoad(
+            running=self._stats.running,
+            waiting=self._stats.waiting,
+            kv_cache_usage=self._stats.kv_cache_usage,
+        )
 
     def healthy(self) -> bool:
         return self._llm is not None and not self._llm.errored
@@ -349,6 +353,7 @@ class _SchedulerStatsSink:
     def __init__(self) -> None:
         self.running = 0
         self.waiting = 0
+        self.kv_cache_usage = 0.0
 
     def factory(self, vllm_config: Any, engine_index: int = 0) -> Any:
         from vllm.v1.metrics.loggers import StatLoggerBase
@@ -363,6 +368,7 @@ class _SchedulerStatsSink:
                 if scheduler_stats is not None:
                     sink.running = scheduler_stats.num_running_reqs
                     sink.waiting = scheduler_stats.num_waiting_reqs
+                    sink.kv_cache_usage = float(scheduler_stats.kv_cache_usage)
 
             def log_engine_initialized(self) -> None:
                 pass

@@ -45,6 +45,7 @@ class FakeNeuron:
         self.embed_requests: list[pb.EmbedRequest] = []
         self.streams_open = 0
         self.waiting = 0  # what its engine reports as queued (other senders' work)
+        self.kv_cache_usage: float | None = None  # None: not reported (as the sim engine)
         self.closed = False
 
     async def info(self, timeout: float) -> pb.InfoResponse:
@@ -61,7 +62,9 @@ class FakeNeuron:
     async def load(self, timeout: float) -> pb.LoadResponse:
         if not self.reachable:
             raise UnavailableError(f"neuron {self.address} is unreachable")
-        return pb.LoadResponse(running=self.streams_open, waiting=self.waiting)
+        return pb.LoadResponse(
+            running=self.streams_open, waiting=self.waiting, kv_cache_usage=self.kv_cache_usage
+        )
 
     async def serving(self, timeout: float) -> bool:
         return self.reachable and self.ready

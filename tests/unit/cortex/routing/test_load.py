@@ -3,7 +3,7 @@ the engine's fresh running + waiting."""
 
 from __future__ import annotations
 
-from cortex.routing.load import effective_load
+from cortex.routing.load import effective_load, saturated
 from cortex.routing.policy import Candidate, EngineLoad
 
 
@@ -27,3 +27,19 @@ def test_our_newer_count_wins_over_a_report_that_has_not_seen_it_yet() -> None:
 
 def test_a_stale_report_is_ignored() -> None:
     assert effective_load(_candidate(2, 5, 3, measured_at=7.9), now=10.0, max_age_s=2.0) == 2
+
+
+def _kv(usage: float | None, measured_at: float = 9.0) -> Candidate:
+    load = EngineLoad(running=0, waiting=0, measured_at=measured_at, kv_cache_usage=usage)
+    return Candidate("kv:1", outstanding=0, load=load)
+
+
+def test_a_fresh_kv_usage_at_the_limit_is_saturated() -> None:
+    assert saturated(_kv(0.8), now=10.0, max_age_s=2.0, kv_limit=0.8)
+    assert not saturated(_kv(0.79), now=10.0, max_age_s=2.0, kv_limit=0.8)
+
+
+def test_an_unknown_or_stale_kv_usage_is_not_saturated() -> None:
+    assert not saturated(_kv(None), now=10.0, max_age_s=2.0, kv_limit=0.8)
+    assert not saturated(_kv(0.99, measured_at=7.0), now=10.0, max_age_s=2.0, kv_limit=0.8)
+    assert not saturated(Candidate("kv:1", outstanding=9), now=10.0, max_age_s=2.0, kv_limit=0.8)

@@ -483,6 +483,18 @@ async def test_the_engine_load_poll_feeds_the_candidates() -> None:
     assert policy.routes[1].now == 51.0
 
 
+async def test_the_kv_cache_usage_reaches_the_candidates_when_reported() -> None:
+    a = FakeNeuron("load-kv:1")
+    a.kv_cache_usage = 0.625
+    policy, clock = Recorder(), Clock(5.0)
+    pool = await _polled(_timed_pool([a], policy, clock))
+    await pool.refresh_load()
+    await _texts(pool.generate(_request()))
+    assert policy.candidates[0][0].load == EngineLoad(
+        running=0, waiting=0, measured_at=5.0, kv_cache_usage=0.625
+    )
+
+
 async def test_a_stale_engine_load_no_longer_steers_requests() -> None:
     a, b = FakeNeuron("stale-a:1"), FakeNeuron("stale-b:1")
     a.waiting = 5  # other cortex processes keep a's engine busy

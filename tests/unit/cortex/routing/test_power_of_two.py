@@ -65,3 +65,14 @@ def test_one_candidate_is_chosen_and_none_is_refused() -> None:
     assert policy.select([only], _route()) is only
     with pytest.raises(ValueError):
         policy.select([], _route())
+
+
+def test_a_saturated_kv_cache_loses_to_a_busier_neuron_that_is_not() -> None:
+    full = EngineLoad(running=1, waiting=0, measured_at=NOW - 0.5, kv_cache_usage=0.95)
+    stale_full = EngineLoad(running=1, waiting=0, measured_at=NOW - 5.0, kv_cache_usage=0.95)
+    busier = Candidate("p2-busier:1", outstanding=4)
+    policy = PowerOfTwo(load_max_age_s=2.0, kv_limit=0.8, rng=random.Random(4))
+    saturated = [Candidate("p2-full:1", outstanding=1, load=full), busier]
+    assert {policy.select(saturated, _route()).address for _ in range(10)} == {"p2-busier:1"}
+    stale = [Candidate("p2-full:1", outstanding=1, load=stale_full), busier]
+    assert {policy.select(stale, _route()).address for _ in range(10)} == {"p2-full:1"}

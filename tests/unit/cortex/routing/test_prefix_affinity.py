@@ -124,13 +124,16 @@ def test_bounded_load_is_never_exceeded() -> None:
                     running=rng.randint(0, 20),
                     waiting=rng.randint(0, 5),
                     measured_at=rng.choice([99.0, 90.0]),
+                    kv_cache_usage=rng.choice([None, 0.3, 0.95]),
                 ),
             )
             for j in range(n)
         ]
-        route = _route(rng.choice(prefixes), request_id=f"r{i}", now=100.0)
+        previous = rng.choice([None, f"r{i - 1}"])  # chains prefer their neuron
+        route = _route(rng.choice(prefixes), request_id=f"r{i}", now=100.0, previous=previous)
         chosen = policy.select(candidates, route)
         policy.on_dispatch(chosen, route)
+        policy.on_complete(chosen.address, route, Outcome.OK)
         loads = [
             max(c.outstanding, c.load.running + c.load.waiting)
             if c.load is not None and c.load.measured_at == 99.0
@@ -169,6 +172,21 @@ def test_a_fresh_engine_load_counts_and_a_stale_one_is_ignored() -> None:
         busy = EngineLoad(running=6, waiting=0, measured_at=measured_at)
         candidates = _with(_idle(), home, load=busy)
         assert policy.select(candidates, _route(prefix, now=100.0)).address == expected
+
+
+def test_a_saturated_kv_cache_is_passed_over_while_another_is_not() -> None:
+    policy = PrefixAffinity(hasher=HASHER, load_max_age_s=2.0, kv_limit=0.8)
+    prefix = HASHER.blocks(_chat("KV pressure decides this one."))
+    ring = _home(prefix)
+
+    def full(measured_at: float = 99.5) -> EngineLoad:
+        return EngineLoad(running=0, waiting=0, measured_at=measured_at, kv_cache_usage=0.9)
+
+    assert policy.select(_with(_idle(), ring[0], load=full()), _route(prefix)).address == ring[1]
+    stale = _with(_idle(), ring[0], load=full(measured_at=95.0))
+    assert policy.select(stale, _route(prefix)).address == ring[0]
+    every = [replace(c, load=full()) for c in _idle()]
+    assert policy.select(every, _route(prefix)).address == ring[0]
 
 
 def test_a_chain_goes_back_to_the_neuron_that_served_the_previous_response() -> None:
