@@ -68,7 +68,7 @@ class PrefixAffinity(RoutingPolicy):
         hasher: PrefixHasher | None = None,
         load_max_age_s: float = 2.0,
         kv_limit: float = 0.8,
-        virtual_nodes: int = 64,
+        virtual_nodes: int = 160,
         max_prefixes: int = 65_536,
         max_chains: int = 16_384,
     ) -> None:
