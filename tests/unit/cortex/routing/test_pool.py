@@ -586,3 +586,21 @@ async def test_each_model_routes_by_its_own_policy() -> None:
     by_model = [[sum(r.model == m for r in n.generate_requests) for n in neurons] for m in "mn"]
     assert sorted(by_model[0]) == [0, 0, 6]  # affinity: one home for the prompt
     assert by_model[1] == [2, 2, 2]  # least outstanding: in turn
+
+
+async def test_a_responses_chain_returns_to_its_neuron_through_the_pool() -> None:
+    neurons = [FakeNeuron(f"chain-{i}:1") for i in range(4)]
+    pool = await _polled(_timed_pool(neurons, PolicyTable("prefix_affinity"), Clock(1.0)))
+
+    def turn(request_id: str, content: str) -> pb.GenerateRequest:
+        message = pb.ChatMessage(role="user", content=content)
+        return pb.GenerateRequest(request_id=request_id, model="m", messages=[message])
+
+    await _texts(pool.generate(turn("resp_1", "first turn")))
+    (served,) = [n for n in neurons if n.generate_requests]
+    # Follow-ups whose prompts share nothing with the first: only the chain
+    # links them to its neuron.
+    for i in range(2, 8):
+        hints = RouteHints(previous_response_id="resp_1")
+        await _texts(pool.generate(turn(f"resp_{i}", f"unrelated {i}" * i), hints=hints))
+    assert len(served.generate_requests) == 7
