@@ -22,7 +22,7 @@ from cortex.api import (
     responses,
 )
 from cortex.api.errors import install_error_handlers
-from cortex.api.responses.routes import fail_orphans
+from cortex.api.responses.run import fail_orphans
 from cortex.cluster.spec import DeploymentSpec, load_spec
 from cortex.config import CortexSettings
 from cortex.middleware import BodyLimit

@@ -1,11 +1,114 @@
-"""Server-sent-event framing, done only here at the HTTP edge.
+"""Server-sent events, framed only here at the HTTP edge.
 
-Each frame is one bytes object, so that it is written in one flush."""
+`sse` is the one stream wrapper every streamed answer goes through: it frames
+the typed objects an endpoint yields, and owns the end of the stream. When
+the body fails (a typed error from the neuron, or anything unexpected, which
+is logged with the request id), the API's `Framing` turns the error into its
+terminal frames, built from the error table; if even that fails, a last
+frame that cannot fail is sent. A stream therefore never ends without a
+terminal event. What the objects are, and what ends an API's stream, is the
+`Framing`'s business:
+
+- `ChunkFraming` (chat and legacy completions): `data: {json}` chunks, an
+  error envelope chunk on failure, and `data: [DONE]` in every case.
+- The Responses API's framing (`cortex.api.responses.run`): `event:` and
+  `data:` lines, ending with the response's own terminal event.
+
+Each frame is one bytes object, so that it is written in one flush.
+"""
 
 from __future__ import annotations
 
+import abc
+import logging
+from collections.abc import AsyncIterator
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+
+from cortex.api.errors import error_envelope
+from neuraxis.core.errors import InternalError, NeuraxisError
+
+log = logging.getLogger("neuraxis.cortex")
+
 DONE = b"data: [DONE]\n\n"
+
+T = TypeVar("T")
 
 
 def data_frame(payload: str) -> bytes:
     return b"data: " + payload.encode() + b"\n\n"
+
+
+def event_frame(kind: str, payload: str) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + payload.encode() + b"\n\n"
+
+
+class Framing(abc.ABC, Generic[T]):
+    """How one API's stream is framed and how it ends."""
+
+    closing = b""  # sent after everything, whatever happened
+
+    @abc.abstractmethod
+    def frame(self, item: T) -> bytes: ...
+
+    async def completed(self) -> list[T]:
+        """What follows a body that ended normally."""
+        return []
+
+    @abc.abstractmethod
+    async def failed(self, error: NeuraxisError) -> list[T]:
+        """The terminal objects for a body that failed with `error`."""
+
+    @abc.abstractmethod
+    def last_resort(self, error: NeuraxisError) -> bytes:
+        """A terminal frame for when `failed` itself failed; must not raise."""
+
+
+UNEXPECTED = "The server had an error while processing your request."
+
+
+async def sse(body: AsyncIterator[T], framing: Framing[T], request_id: str) -> AsyncIterator[bytes]:
+    """Frame `body`, then its end: the framing's completion, or its error."""
+    extra = {"request_id": request_id}
+    try:
+        async for item in body:
+            yield framing.frame(item)
+        tail = [framing.frame(item) for item in await framing.completed()]
+    except NeuraxisError as e:
+        log.info("stream ended with %s: %s", e.kind, e.message, extra=extra)
+        tail = await _failed(framing, e, request_id)
+    except Exception:
+        log.exception("stream failed", extra=extra)
+        tail = await _failed(framing, InternalError(UNEXPECTED), request_id)
+    for frame in tail:
+        yield frame
+    if framing.closing:
+        yield framing.closing
+
+
+async def _failed(framing: Framing[T], error: NeuraxisError, request_id: str) -> list[bytes]:
+    try:
+        return [framing.frame(item) for item in await framing.failed(error)]
+    except Exception:
+        log.exception("could not end the stream with its error", extra={"request_id": request_id})
+        return [framing.last_resort(error)]
+
+
+class ChunkFraming(Framing[BaseModel]):
+    """OpenAI's chunk streams (chat and legacy completions): one `data:`
+    line per chunk, the error envelope as a chunk, `data: [DONE]` last."""
+
+    closing = DONE
+
+    def __init__(self, exclude: set[str] | None = None) -> None:
+        self._exclude = exclude
+
+    def frame(self, item: BaseModel) -> bytes:
+        return data_frame(item.model_dump_json(exclude=self._exclude))
+
+    async def failed(self, error: NeuraxisError) -> list[BaseModel]:
+        return [error_envelope(error)]
+
+    def last_resort(self, error: NeuraxisError) -> bytes:
+        return data_frame(error_envelope(error).model_dump_json())

@@ -5,19 +5,18 @@ chat completion or as chat.completion.chunk events."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from cortex.api import generation
+from cortex.api import dispatch, params
 from cortex.api.choices import ChoiceState, collect, finish_reason, logprobs_out, usage_of
 from cortex.api.disconnect import cancel_on_disconnect
-from cortex.api.errors import error_envelope
-from cortex.routing.pool import NeuronPool
+from cortex.api.streams import next_message
 from cortex.schemas.chat import (
+    UNSUPPORTED_FIELDS,
     AssistantMessage,
     ChatCompletion,
     ChatCompletionChunk,
@@ -28,28 +27,22 @@ from cortex.schemas.chat import (
     NamedToolChoice,
     ToolCallOut,
 )
-from cortex.schemas.common import ChoiceLogprobs, stop_list
-from cortex.sse import DONE, data_frame
-from neuraxis.core.errors import InternalError, InvalidRequestError, NeuraxisError
+from cortex.schemas.common import ChoiceLogprobs
+from cortex.sse import ChunkFraming, sse
+from neuraxis.core.errors import InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 
 
 def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.GenerateRequest:
-    _check(body)
-    sampling = pb.SamplingParams(
-        stop=stop_list(body.stop),
-        max_tokens=body.max_completion_tokens or body.max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
-        seed=body.seed,
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
-        n=body.n,
-        logprobs=(body.top_logprobs or 0) if body.logprobs else None,
-    )
+    params.reject_unsupported(body, UNSUPPORTED_FIELDS)
+    shared = _params(body)
+    params.check(shared)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise InvalidRequestError(
+            "'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs"
+        )
     messages = [
         pb.ChatMessage(
             role=m.role,
@@ -63,68 +56,44 @@ def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.Gene
         )
         for m in body.messages
     ]
-    tools = [
-        generation.tool(f.name, f.description, f.parameters, f.strict)
-        for f in (t.function for t in body.tools or [])
-    ]
-    request = pb.GenerateRequest(
-        request_id=request_id, model=body.model, messages=messages, sampling=sampling, tools=tools
-    )
+    return params.internal_request(shared, request_id, messages=messages)
+
+
+def _params(body: ChatCompletionRequest) -> params.Generation:
+    """Chat's spelling of the shared parameters."""
     choice = body.tool_choice
-    named = choice.function.name if isinstance(choice, NamedToolChoice) else None
-    mode = None if isinstance(choice, NamedToolChoice) else choice
-    generation.set_tool_choice(request, mode, named, body.parallel_tool_calls)
-    if body.response_format is not None:
-        schema = body.response_format.json_schema
-        generation.set_format(
-            request, body.response_format.type, schema.schema_ if schema else None
-        )
-    return request
-
-
-def _check(body: ChatCompletionRequest) -> None:
-    """Rules that span fields, with the field to blame."""
-    unsupported = body.unsupported_field()
-    if unsupported:
-        raise InvalidRequestError(
-            f"'{unsupported}' is not supported by this server.", param=unsupported
-        )
-    if body.stream_options is not None and not body.stream:
-        raise InvalidRequestError(
-            "The 'stream_options' parameter is only allowed when 'stream' is true.",
-            param="stream_options",
-        )
-    if body.top_logprobs is not None and not body.logprobs:
-        raise InvalidRequestError(
-            "'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs"
-        )
-    if body.tool_choice is not None and not body.tools:
-        raise InvalidRequestError(
-            "'tool_choice' is only allowed when 'tools' are specified.", param="tool_choice"
-        )
-    if isinstance(body.tool_choice, NamedToolChoice):
-        names = {t.function.name for t in body.tools or []}
-        if body.tool_choice.function.name not in names:
-            raise InvalidRequestError(
-                f"tool_choice names '{body.tool_choice.function.name}', which is not in 'tools'.",
-                param="tool_choice",
-            )
+    fmt = body.response_format
+    schema = fmt.json_schema if fmt is not None else None
+    return params.Generation(
+        model=body.model,
+        sampling=params.sampling_of(
+            body,
+            max_tokens=body.max_completion_tokens or body.max_tokens,
+            logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+        ),
+        stream=body.stream,
+        stream_options=body.stream_options is not None,
+        tools=[
+            params.tool(f.name, f.description, f.parameters, f.strict)
+            for f in (t.function for t in body.tools or [])
+        ],
+        tool_mode=None if isinstance(choice, NamedToolChoice) else choice,
+        named_tool=choice.function.name if isinstance(choice, NamedToolChoice) else None,
+        parallel_tool_calls=body.parallel_tool_calls,
+        format_kind=fmt.type if fmt is not None else None,
+        format_schema=schema.schema_ if schema is not None else None,
+    )
 
 
 @router.post("/v1/chat/completions", response_model=None)
 async def create_chat_completion(
     body: ChatCompletionRequest, request: Request
 ) -> JSONResponse | StreamingResponse:
-    pool: NeuronPool = request.app.state.pool
-    request_id = f"chatcmpl-{uuid.uuid4().hex}"
+    request_id = dispatch.new_request_id("chatcmpl")
     internal = to_generate_request(body, request_id)
-    pool.check_task(body.model, pb.MODEL_TASK_GENERATE, "/v1/chat/completions")
     created = int(time.time())
-    (stream,) = generation.dispatch(request, "chat", body.model, request_id, [internal])
-    # Wait for the first message before answering, so that errors raised
-    # before generation starts (bad model, prompt too long, no neuron) get
-    # their own HTTP status instead of an error inside a 200 stream.
-    first = await anext(stream)
+    started = await dispatch.start(request, "chat", body.model, request_id, [internal])
+    first, stream = started.only
     headers = {"X-Request-Id": request_id}
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -132,14 +101,14 @@ async def create_chat_completion(
             pb.TOOL_CHOICE_MODE_REQUIRED,
             pb.TOOL_CHOICE_MODE_NAMED,
         )
-        chunks = _stream(
-            first,
-            stream,
-            _Chunker(request_id, created, body.model, include_usage),
-            body.n or 1,
-            forced,
+        chunker = _Chunker(request_id, created, body.model, include_usage)
+        chunks = _chunks(first, stream, chunker, body.n or 1, forced)
+        # With include_usage every chunk carries "usage": null; without it the
+        # key is left out, as OpenAI does.
+        framing = ChunkFraming(exclude=None if include_usage else {"usage"})
+        return StreamingResponse(
+            sse(chunks, framing, request_id), media_type="text/event-stream", headers=headers
         )
-        return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
     states, usage = await cancel_on_disconnect(request, collect(first, stream))
     completion = ChatCompletion(
         id=request_id,
@@ -173,14 +142,11 @@ def _choice(index: int, state: ChoiceState, with_logprobs: bool) -> Choice:
 
 
 class _Chunker:
-    """Frames chat.completion.chunk events that share one id and created."""
+    """Builds chat.completion.chunk objects that share one id and created."""
 
     def __init__(self, request_id: str, created: int, model: str, include_usage: bool) -> None:
         self._base = {"id": request_id, "created": created, "model": model}
         self.include_usage = include_usage
-        # With include_usage every chunk carries "usage": null; without it the
-        # key is left out, as OpenAI does.
-        self._exclude = None if include_usage else {"usage"}
 
     def choice(
         self,
@@ -188,19 +154,17 @@ class _Chunker:
         delta: dict[str, Any],
         finish: str | None = None,
         logprobs: list[pb.TokenLogprob] | None = None,
-    ) -> bytes:
+    ) -> ChatCompletionChunk:
         choice = ChunkChoice(
             index=index,
             delta=delta,
             finish_reason=finish,
             logprobs=ChoiceLogprobs(content=logprobs_out(logprobs)) if logprobs else None,
         )
-        chunk = ChatCompletionChunk(**self._base, choices=[choice])  # type: ignore[arg-type]
-        return data_frame(chunk.model_dump_json(exclude=self._exclude))
+        return ChatCompletionChunk(**self._base, choices=[choice])  # type: ignore[arg-type]
 
-    def usage(self, usage: pb.Usage) -> bytes:
-        chunk = ChatCompletionChunk(**self._base, choices=[], usage=usage_of(usage))  # type: ignore[arg-type]
-        return data_frame(chunk.model_dump_json())
+    def usage(self, usage: pb.Usage) -> ChatCompletionChunk:
+        return ChatCompletionChunk(**self._base, choices=[], usage=usage_of(usage))  # type: ignore[arg-type]
 
 
 def _tool_call_deltas(call: pb.ToolCallDelta) -> list[dict[str, Any]]:
@@ -227,40 +191,32 @@ def _tool_call_deltas(call: pb.ToolCallDelta) -> list[dict[str, Any]]:
     return out
 
 
-async def _stream(
+async def _chunks(
     first: pb.GenerateResponse,
     rest: AsyncIterator[pb.GenerateResponse],
     chunker: _Chunker,
     n: int,
     forced_tools: bool,
-) -> AsyncIterator[bytes]:
+) -> AsyncIterator[ChatCompletionChunk]:
+    """The neuron's stream as chunks; errors are the stream wrapper's."""
     for index in range(n):
         yield chunker.choice(index, {"role": "assistant", "content": None if forced_tools else ""})
     response = first
-    try:
-        while True:
-            for delta in response.choices:
-                if delta.reasoning:
-                    yield chunker.choice(delta.index, {"reasoning_content": delta.reasoning})
-                if delta.text or delta.logprobs:
-                    yield chunker.choice(
-                        delta.index, {"content": delta.text}, logprobs=list(delta.logprobs)
-                    )
-                for call in delta.tool_calls:
-                    for piece in _tool_call_deltas(call):
-                        yield chunker.choice(delta.index, piece)
-                if delta.finish_reason:
-                    yield chunker.choice(delta.index, {}, finish_reason(delta.finish_reason))
-            if response.HasField("usage"):
-                break
-            response = await anext(rest)
-        if chunker.include_usage:
-            yield chunker.usage(response.usage)
-    except NeuraxisError as e:
-        yield data_frame(error_envelope(e).model_dump_json())
-    except StopAsyncIteration:
-        yield data_frame(error_envelope(InternalError("The stream ended early.")).model_dump_json())
-    except Exception:
-        error = InternalError("The server had an error while processing your request.")
-        yield data_frame(error_envelope(error).model_dump_json())
-    yield DONE
+    while True:
+        for delta in response.choices:
+            if delta.reasoning:
+                yield chunker.choice(delta.index, {"reasoning_content": delta.reasoning})
+            if delta.text or delta.logprobs:
+                yield chunker.choice(
+                    delta.index, {"content": delta.text}, logprobs=list(delta.logprobs)
+                )
+            for call in delta.tool_calls:
+                for piece in _tool_call_deltas(call):
+                    yield chunker.choice(delta.index, piece)
+            if delta.finish_reason:
+                yield chunker.choice(delta.index, {}, finish_reason(delta.finish_reason))
+        if response.HasField("usage"):
+            break
+        response = await next_message(rest)
+    if chunker.include_usage:
+        yield chunker.usage(response.usage)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from cortex.api.streams import next_message
 from cortex.schemas.common import (
     CompletionUsage,
     PromptTokensDetails,
@@ -97,4 +98,4 @@ async def collect(
             states.setdefault(delta.index, ChoiceState()).add(delta)
         if response.HasField("usage"):
             return states, response.usage
-        response = await anext(rest)
+        response = await next_message(rest)

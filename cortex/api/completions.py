@@ -7,19 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from cortex.api import generation
+from cortex.api import dispatch, params
 from cortex.api.choices import ChoiceState, collect, finish_reason, usage_of
 from cortex.api.disconnect import cancel_on_disconnect
-from cortex.api.errors import error_envelope
-from cortex.api.streams import first_messages, merge
-from cortex.routing.pool import NeuronPool
-from cortex.schemas.common import stop_list
+from cortex.api.streams import merge
 from cortex.schemas.completions import (
     UNSUPPORTED_FIELDS,
     Completion,
@@ -27,43 +23,29 @@ from cortex.schemas.completions import (
     CompletionLogprobs,
     CompletionRequest,
 )
-from cortex.sse import DONE, data_frame
-from neuraxis.core.errors import InternalError, InvalidRequestError, NeuraxisError
+from cortex.sse import ChunkFraming, sse
+from neuraxis.core.errors import InternalError, InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 
 
 def to_generate_requests(body: CompletionRequest, request_id: str) -> list[pb.GenerateRequest]:
-    for name in UNSUPPORTED_FIELDS:
-        if getattr(body, name) is not None:
-            raise InvalidRequestError(f"'{name}' is not supported by this server.", param=name)
-    if body.stream_options is not None and not body.stream:
-        raise InvalidRequestError(
-            "The 'stream_options' parameter is only allowed when 'stream' is true.",
-            param="stream_options",
-        )
+    params.reject_unsupported(body, UNSUPPORTED_FIELDS)
+    shared = params.Generation(
+        model=body.model,
+        sampling=params.sampling_of(body, max_tokens=body.max_tokens, logprobs=body.logprobs),
+        stream=body.stream,
+        stream_options=body.stream_options is not None,
+    )
+    params.check(shared)
     if body.echo and body.logprobs is not None:
         raise InvalidRequestError(
             "'echo' together with 'logprobs' (log probabilities of the prompt) is not supported.",
             param="echo",
         )
-    sampling = pb.SamplingParams(
-        stop=stop_list(body.stop),
-        max_tokens=body.max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
-        seed=body.seed,
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
-        n=body.n,
-        logprobs=body.logprobs,
-    )
     return [
-        pb.GenerateRequest(
-            request_id=f"{request_id}-{i}", model=body.model, prompt=prompt, sampling=sampling
-        )
+        params.internal_request(shared, f"{request_id}-{i}", prompt=prompt)
         for i, prompt in enumerate(body.prompts())
     ]
 
@@ -72,21 +54,22 @@ def to_generate_requests(body: CompletionRequest, request_id: str) -> list[pb.Ge
 async def create_completion(
     body: CompletionRequest, request: Request
 ) -> JSONResponse | StreamingResponse:
-    pool: NeuronPool = request.app.state.pool
-    request_id = f"cmpl-{uuid.uuid4().hex}"
+    request_id = dispatch.new_request_id("cmpl")
     internals = to_generate_requests(body, request_id)
-    pool.check_task(body.model, pb.MODEL_TASK_GENERATE, "/v1/completions")
     created = int(time.time())
     n = body.n or 1
     prompts = body.prompts()
-    streams = generation.dispatch(request, "completions", body.model, request_id, internals)
-    firsts = await first_messages(streams)
+    started = await dispatch.start(request, "completions", body.model, request_id, internals)
+    firsts, streams = started.firsts, started.streams
     headers = {"X-Request-Id": request_id}
     base = Completion(id=request_id, created=created, model=body.model, choices=[])
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        frames = _stream(base, firsts, streams, prompts if body.echo else None, n, include_usage)
-        return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+        chunks = _chunks(base, firsts, streams, prompts if body.echo else None, n, include_usage)
+        framing = ChunkFraming(exclude=None if include_usage else {"usage"})
+        return StreamingResponse(
+            sse(chunks, framing, request_id), media_type="text/event-stream", headers=headers
+        )
     results = await cancel_on_disconnect(
         request, asyncio.gather(*(collect(f, s) for f, s in zip(firsts, streams, strict=True)))
     )
@@ -130,58 +113,47 @@ def _legacy_logprobs(entries: list[pb.TokenLogprob], offset: int) -> CompletionL
     )
 
 
-async def _stream(
+async def _chunks(
     base: Completion,
     firsts: list[pb.GenerateResponse],
     streams: list[AsyncIterator[pb.GenerateResponse]],
     echo: list[str] | None,
     n: int,
     include_usage: bool,
-) -> AsyncIterator[bytes]:
-    exclude = None if include_usage else {"usage"}
+) -> AsyncIterator[Completion]:
+    """The prompts' streams as completion chunks; errors are the stream
+    wrapper's."""
 
-    def frame(
+    def chunk(
         index: int, text: str, finish: str | None, logprobs: CompletionLogprobs | None
-    ) -> bytes:
+    ) -> Completion:
         choice = CompletionChoice(index=index, text=text, finish_reason=finish, logprobs=logprobs)  # type: ignore[arg-type]
-        return data_frame(
-            base.model_copy(update={"choices": [choice]}).model_dump_json(exclude=exclude)
-        )
+        return base.model_copy(update={"choices": [choice]})
 
-    prompt_tokens = completion_tokens = cached = 0
+    total = pb.Usage()
     offsets: dict[int, int] = {}
-    try:
-        if echo is not None:
-            for p, prompt in enumerate(echo):
-                for i in range(n):
-                    offsets[p * n + i] = len(prompt)
-                    yield frame(p * n + i, prompt, None, None)
-        async for p, response in merge(firsts, streams):
-            for delta in response.choices:
-                index = p * n + delta.index
-                finish = finish_reason(delta.finish_reason) if delta.finish_reason else None
-                logprobs = None
-                if delta.logprobs:
-                    logprobs = _legacy_logprobs(list(delta.logprobs), offsets.get(index, 0))
-                offsets[index] = offsets.get(index, 0) + len(delta.text)
-                if delta.text or finish or logprobs:
-                    yield frame(index, delta.text, finish, logprobs)
-            if response.HasField("usage"):
-                prompt_tokens += response.usage.prompt_tokens
-                completion_tokens += response.usage.completion_tokens
-                cached += response.usage.cached_prompt_tokens
-        if include_usage:
-            usage = usage_of(
-                pb.Usage(
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=completion_tokens,
-                    cached_prompt_tokens=cached,
-                )
-            )
-            yield data_frame(base.model_copy(update={"usage": usage}).model_dump_json())
-    except NeuraxisError as e:
-        yield data_frame(error_envelope(e).model_dump_json())
-    except Exception:
-        error = InternalError("The server had an error while processing your request.")
-        yield data_frame(error_envelope(error).model_dump_json())
-    yield DONE
+    if echo is not None:
+        for p, prompt in enumerate(echo):
+            for i in range(n):
+                offsets[p * n + i] = len(prompt)
+                yield chunk(p * n + i, prompt, None, None)
+    ended = 0
+    async for p, response in merge(firsts, streams):
+        for delta in response.choices:
+            index = p * n + delta.index
+            finish = finish_reason(delta.finish_reason) if delta.finish_reason else None
+            logprobs = None
+            if delta.logprobs:
+                logprobs = _legacy_logprobs(list(delta.logprobs), offsets.get(index, 0))
+            offsets[index] = offsets.get(index, 0) + len(delta.text)
+            if delta.text or finish or logprobs:
+                yield chunk(index, delta.text, finish, logprobs)
+        if response.HasField("usage"):
+            ended += 1
+            total.prompt_tokens += response.usage.prompt_tokens
+            total.completion_tokens += response.usage.completion_tokens
+            total.cached_prompt_tokens += response.usage.cached_prompt_tokens
+    if ended < len(streams):
+        raise InternalError("The stream ended early.")
+    if include_usage:
+        yield base.model_copy(update={"usage": usage_of(total)})

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import base64
 import struct
-import uuid
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from cortex import metrics
-from cortex.api.disconnect import cancel_on_disconnect
+from cortex.api import dispatch
 from cortex.routing.pool import NeuronPool
 from cortex.schemas.embeddings import EmbeddingData, EmbeddingList, EmbeddingRequest, EmbeddingUsage
 from neuraxis.core.errors import InvalidRequestError
@@ -39,7 +37,7 @@ def encode_base64(values: list[float]) -> str:
 @router.post("/v1/embeddings")
 async def create_embeddings(body: EmbeddingRequest, request: Request) -> Response:
     pool: NeuronPool = request.app.state.pool
-    request_id = f"embd-{uuid.uuid4().hex}"
+    request_id = dispatch.new_request_id("embd")
     internal = to_embed_request(body, request_id)
     pool.check_task(body.model, pb.MODEL_TASK_EMBED, "/v1/embeddings")
     if body.dimensions is not None:
@@ -49,14 +47,7 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
                 f"The model '{body.model}' does not support the 'dimensions' parameter.",
                 param="dimensions",
             )
-    tracker = metrics.start("embeddings", pool.model_label(body.model), request_id)
-    request.state.tracked = True
-    try:
-        response = await cancel_on_disconnect(request, pool.embed(internal))
-    except BaseException as e:
-        tracker.finish(metrics.outcome_of(e) if isinstance(e, Exception) else "cancelled")
-        raise
-    tracker.part_done(response.prompt_tokens, 0)
+    response = await dispatch.embed(request, internal)
     # The vectors come from the neuron already typed: build the answer without
     # re-validating thousands of floats, and serialise it with pydantic's
     # compiled encoder (stdlib json is several times slower on long lists).

@@ -13,7 +13,7 @@ router = APIRouter()
 
 
 ENDPOINTS = {
-    pb.MODEL_TASK_GENERATE: ["/v1/chat/completions", "/v1/completions"],
+    pb.MODEL_TASK_GENERATE: ["/v1/chat/completions", "/v1/completions", "/v1/responses"],
     pb.MODEL_TASK_EMBED: ["/v1/embeddings"],
 }
 

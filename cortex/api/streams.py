@@ -1,14 +1,25 @@
-"""Working with several neuron streams at once (one per prompt of a legacy
-completion): wait for each one's first message, then interleave them."""
+"""Reading neuron streams: the next message of one (a stream that ends
+before its usage is an error), and several at once (one per prompt of a
+legacy completion): wait for each one's first message, then interleave them."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 
+from neuraxis.core.errors import InternalError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 Stream = AsyncIterator[pb.GenerateResponse]
+
+
+async def next_message(stream: Stream) -> pb.GenerateResponse:
+    """The next message; a neuron stream ends with the message carrying
+    usage, so running out before that is the server's failure."""
+    try:
+        return await anext(stream)
+    except StopAsyncIteration:
+        raise InternalError("The stream ended early.") from None
 
 
 async def first_messages(streams: list[Stream]) -> list[pb.GenerateResponse]:

@@ -1,9 +1,12 @@
-"""Building a response from the neuron's stream, as the sequence of
-Responses API events and the final response object.
+"""Building a response from the neuron's stream (engine output → output
+items), as the sequence of typed Responses API events and the final response
+object.
 
-The same builder serves streamed and non-streamed requests, so that both end
-with the same object. Events are (type, payload) pairs; sequence numbers and
-SSE framing are added by the caller.
+The same builder serves streamed, non-streamed and background requests, and
+ends every one of them: a normal end (`finish`), a failure (`fail`), a
+cancel, and a response found running after a restart (`resume` rebuilds the
+builder from its stored record, then it fails like any other). Sequence
+numbers and SSE framing are added by the caller.
 """
 
 from __future__ import annotations
@@ -11,16 +14,37 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cortex.api.responses.events import (
+    ContentPartAdded,
+    ContentPartDone,
+    FunctionCallArgumentsDelta,
+    FunctionCallArgumentsDone,
+    Json,
+    OutputItemAdded,
+    OutputItemDone,
+    OutputTextDelta,
+    OutputTextDone,
+    ReasoningTextDelta,
+    ReasoningTextDone,
+    ResponseEvent,
+    ResponseLifecycle,
+)
 from cortex.api.responses.items import new_id
 from neuraxis.core.v1 import neuron_pb2 as pb
 
-Event = tuple[str, dict[str, Any]]
+# The keys of the response object the builder owns; the rest echo the request.
+_OWN = ("id", "object", "created_at", "status", "error", "incomplete_details", "output", "usage")
+_DELTAS = (
+    "response.output_text.delta",
+    "response.reasoning_text.delta",
+    "response.function_call_arguments.delta",
+)
 
 
 @dataclass
 class _Call:
     output_index: int
-    item: dict[str, Any]
+    item: Json
     arguments: list[str] = field(default_factory=list)
 
 
@@ -29,18 +53,46 @@ class ResponseBuilder:
         self.response_id = response_id
         self.created_at = created_at
         self.fields = fields
-        self.output: list[dict[str, Any]] = []
-        self.usage: dict[str, Any] | None = None
+        self.output: list[Json] = []
+        self.usage: Json | None = None
         self.status = "in_progress"
         self.error: dict[str, str] | None = None
         self.incomplete: dict[str, str] | None = None
-        self._message: dict[str, Any] | None = None
+        self._message: Json | None = None
         self._text: list[str] = []
-        self._reasoning: dict[str, Any] | None = None
+        self._reasoning: Json | None = None
         self._thought: list[str] = []
         self._calls: dict[int, _Call] = {}
 
-    def snapshot(self) -> dict[str, Any]:
+    @classmethod
+    def resume(cls, response: Json, events: list[Json]) -> ResponseBuilder:
+        """The builder of a stored response, with the items it left open
+        open again (their text taken from the stored deltas), so that it can
+        be ended like a running one."""
+        fields = {k: v for k, v in response.items() if k not in _OWN}
+        builder = cls(response["id"], response["created_at"], fields)
+        builder.status = response.get("status", "in_progress")
+        builder.usage = response.get("usage")
+        builder.incomplete = response.get("incomplete_details")
+        builder.output = [dict(item) for item in response.get("output", [])]
+        done = {e["item"]["id"] for e in events if e["type"] == "response.output_item.done"}
+        deltas: dict[str, list[str]] = {}
+        for e in events:
+            if e["type"] in _DELTAS:
+                deltas.setdefault(e["item_id"], []).append(e["delta"])
+        for index, item in enumerate(builder.output):
+            if item["id"] in done:
+                continue
+            pieces = deltas.get(item["id"], [])
+            if item["type"] == "message":
+                builder._message, builder._text = item, pieces
+            elif item["type"] == "reasoning":
+                builder._reasoning, builder._thought = item, pieces
+            elif item["type"] == "function_call":
+                builder._calls[index] = _Call(index, item, pieces)
+        return builder
+
+    def snapshot(self) -> Json:
         """The response object as it stands."""
         return {
             "id": self.response_id,
@@ -54,14 +106,14 @@ class ResponseBuilder:
             **self.fields,
         }
 
-    def start(self) -> list[Event]:
-        return [
-            ("response.created", {"response": self.snapshot()}),
-            ("response.in_progress", {"response": self.snapshot()}),
-        ]
+    def _lifecycle(self, kind: str) -> ResponseLifecycle:
+        return ResponseLifecycle(type=kind, response=self.snapshot())  # type: ignore[arg-type]
 
-    def feed(self, message: pb.GenerateResponse) -> list[Event]:
-        events: list[Event] = []
+    def start(self) -> list[ResponseEvent]:
+        return [self._lifecycle("response.created"), self._lifecycle("response.in_progress")]
+
+    def feed(self, message: pb.GenerateResponse) -> list[ResponseEvent]:
+        events: list[ResponseEvent] = []
         for delta in message.choices:
             if delta.reasoning:
                 events += self._reasoning_delta(delta.reasoning)
@@ -88,58 +140,53 @@ class ResponseBuilder:
             }
         return events
 
-    def finish(self) -> list[Event]:
+    def finish(self) -> list[ResponseEvent]:
         """The end of a generation that ended normally: anything still open
         (a stream that stopped without a finish reason) is closed first."""
         events = self._close_all()
         self.status = "incomplete" if self.incomplete else "completed"
-        return [*events, (f"response.{self.status}", {"response": self.snapshot()})]
+        return [*events, self._lifecycle(f"response.{self.status}")]
 
     def cancel(self) -> None:
         self._close_all(status="incomplete")
         self.status = "cancelled"
 
-    def fail(self, code: str, message: str) -> list[Event]:
+    def fail(self, code: str, message: str) -> list[ResponseEvent]:
         """Close what is open (as incomplete) and end with response.failed."""
         self.status = "failed"
         self.error = {"code": code, "message": message}
         events = self._close_all(status="incomplete")
-        return [*events, ("response.failed", {"response": self.snapshot()})]
+        return [*events, self._lifecycle("response.failed")]
 
-    def _reasoning_delta(self, text: str) -> list[Event]:
-        events: list[Event] = []
+    def _reasoning_delta(self, text: str) -> list[ResponseEvent]:
+        events: list[ResponseEvent] = []
         if self._reasoning is None:
             self._reasoning = {"id": new_id("rs"), "type": "reasoning", "summary": []}
             self._thought = []
             self.output.append(self._reasoning)
             index = len(self.output) - 1
-            events.append(
-                (
-                    "response.output_item.added",
-                    {"output_index": index, "item": dict(self._reasoning)},
-                )
-            )
+            events.append(OutputItemAdded(output_index=index, item=dict(self._reasoning)))
         self._thought.append(text)
         index = self.output.index(self._reasoning)
-        payload = {"item_id": self._reasoning["id"], "output_index": index, "content_index": 0}
-        events.append(("response.reasoning_text.delta", {**payload, "delta": text}))
+        events.append(
+            ReasoningTextDelta(item_id=self._reasoning["id"], output_index=index, delta=text)
+        )
         return events
 
-    def _close_reasoning(self) -> list[Event]:
+    def _close_reasoning(self) -> list[ResponseEvent]:
         if self._reasoning is None:
             return []
         item, self._reasoning = self._reasoning, None
         index = self.output.index(item)
         text = "".join(self._thought)
         item["content"] = [{"type": "reasoning_text", "text": text}]
-        base = {"item_id": item["id"], "output_index": index, "content_index": 0}
         return [
-            ("response.reasoning_text.done", {**base, "text": text}),
-            ("response.output_item.done", {"output_index": index, "item": dict(item)}),
+            ReasoningTextDone(item_id=item["id"], output_index=index, text=text),
+            OutputItemDone(output_index=index, item=dict(item)),
         ]
 
-    def _text_delta(self, text: str) -> list[Event]:
-        events: list[Event] = self._close_reasoning()
+    def _text_delta(self, text: str) -> list[ResponseEvent]:
+        events: list[ResponseEvent] = self._close_reasoning()
         if self._message is None:
             self._message = {
                 "id": new_id("msg"),
@@ -151,38 +198,18 @@ class ResponseBuilder:
             self._text = []
             self.output.append(self._message)
             index = len(self.output) - 1
-            events.append(
-                ("response.output_item.added", {"output_index": index, "item": dict(self._message)})
-            )
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            events.append(
-                (
-                    "response.content_part.added",
-                    {
-                        "item_id": self._message["id"],
-                        "output_index": index,
-                        "content_index": 0,
-                        "part": part,
-                    },
-                )
-            )
+            events += [
+                OutputItemAdded(output_index=index, item=dict(self._message)),
+                ContentPartAdded(item_id=self._message["id"], output_index=index, part=part),
+            ]
         self._text.append(text)
-        events.append(
-            (
-                "response.output_text.delta",
-                {
-                    "item_id": self._message["id"],
-                    "output_index": self.output.index(self._message),
-                    "content_index": 0,
-                    "delta": text,
-                    "logprobs": [],
-                },
-            )
-        )
+        index = self.output.index(self._message)
+        events.append(OutputTextDelta(item_id=self._message["id"], output_index=index, delta=text))
         return events
 
-    def _call_delta(self, call: pb.ToolCallDelta) -> list[Event]:
-        events: list[Event] = []
+    def _call_delta(self, call: pb.ToolCallDelta) -> list[ResponseEvent]:
+        events: list[ResponseEvent] = []
         state = self._calls.get(call.index)
         if state is None:
             events += self._close_reasoning()
@@ -197,27 +224,17 @@ class ResponseBuilder:
             }
             self.output.append(item)
             state = self._calls[call.index] = _Call(len(self.output) - 1, item)
-            events.append(
-                (
-                    "response.output_item.added",
-                    {"output_index": state.output_index, "item": dict(item)},
-                )
-            )
+            events.append(OutputItemAdded(output_index=state.output_index, item=dict(item)))
         if call.arguments:
             state.arguments.append(call.arguments)
             events.append(
-                (
-                    "response.function_call_arguments.delta",
-                    {
-                        "item_id": state.item["id"],
-                        "output_index": state.output_index,
-                        "delta": call.arguments,
-                    },
+                FunctionCallArgumentsDelta(
+                    item_id=state.item["id"], output_index=state.output_index, delta=call.arguments
                 )
             )
         return events
 
-    def _close_message(self, status: str = "completed") -> list[Event]:
+    def _close_message(self, status: str = "completed") -> list[ResponseEvent]:
         if self._message is None:
             return []
         message, self._message = self._message, None
@@ -226,35 +243,26 @@ class ResponseBuilder:
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
         message["content"] = [part]
         message["status"] = status
-        base = {"item_id": message["id"], "output_index": index, "content_index": 0}
         return [
-            ("response.output_text.done", {**base, "text": text, "logprobs": []}),
-            ("response.content_part.done", {**base, "part": part}),
-            ("response.output_item.done", {"output_index": index, "item": dict(message)}),
+            OutputTextDone(item_id=message["id"], output_index=index, text=text),
+            ContentPartDone(item_id=message["id"], output_index=index, part=part),
+            OutputItemDone(output_index=index, item=dict(message)),
         ]
 
-    def _close_all(self, status: str = "completed") -> list[Event]:
+    def _close_all(self, status: str = "completed") -> list[ResponseEvent]:
         events = self._close_reasoning() + self._close_message(status)
         for state in sorted(self._calls.values(), key=lambda c: c.output_index):
             arguments = "".join(state.arguments)
             state.item["arguments"] = arguments
             state.item["status"] = status
-            events.append(
-                (
-                    "response.function_call_arguments.done",
-                    {
-                        "item_id": state.item["id"],
-                        "output_index": state.output_index,
-                        "arguments": arguments,
-                        "name": state.item["name"],
-                    },
-                )
-            )
-            events.append(
-                (
-                    "response.output_item.done",
-                    {"output_index": state.output_index, "item": dict(state.item)},
-                )
-            )
+            events += [
+                FunctionCallArgumentsDone(
+                    item_id=state.item["id"],
+                    output_index=state.output_index,
+                    arguments=arguments,
+                    name=state.item["name"],
+                ),
+                OutputItemDone(output_index=state.output_index, item=dict(state.item)),
+            ]
         self._calls.clear()
         return events

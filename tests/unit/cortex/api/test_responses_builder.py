@@ -5,6 +5,7 @@ these cover what the small model never produces, like reasoning.)"""
 from __future__ import annotations
 
 from cortex.api.responses.builder import ResponseBuilder
+from cortex.api.responses.events import ResponseLifecycle
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 
@@ -21,10 +22,10 @@ def _end(reason: int = pb.FINISH_REASON_STOP) -> pb.GenerateResponse:
 
 def _run(*messages: pb.GenerateResponse) -> tuple[ResponseBuilder, list[str]]:
     builder = ResponseBuilder("resp_1", 1, {"model": "m"})
-    kinds = [k for k, _ in builder.start()]
+    kinds = [e.type for e in builder.start()]
     for m in messages:
-        kinds += [k for k, _ in builder.feed(m)]
-    kinds += [k for k, _ in builder.finish()]
+        kinds += [e.type for e in builder.feed(m)]
+    kinds += [e.type for e in builder.finish()]
     return builder, kinds
 
 
@@ -71,8 +72,9 @@ def test_failure_closes_items_and_ends_failed() -> None:
     builder = ResponseBuilder("resp_1", 1, {})
     builder.feed(_msg(text="Par"))
     events = builder.fail("server_error", "neuron lost")
-    assert events[-1][0] == "response.failed"
-    snapshot = events[-1][1]["response"]
+    last = events[-1]
+    assert isinstance(last, ResponseLifecycle) and last.type == "response.failed"
+    snapshot = last.response
     assert snapshot["status"] == "failed"
     assert snapshot["error"] == {"code": "server_error", "message": "neuron lost"}
     assert snapshot["output"][0]["status"] == "incomplete"

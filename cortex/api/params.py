@@ -1,0 +1,159 @@
+"""The parameters every generation API shares, checked once and turned into
+the internal request (neuraxis.core.v1.GenerateRequest) once.
+
+Chat completions, legacy completions and the Responses API spell sampling,
+tools, tool choice and output format differently on the wire; each endpoint
+translates its own spelling into `Generation` and hands it here. The checks
+that only one wire format has (echo with logprobs, background without store)
+stay in that endpoint's module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from cortex.schemas.common import Stop, stop_list
+from neuraxis.core.errors import InvalidRequestError
+from neuraxis.core.v1 import neuron_pb2 as pb
+
+ToolMode = Literal["none", "auto", "required"]
+FormatKind = Literal["text", "json_object", "json_schema"]
+
+_TOOL_MODES = {
+    "none": pb.TOOL_CHOICE_MODE_NONE,
+    "auto": pb.TOOL_CHOICE_MODE_AUTO,
+    "required": pb.TOOL_CHOICE_MODE_REQUIRED,
+}
+_FORMATS = {
+    "text": pb.RESPONSE_FORMAT_KIND_TEXT,
+    "json_object": pb.RESPONSE_FORMAT_KIND_JSON_OBJECT,
+    "json_schema": pb.RESPONSE_FORMAT_KIND_JSON_SCHEMA,
+}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One API request's shared parameters, in the internal spelling."""
+
+    model: str
+    sampling: pb.SamplingParams
+    stream: bool = False
+    stream_options: bool = False  # the request set stream_options
+    tools: list[pb.Tool] = field(default_factory=list)
+    tool_mode: ToolMode | None = None
+    named_tool: str | None = None  # tool_choice naming one function
+    parallel_tool_calls: bool | None = None
+    format_kind: FormatKind | None = None
+    format_schema: dict[str, Any] | None = None
+    truncate_oldest: bool = False
+
+
+class SamplingFields(Protocol):
+    """The sampling fields chat and legacy completions both carry."""
+
+    @property
+    def stop(self) -> Stop: ...
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def top_p(self) -> float | None: ...
+    @property
+    def top_k(self) -> int | None: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def presence_penalty(self) -> float | None: ...
+    @property
+    def frequency_penalty(self) -> float | None: ...
+    @property
+    def n(self) -> int | None: ...
+
+
+def sampling_of(
+    body: SamplingFields, *, max_tokens: int | None, logprobs: int | None
+) -> pb.SamplingParams:
+    return pb.SamplingParams(
+        stop=stop_list(body.stop),
+        max_tokens=max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        seed=body.seed,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+        n=body.n,
+        logprobs=logprobs,
+    )
+
+
+def tool(name: str, description: str | None, parameters: Any, strict: bool | None) -> pb.Tool:
+    return pb.Tool(
+        name=name,
+        description=description or "",
+        parameters_json=json.dumps(parameters) if parameters else "",
+        strict=bool(strict),
+    )
+
+
+def reject_unsupported(body: object, names: Sequence[str]) -> None:
+    """A field OpenAI defines and this server does not serve gets a 400
+    naming it, rather than an answer that silently ignores it. A false flag
+    asks for nothing and passes."""
+    for name in names:
+        value = getattr(body, name)
+        if value is not None and value is not False:
+            raise InvalidRequestError(f"'{name}' is not supported by this server.", param=name)
+
+
+def check(params: Generation) -> None:
+    """The rules that span the shared fields, with the field to blame."""
+    if params.stream_options and not params.stream:
+        raise InvalidRequestError(
+            "The 'stream_options' parameter is only allowed when 'stream' is true.",
+            param="stream_options",
+        )
+    has_choice = params.tool_mode is not None or params.named_tool is not None
+    if has_choice and not params.tools:
+        raise InvalidRequestError(
+            "'tool_choice' is only allowed when 'tools' are specified.", param="tool_choice"
+        )
+    if params.named_tool is not None and params.named_tool not in {t.name for t in params.tools}:
+        raise InvalidRequestError(
+            f"tool_choice names '{params.named_tool}', which is not in 'tools'.",
+            param="tool_choice",
+        )
+
+
+def internal_request(
+    params: Generation,
+    request_id: str,
+    *,
+    messages: Sequence[pb.ChatMessage] = (),
+    prompt: str | None = None,
+) -> pb.GenerateRequest:
+    """The internal request for a conversation (`messages`) or a raw `prompt`."""
+    request = pb.GenerateRequest(
+        request_id=request_id,
+        model=params.model,
+        messages=messages,
+        prompt=prompt,
+        sampling=params.sampling,
+        tools=params.tools,
+    )
+    if params.truncate_oldest:
+        request.truncate_oldest = True
+    if params.parallel_tool_calls is not None:
+        request.parallel_tool_calls = params.parallel_tool_calls
+    if params.named_tool is not None:
+        request.tool_choice.mode = pb.TOOL_CHOICE_MODE_NAMED
+        request.tool_choice.name = params.named_tool
+    elif params.tool_mode is not None:
+        request.tool_choice.mode = _TOOL_MODES[params.tool_mode]
+    if params.format_kind is not None:
+        request.response_format.kind = _FORMATS[params.format_kind]
+        if params.format_schema is not None:
+            request.response_format.schema_json = json.dumps(params.format_schema)
+    return request

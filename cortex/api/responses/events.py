@@ -1,0 +1,145 @@
+"""The Responses API's stream events, as typed objects.
+
+The builder makes them, the run numbers them (`sequence_number`) and keeps
+them, the SSE edge frames them (`event: <type>` and `data: <json>`), and the
+store keeps them as plain dicts, from which `parse_event` makes them again
+(replays, orphan recovery). Items and the response object stay dicts: they
+are echoed as they are stored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+Json = dict[str, Any]
+
+TERMINAL = (
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "response.cancelled",
+)
+
+
+class Event(BaseModel):
+    type: str
+    sequence_number: int = 0  # set by the run that keeps the event
+
+
+class ResponseLifecycle(Event):
+    """response.created / in_progress and the terminal ones, with the whole
+    response object as it stands."""
+
+    type: Literal[
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+        "response.cancelled",
+    ]
+    response: Json
+
+
+class OutputItemAdded(Event):
+    type: Literal["response.output_item.added"] = "response.output_item.added"
+    output_index: int
+    item: Json
+
+
+class OutputItemDone(Event):
+    type: Literal["response.output_item.done"] = "response.output_item.done"
+    output_index: int
+    item: Json
+
+
+class _ItemEvent(Event):
+    item_id: str
+    output_index: int
+
+
+class ContentPartAdded(_ItemEvent):
+    type: Literal["response.content_part.added"] = "response.content_part.added"
+    content_index: int = 0
+    part: Json
+
+
+class ContentPartDone(_ItemEvent):
+    type: Literal["response.content_part.done"] = "response.content_part.done"
+    content_index: int = 0
+    part: Json
+
+
+class OutputTextDelta(_ItemEvent):
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    content_index: int = 0
+    delta: str
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class OutputTextDone(_ItemEvent):
+    type: Literal["response.output_text.done"] = "response.output_text.done"
+    content_index: int = 0
+    text: str
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class ReasoningTextDelta(_ItemEvent):
+    type: Literal["response.reasoning_text.delta"] = "response.reasoning_text.delta"
+    content_index: int = 0
+    delta: str
+
+
+class ReasoningTextDone(_ItemEvent):
+    type: Literal["response.reasoning_text.done"] = "response.reasoning_text.done"
+    content_index: int = 0
+    text: str
+
+
+class FunctionCallArgumentsDelta(_ItemEvent):
+    type: Literal["response.function_call_arguments.delta"] = (
+        "response.function_call_arguments.delta"
+    )
+    delta: str
+
+
+class FunctionCallArgumentsDone(_ItemEvent):
+    type: Literal["response.function_call_arguments.done"] = "response.function_call_arguments.done"
+    arguments: str
+    name: str
+
+
+class ErrorEvent(Event):
+    """The stream's last resort, when even the response's own terminal event
+    could not be made (OpenAI's `error` event)."""
+
+    type: Literal["error"] = "error"
+    code: str | None
+    message: str
+    param: str | None = None
+
+
+ResponseEvent = (
+    ResponseLifecycle
+    | OutputItemAdded
+    | OutputItemDone
+    | ContentPartAdded
+    | ContentPartDone
+    | OutputTextDelta
+    | OutputTextDone
+    | ReasoningTextDelta
+    | ReasoningTextDone
+    | FunctionCallArgumentsDelta
+    | FunctionCallArgumentsDone
+    | ErrorEvent
+)
+
+_EVENTS: TypeAdapter[ResponseEvent] = TypeAdapter(
+    Annotated[ResponseEvent, Field(discriminator="type")]
+)
+
+
+def parse_event(stored: Json) -> ResponseEvent:
+    return _EVENTS.validate_python(stored)

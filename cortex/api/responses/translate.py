@@ -1,0 +1,98 @@
+"""Translating a Responses API request into the internal request: the checks
+only this API has, the conversation rebuilt from the stored chain
+(`previous_response_id`), and the GenerateRequest chat completions use too."""
+
+from __future__ import annotations
+
+from cortex.api import params
+from cortex.api.responses.items import Item, parse_items, to_messages
+from cortex.schemas.responses import (
+    UNSUPPORTED_FIELDS,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    NamedFunction,
+    ResponsesRequest,
+)
+from cortex.store.base import ResponseStore, StoredResponse
+from neuraxis.core.errors import InvalidRequestError, NotFoundError
+from neuraxis.core.v1 import neuron_pb2 as pb
+
+_MAX_CHAIN = 1000
+
+
+def generation_params(body: ResponsesRequest) -> params.Generation:
+    """The Responses spelling of the shared parameters, checked."""
+    params.reject_unsupported(body, UNSUPPORTED_FIELDS)
+    if body.background and not body.store:
+        raise InvalidRequestError(
+            "Background responses must be stored ('store': true).", param="background"
+        )
+    choice = body.tool_choice
+    fmt = body.text.format if body.text else None
+    if fmt is not None and fmt.type == "json_schema" and fmt.schema_ is None:
+        raise InvalidRequestError(
+            "'text.format.schema' is required for json_schema.", param="text.format.schema"
+        )
+    shared = params.Generation(
+        model=body.model,
+        sampling=pb.SamplingParams(
+            max_tokens=body.max_output_tokens, temperature=body.temperature, top_p=body.top_p
+        ),
+        stream=body.stream,
+        tools=[
+            params.tool(t.name, t.description, t.parameters, t.strict) for t in body.tools or []
+        ],
+        tool_mode=None if isinstance(choice, NamedFunction) else choice,
+        named_tool=choice.name if isinstance(choice, NamedFunction) else None,
+        parallel_tool_calls=body.parallel_tool_calls,
+        format_kind=fmt.type if fmt is not None else None,
+        format_schema=fmt.schema_ if fmt is not None else None,
+        truncate_oldest=body.truncation == "auto",
+    )
+    params.check(shared)
+    return shared
+
+
+def check_call_outputs(conversation: list[Item]) -> None:
+    """Every function_call_output must answer a call made earlier in the
+    conversation (this request's input or the stored chain)."""
+    calls: set[str] = set()
+    for item in conversation:
+        if isinstance(item, FunctionCallItem):
+            calls.add(item.call_id)
+        elif isinstance(item, FunctionCallOutputItem) and item.call_id not in calls:
+            raise InvalidRequestError(
+                f"No tool call found for function call output with call_id '{item.call_id}'.",
+                param="input",
+            )
+
+
+async def history(store: ResponseStore, previous_id: str) -> list[Item]:
+    """Earlier inputs and outputs of the chain ending at previous_id, oldest
+    first. Instructions are not carried over, as in OpenAI's API."""
+    chain: list[StoredResponse] = []
+    next_id: str | None = previous_id
+    while next_id is not None and len(chain) < _MAX_CHAIN:
+        record = await store.get(next_id)
+        if record is None:
+            raise NotFoundError(
+                f"Previous response with id '{next_id}' not found.", param="previous_response_id"
+            )
+        chain.append(record)
+        next_id = record.previous_response_id
+    items: list[Item] = []
+    for record in reversed(chain):
+        items += parse_items(record.input_items)
+        items += parse_items(
+            [o for o in record.response.get("output", []) if o.get("type") != "reasoning"]
+        )
+    return items
+
+
+def to_generate_request(
+    shared: params.Generation, instructions: str | None, conversation: list[Item], request_id: str
+) -> pb.GenerateRequest:
+    """`shared` from `generation_params`, checked before the chain was read."""
+    check_call_outputs(conversation)
+    messages = to_messages(instructions, conversation)
+    return params.internal_request(shared, request_id, messages=messages)
