@@ -187,7 +187,7 @@ def test_models_endpoints(stack: Stack) -> None:
         assert m.owned_by == "neuraxis" and m.created > 0
     endpoints = {m.id: m.model_extra["endpoints"] for m in models.data if m.model_extra}
     assert endpoints == {
-        MODEL: ["/v1/chat/completions", "/v1/completions"],
+        MODEL: ["/v1/chat/completions", "/v1/completions", "/v1/responses"],
         EMBEDDING_MODEL: ["/v1/embeddings"],
     }
     assert client.models.retrieve(MODEL).id == MODEL

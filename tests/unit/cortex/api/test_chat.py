@@ -4,50 +4,18 @@ internal request, and the wire shape of answers and stream chunks."""
 from __future__ import annotations
 
 import json
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from cortex.api.chat import to_generate_request
-from cortex.app import create_app
-from cortex.config import CortexSettings
 from cortex.schemas.chat import ChatCompletionRequest
-from neuraxis.core.errors import InvalidRequestError, NeuraxisError, UnavailableError
+from neuraxis.core.errors import InvalidRequestError, UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
-
-
-class ScriptedPool:
-    """Stands in for NeuronPool: answers every request with a fixed script."""
-
-    def __init__(self, script: list[pb.GenerateResponse | NeuraxisError]) -> None:
-        self.script = script
-        self.requests: list[pb.GenerateRequest] = []
-
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-
-    def served_models(self) -> dict[str, pb.ModelInfo]:
-        return {"m": pb.ModelInfo(id="m", max_context_length=100, created=1)}
-
-    def missing_models(self) -> list[str]:
-        return []
-
-    def check_task(self, model: str, task: int, endpoint: str) -> None:
-        assert task == pb.MODEL_TASK_GENERATE
-
-    def model_label(self, model: str) -> str:
-        return model
-
-    async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
-        self.requests.append(request)
-        for item in self.script:
-            if isinstance(item, NeuraxisError):
-                raise item
-            yield item
+from tests.unit.cortex.api.fakes import Script, ScriptedPool
+from tests.unit.cortex.api.fakes import client as client_for
 
 
 def _text(text: str) -> pb.GenerateResponse:
@@ -58,14 +26,11 @@ DONE = pb.GenerateResponse(
     choices=[pb.ChoiceDelta(index=0, text="!", finish_reason=pb.FINISH_REASON_STOP)],
     usage=pb.Usage(prompt_tokens=3, completion_tokens=2, cached_prompt_tokens=1),
 )
-SCRIPT: list[pb.GenerateResponse | NeuraxisError] = [_text("Hi"), DONE]
+SCRIPT: Script = [_text("Hi"), DONE]
 
 
-def _client(script: list[pb.GenerateResponse | NeuraxisError]) -> tuple[TestClient, ScriptedPool]:
-    pool = ScriptedPool(script)
-    settings = CortexSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")))
-    app = create_app(settings, pool=pool)  # type: ignore[arg-type]
-    return TestClient(app), pool
+def _client(script: Script) -> tuple[TestClient, ScriptedPool]:
+    return client_for(script)
 
 
 @pytest.fixture
@@ -194,7 +159,7 @@ def test_error_mid_stream_ends_with_error_chunk_then_done() -> None:
 
 
 def test_reasoning_content_in_message_and_delta() -> None:
-    script: list[pb.GenerateResponse | NeuraxisError] = [
+    script: Script = [
         pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, reasoning="Think.")]),
         _text("Hi"),
         DONE,

@@ -4,8 +4,10 @@ these cover what the small model never produces, like reasoning.)"""
 
 from __future__ import annotations
 
+import json
+
 from cortex.api.responses.builder import ResponseBuilder
-from cortex.api.responses.events import ResponseLifecycle
+from cortex.api.responses.events import OutputTextDelta, ResponseLifecycle, parse_event
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 
@@ -78,3 +80,44 @@ def test_failure_closes_items_and_ends_failed() -> None:
     assert snapshot["status"] == "failed"
     assert snapshot["error"] == {"code": "server_error", "message": "neuron lost"}
     assert snapshot["output"][0]["status"] == "incomplete"
+
+
+def test_events_are_typed_and_serialise_in_wire_order() -> None:
+    builder = ResponseBuilder("resp_1", 1, {})
+    (added, part, delta) = builder.feed(_msg(text="Hi"))
+    assert isinstance(delta, OutputTextDelta) and delta.delta == "Hi"
+    assert list(json.loads(delta.model_dump_json())) == [
+        "type",
+        "sequence_number",
+        "item_id",
+        "output_index",
+        "content_index",
+        "delta",
+        "logprobs",
+    ]
+    assert (added.type, part.type) == ("response.output_item.added", "response.content_part.added")
+    assert parse_event(delta.model_dump()) == delta
+
+
+def test_resume_reopens_what_was_open_and_fails_like_a_running_one() -> None:
+    running = ResponseBuilder("resp_1", 1, {"model": "m"})
+    events = running.start()
+    call = pb.ToolCallDelta(index=0, id="call_1", name="f", arguments='{"a"')
+    events += running.feed(_msg(reasoning="Hmm."))
+    events += running.feed(_msg(text="Let me call f."))
+    events += running.feed(_msg(tool_calls=[call]))
+    stored = [e.model_dump() for e in events]
+
+    resumed = ResponseBuilder.resume(running.snapshot(), stored)
+    ending = resumed.fail("server_error", "restarted")
+    kinds = [e.type for e in ending]
+    assert kinds == [
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.failed",
+    ]
+    reasoning, message, function_call = resumed.output
+    assert reasoning["content"][0]["text"] == "Hmm."
+    assert message["status"] == "completed"  # closed by the call, before the crash
+    assert function_call["status"] == "incomplete" and function_call["arguments"] == '{"a"'
+    assert resumed.snapshot()["model"] == "m" and resumed.snapshot()["status"] == "failed"

@@ -1,0 +1,91 @@
+"""The shared parameters of every generation API: one set of checks, one
+builder of the internal request."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from cortex.api import params
+from neuraxis.core.errors import InvalidRequestError
+from neuraxis.core.v1 import neuron_pb2 as pb
+
+
+def _gen(**fields: object) -> params.Generation:
+    return params.Generation(model="m", sampling=pb.SamplingParams(), **fields)  # type: ignore[arg-type]
+
+
+def test_unsupported_field_is_named() -> None:
+    body = SimpleNamespace(suffix=None, logit_bias={"1": 2})
+    with pytest.raises(InvalidRequestError) as info:
+        params.reject_unsupported(body, ("suffix", "logit_bias"))
+    assert info.value.param == "logit_bias"
+
+
+def test_false_flag_asks_for_nothing() -> None:
+    params.reject_unsupported(SimpleNamespace(audio=False), ("audio",))
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"stream_options": True}, "stream_options"),
+        ({"tool_mode": "auto"}, "tool_choice"),
+        ({"named_tool": "g", "tools": [pb.Tool(name="f")]}, "tool_choice"),
+    ],
+)
+def test_rules_across_fields(fields: dict[str, object], param: str) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        params.check(_gen(**fields))
+    assert info.value.param == param
+
+
+def test_valid_combinations_pass() -> None:
+    params.check(_gen(stream=True, stream_options=True))
+    params.check(_gen(named_tool="f", tools=[pb.Tool(name="f")]))
+
+
+def test_internal_request_for_a_conversation() -> None:
+    shared = _gen(
+        tools=[params.tool("f", None, {"type": "object"}, True)],
+        named_tool="f",
+        parallel_tool_calls=False,
+        format_kind="json_schema",
+        format_schema={"type": "object"},
+        truncate_oldest=True,
+    )
+    messages = [pb.ChatMessage(role="user", content="hi")]
+    req = params.internal_request(shared, "id-1", messages=messages)
+    assert req.request_id == "id-1" and req.model == "m" and not req.HasField("prompt")
+    assert req.tool_choice.mode == pb.TOOL_CHOICE_MODE_NAMED and req.tool_choice.name == "f"
+    assert json.loads(req.tools[0].parameters_json) == {"type": "object"} and req.tools[0].strict
+    assert req.HasField("parallel_tool_calls") and not req.parallel_tool_calls
+    assert req.response_format.kind == pb.RESPONSE_FORMAT_KIND_JSON_SCHEMA
+    assert json.loads(req.response_format.schema_json) == {"type": "object"}
+    assert req.truncate_oldest
+
+
+def test_internal_request_for_a_prompt_with_a_mode() -> None:
+    req = params.internal_request(_gen(tool_mode="required"), "id-2", prompt="Once")
+    assert req.prompt == "Once" and not req.messages
+    assert req.tool_choice.mode == pb.TOOL_CHOICE_MODE_REQUIRED
+    assert not req.HasField("parallel_tool_calls") and not req.HasField("response_format")
+
+
+def test_sampling_of_the_shared_fields() -> None:
+    body = SimpleNamespace(
+        stop="x",
+        temperature=0.5,
+        top_p=None,
+        top_k=3,
+        seed=7,
+        presence_penalty=None,
+        frequency_penalty=1.0,
+        n=2,
+    )
+    sampling = params.sampling_of(body, max_tokens=9, logprobs=None)
+    assert list(sampling.stop) == ["x"] and sampling.max_tokens == 9 and sampling.n == 2
+    assert sampling.temperature == 0.5 and sampling.top_k == 3 and sampling.seed == 7
+    assert not sampling.HasField("top_p") and not sampling.HasField("logprobs")
