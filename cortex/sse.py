@@ -24,6 +24,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Generic, TypeVar
 
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from cortex.api.errors import error_envelope
@@ -112,3 +113,16 @@ class ChunkFraming(Framing[BaseModel]):
 
     def last_resort(self, error: NeuraxisError) -> bytes:
         return data_frame(error_envelope(error).model_dump_json())
+
+
+def chunk_response(
+    chunks: AsyncIterator[BaseModel], request_id: str, include_usage: bool
+) -> StreamingResponse:
+    """A streamed chat or legacy completion. With include_usage every chunk
+    carries "usage": null; without it the key is left out, as OpenAI does."""
+    framing = ChunkFraming(exclude=None if include_usage else {"usage"})
+    return StreamingResponse(
+        sse(chunks, framing, request_id),
+        media_type="text/event-stream",
+        headers={"X-Request-Id": request_id},
+    )

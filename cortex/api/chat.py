@@ -28,7 +28,7 @@ from cortex.schemas.chat import (
     ToolCallOut,
 )
 from cortex.schemas.common import ChoiceLogprobs
-from cortex.sse import ChunkFraming, sse
+from cortex.sse import chunk_response
 from neuraxis.core.errors import InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -94,7 +94,6 @@ async def create_chat_completion(
     created = int(time.time())
     started = await dispatch.start(request, "chat", body.model, request_id, [internal])
     first, stream = started.only
-    headers = {"X-Request-Id": request_id}
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         forced = internal.tool_choice.mode in (
@@ -103,12 +102,7 @@ async def create_chat_completion(
         )
         chunker = _Chunker(request_id, created, body.model, include_usage)
         chunks = _chunks(first, stream, chunker, body.n or 1, forced)
-        # With include_usage every chunk carries "usage": null; without it the
-        # key is left out, as OpenAI does.
-        framing = ChunkFraming(exclude=None if include_usage else {"usage"})
-        return StreamingResponse(
-            sse(chunks, framing, request_id), media_type="text/event-stream", headers=headers
-        )
+        return chunk_response(chunks, request_id, include_usage)
     states, usage = await cancel_on_disconnect(request, collect(first, stream))
     completion = ChatCompletion(
         id=request_id,
@@ -119,7 +113,7 @@ async def create_chat_completion(
         ],
         usage=usage_of(usage),
     )
-    return JSONResponse(completion.model_dump(), headers=headers)
+    return JSONResponse(completion.model_dump(), headers={"X-Request-Id": request_id})
 
 
 def _choice(index: int, state: ChoiceState, with_logprobs: bool) -> Choice:

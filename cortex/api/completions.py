@@ -23,7 +23,7 @@ from cortex.schemas.completions import (
     CompletionLogprobs,
     CompletionRequest,
 )
-from cortex.sse import ChunkFraming, sse
+from cortex.sse import chunk_response
 from neuraxis.core.errors import InternalError, InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -61,15 +61,11 @@ async def create_completion(
     prompts = body.prompts()
     started = await dispatch.start(request, "completions", body.model, request_id, internals)
     firsts, streams = started.firsts, started.streams
-    headers = {"X-Request-Id": request_id}
     base = Completion(id=request_id, created=created, model=body.model, choices=[])
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         chunks = _chunks(base, firsts, streams, prompts if body.echo else None, n, include_usage)
-        framing = ChunkFraming(exclude=None if include_usage else {"usage"})
-        return StreamingResponse(
-            sse(chunks, framing, request_id), media_type="text/event-stream", headers=headers
-        )
+        return chunk_response(chunks, request_id, include_usage)
     results = await cancel_on_disconnect(
         request, asyncio.gather(*(collect(f, s) for f, s in zip(firsts, streams, strict=True)))
     )
@@ -85,7 +81,7 @@ async def create_completion(
         cached_prompt_tokens=sum(u.cached_prompt_tokens for u in usages),
     )
     completion = base.model_copy(update={"choices": choices, "usage": usage_of(total)})
-    return JSONResponse(completion.model_dump(), headers=headers)
+    return JSONResponse(completion.model_dump(), headers={"X-Request-Id": request_id})
 
 
 def _choice(index: int, state: ChoiceState, echo: str, with_logprobs: bool) -> CompletionChoice:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from cortex.schemas.common import Stop, stop_list
+from cortex.schemas.common import SamplingFields, stop_list
 from neuraxis.core.errors import InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -27,6 +27,7 @@ _TOOL_MODES = {
     "auto": pb.TOOL_CHOICE_MODE_AUTO,
     "required": pb.TOOL_CHOICE_MODE_REQUIRED,
 }
+_SAMPLING = tuple(name for name in SamplingFields.model_fields if name != "stop")
 _FORMATS = {
     "text": pb.RESPONSE_FORMAT_KIND_TEXT,
     "json_object": pb.RESPONSE_FORMAT_KIND_JSON_OBJECT,
@@ -51,41 +52,14 @@ class Generation:
     truncate_oldest: bool = False
 
 
-class SamplingFields(Protocol):
-    """The sampling fields chat and legacy completions both carry."""
-
-    @property
-    def stop(self) -> Stop: ...
-    @property
-    def temperature(self) -> float | None: ...
-    @property
-    def top_p(self) -> float | None: ...
-    @property
-    def top_k(self) -> int | None: ...
-    @property
-    def seed(self) -> int | None: ...
-    @property
-    def presence_penalty(self) -> float | None: ...
-    @property
-    def frequency_penalty(self) -> float | None: ...
-    @property
-    def n(self) -> int | None: ...
-
-
 def sampling_of(
     body: SamplingFields, *, max_tokens: int | None, logprobs: int | None
 ) -> pb.SamplingParams:
+    """The internal sampling of chat and legacy completions, which share
+    their sampling fields' names with it."""
+    shared = {name: getattr(body, name) for name in _SAMPLING}
     return pb.SamplingParams(
-        stop=stop_list(body.stop),
-        max_tokens=max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
-        seed=body.seed,
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
-        n=body.n,
-        logprobs=logprobs,
+        stop=stop_list(body.stop), max_tokens=max_tokens, logprobs=logprobs, **shared
     )
 
 

@@ -7,7 +7,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cortex.schemas.common import ChoiceLogprobs, CompletionUsage, Stop
+from cortex.schemas.common import (
+    ChoiceLogprobs,
+    CompletionObject,
+    CompletionUsage,
+    FunctionFields,
+    SamplingFields,
+    only_text_parts,
+)
 
 # Request fields that OpenAI defines but this server does not serve: a client
 # that sets them gets a 400 naming the field rather than an answer that
@@ -54,15 +61,7 @@ class ChatMessageIn(BaseModel):
     @field_validator("content", mode="before")
     @classmethod
     def _only_text_parts(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            for part in value:
-                kind = part.get("type") if isinstance(part, dict) else None
-                if kind != "text":
-                    raise ValueError(
-                        f"content parts of type '{kind}' are not supported by this model; "
-                        "only 'text' parts are"
-                    )
-        return value
+        return only_text_parts(value, ("text",))
 
     @model_validator(mode="after")
     def _content_rules(self) -> ChatMessageIn:
@@ -82,11 +81,8 @@ class ChatMessageIn(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class FunctionDef(BaseModel):
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+class FunctionDef(FunctionFields):
+    pass
 
 
 class ToolDef(BaseModel):
@@ -129,7 +125,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(SamplingFields):
     # OpenAI rejects unknown arguments too; a typo should not pass unnoticed.
     model_config = ConfigDict(extra="forbid")
 
@@ -139,14 +135,6 @@ class ChatCompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    top_k: Annotated[int, Field(ge=-1)] | None = None  # a vLLM extension
-    n: Annotated[int, Field(ge=1, le=16)] | None = None
-    seed: int | None = None
-    stop: Stop = None
-    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
-    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     tools: list[ToolDef] | None = None
@@ -166,14 +154,6 @@ class ChatCompletionRequest(BaseModel):
     prediction: Any = None
     web_search_options: Any = None
     reasoning_effort: Any = None
-
-    def unsupported_field(self) -> str | None:
-        """The first field that is set but not served, if any."""
-        for name in UNSUPPORTED_FIELDS:
-            value = getattr(self, name)
-            if value is not None and value is not False:
-                return name
-        return None
 
 
 class FunctionCallOut(BaseModel):
@@ -204,12 +184,8 @@ class Choice(BaseModel):
     finish_reason: str
 
 
-class ChatCompletion(BaseModel):
-    id: str
+class ChatCompletion(CompletionObject):
     object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    system_fingerprint: str | None = None
     choices: list[Choice]
     usage: CompletionUsage
 
@@ -223,11 +199,7 @@ class ChunkChoice(BaseModel):
     finish_reason: str | None = None
 
 
-class ChatCompletionChunk(BaseModel):
-    id: str
+class ChatCompletionChunk(CompletionObject):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    system_fingerprint: str | None = None
     choices: list[ChunkChoice]
     usage: CompletionUsage | None = None

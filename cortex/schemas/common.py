@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
 Stop = str | Annotated[list[str], Field(max_length=4)] | None
+
+
+class SamplingFields(BaseModel):
+    """The sampling fields chat and legacy completions both accept, under
+    the same names as the internal SamplingParams (stop aside: a string or
+    a list on the wire)."""
+
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    top_k: Annotated[int, Field(ge=-1)] | None = None  # a vLLM extension
+    n: Annotated[int, Field(ge=1, le=16)] | None = None
+    seed: int | None = None
+    stop: Stop = None
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
 
 
 class PromptTokensDetails(BaseModel):
@@ -42,3 +57,39 @@ def stop_list(stop: Stop) -> list[str]:
     if stop is None:
         return []
     return [stop] if isinstance(stop, str) else list(stop)
+
+
+def only_text_parts(value: Any, kinds: tuple[str, ...]) -> Any:
+    """A content list's parts must all be of the text `kinds` (the models
+    served read text only); checked before pydantic picks a part type, so
+    that the error names the unsupported one."""
+    if isinstance(value, list):
+        for part in value:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in kinds:
+                allowed = " and ".join(f"'{k}'" for k in kinds)
+                raise ValueError(
+                    f"content parts of type '{kind}' are not supported by this model; "
+                    f"only {allowed} parts are"
+                )
+    return value
+
+
+class FunctionFields(BaseModel):
+    """A function tool's definition, the same in chat and Responses."""
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class CompletionObject(BaseModel):
+    """The head of every chat and legacy completion object and chunk; each
+    names its own `object`."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    system_fingerprint: str | None = None

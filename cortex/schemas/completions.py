@@ -7,12 +7,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cortex.schemas.chat import StreamOptions
-from cortex.schemas.common import CompletionUsage, Stop
+from cortex.schemas.common import CompletionObject, CompletionUsage, SamplingFields
 
 UNSUPPORTED_FIELDS = ("suffix", "logit_bias")
 
 
-class CompletionRequest(BaseModel):
+class CompletionRequest(SamplingFields):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1)
@@ -21,15 +21,7 @@ class CompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     # OpenAI's default for this endpoint.
     max_tokens: Annotated[int, Field(ge=1)] | None = 16
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    top_k: Annotated[int, Field(ge=-1)] | None = None
-    n: Annotated[int, Field(ge=1, le=16)] | None = None
     best_of: Annotated[int, Field(ge=1, le=1)] | None = None
-    seed: int | None = None
-    stop: Stop = None
-    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
-    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     echo: bool = False
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
     user: str | None = None
@@ -55,11 +47,7 @@ class CompletionChoice(BaseModel):
     finish_reason: Literal["stop", "length", "content_filter"] | None
 
 
-class Completion(BaseModel):
-    id: str
+class Completion(CompletionObject):
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    system_fingerprint: str | None = None
     choices: list[CompletionChoice]
     usage: CompletionUsage | None = None

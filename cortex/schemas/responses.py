@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from cortex.schemas.common import FunctionFields, only_text_parts
+
 UNSUPPORTED_FIELDS = ("conversation", "prompt", "max_tool_calls", "prompt_cache_key")
 
 
@@ -29,15 +31,7 @@ class MessageItem(BaseModel):
     @field_validator("content", mode="before")
     @classmethod
     def _only_text(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            for part in value:
-                kind = part.get("type") if isinstance(part, dict) else None
-                if kind not in ("input_text", "output_text"):
-                    raise ValueError(
-                        f"content parts of type '{kind}' are not supported by this model; "
-                        "only 'input_text' and 'output_text' are"
-                    )
-        return value
+        return only_text_parts(value, ("input_text", "output_text"))
 
     def text(self) -> str:
         if isinstance(self.content, str):
@@ -77,13 +71,9 @@ InputItem = Annotated[
 ]
 
 
-class FunctionTool(BaseModel):
+class FunctionTool(FunctionFields):
     model_config = ConfigDict(extra="forbid")
     type: Literal["function"]
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
 
 
 class NamedFunction(BaseModel):

@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cortex.api.responses.events import (
-    ContentPartAdded,
-    ContentPartDone,
+    ContentPart,
     FunctionCallArgumentsDelta,
     FunctionCallArgumentsDone,
     Json,
-    OutputItemAdded,
-    OutputItemDone,
+    OutputItem,
     OutputTextDelta,
     OutputTextDone,
     ReasoningTextDelta,
@@ -39,6 +37,14 @@ _DELTAS = (
     "response.reasoning_text.delta",
     "response.function_call_arguments.delta",
 )
+
+
+def _added(output_index: int, item: Json) -> OutputItem:
+    return OutputItem(type="response.output_item.added", output_index=output_index, item=item)
+
+
+def _done(output_index: int, item: Json) -> OutputItem:
+    return OutputItem(type="response.output_item.done", output_index=output_index, item=item)
 
 
 @dataclass
@@ -165,7 +171,7 @@ class ResponseBuilder:
             self._thought = []
             self.output.append(self._reasoning)
             index = len(self.output) - 1
-            events.append(OutputItemAdded(output_index=index, item=dict(self._reasoning)))
+            events.append(_added(output_index=index, item=dict(self._reasoning)))
         self._thought.append(text)
         index = self.output.index(self._reasoning)
         events.append(
@@ -182,7 +188,7 @@ class ResponseBuilder:
         item["content"] = [{"type": "reasoning_text", "text": text}]
         return [
             ReasoningTextDone(item_id=item["id"], output_index=index, text=text),
-            OutputItemDone(output_index=index, item=dict(item)),
+            _done(output_index=index, item=dict(item)),
         ]
 
     def _text_delta(self, text: str) -> list[ResponseEvent]:
@@ -200,8 +206,13 @@ class ResponseBuilder:
             index = len(self.output) - 1
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             events += [
-                OutputItemAdded(output_index=index, item=dict(self._message)),
-                ContentPartAdded(item_id=self._message["id"], output_index=index, part=part),
+                _added(output_index=index, item=dict(self._message)),
+                ContentPart(
+                    type="response.content_part.added",
+                    item_id=self._message["id"],
+                    output_index=index,
+                    part=part,
+                ),
             ]
         self._text.append(text)
         index = self.output.index(self._message)
@@ -224,7 +235,7 @@ class ResponseBuilder:
             }
             self.output.append(item)
             state = self._calls[call.index] = _Call(len(self.output) - 1, item)
-            events.append(OutputItemAdded(output_index=state.output_index, item=dict(item)))
+            events.append(_added(output_index=state.output_index, item=dict(item)))
         if call.arguments:
             state.arguments.append(call.arguments)
             events.append(
@@ -245,8 +256,13 @@ class ResponseBuilder:
         message["status"] = status
         return [
             OutputTextDone(item_id=message["id"], output_index=index, text=text),
-            ContentPartDone(item_id=message["id"], output_index=index, part=part),
-            OutputItemDone(output_index=index, item=dict(message)),
+            ContentPart(
+                type="response.content_part.done",
+                item_id=message["id"],
+                output_index=index,
+                part=part,
+            ),
+            _done(output_index=index, item=dict(message)),
         ]
 
     def _close_all(self, status: str = "completed") -> list[ResponseEvent]:
@@ -262,7 +278,7 @@ class ResponseBuilder:
                     arguments=arguments,
                     name=state.item["name"],
                 ),
-                OutputItemDone(output_index=state.output_index, item=dict(state.item)),
+                _done(output_index=state.output_index, item=dict(state.item)),
             ]
         self._calls.clear()
         return events

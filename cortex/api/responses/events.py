@@ -43,14 +43,10 @@ class ResponseLifecycle(Event):
     response: Json
 
 
-class OutputItemAdded(Event):
-    type: Literal["response.output_item.added"] = "response.output_item.added"
-    output_index: int
-    item: Json
+class OutputItem(Event):
+    """An output item opened (added) or finished (done), as it stands."""
 
-
-class OutputItemDone(Event):
-    type: Literal["response.output_item.done"] = "response.output_item.done"
+    type: Literal["response.output_item.added", "response.output_item.done"]
     output_index: int
     item: Json
 
@@ -60,41 +56,36 @@ class _ItemEvent(Event):
     output_index: int
 
 
-class ContentPartAdded(_ItemEvent):
-    type: Literal["response.content_part.added"] = "response.content_part.added"
+class _PartEvent(_ItemEvent):
     content_index: int = 0
+
+
+class ContentPart(_PartEvent):
+    """A message's content part opened (added) or finished (done)."""
+
+    type: Literal["response.content_part.added", "response.content_part.done"]
     part: Json
 
 
-class ContentPartDone(_ItemEvent):
-    type: Literal["response.content_part.done"] = "response.content_part.done"
-    content_index: int = 0
-    part: Json
-
-
-class OutputTextDelta(_ItemEvent):
+class OutputTextDelta(_PartEvent):
     type: Literal["response.output_text.delta"] = "response.output_text.delta"
-    content_index: int = 0
     delta: str
     logprobs: list[Any] = Field(default_factory=list)
 
 
-class OutputTextDone(_ItemEvent):
+class OutputTextDone(_PartEvent):
     type: Literal["response.output_text.done"] = "response.output_text.done"
-    content_index: int = 0
     text: str
     logprobs: list[Any] = Field(default_factory=list)
 
 
-class ReasoningTextDelta(_ItemEvent):
+class ReasoningTextDelta(_PartEvent):
     type: Literal["response.reasoning_text.delta"] = "response.reasoning_text.delta"
-    content_index: int = 0
     delta: str
 
 
-class ReasoningTextDone(_ItemEvent):
+class ReasoningTextDone(_PartEvent):
     type: Literal["response.reasoning_text.done"] = "response.reasoning_text.done"
-    content_index: int = 0
     text: str
 
 
@@ -123,10 +114,8 @@ class ErrorEvent(Event):
 
 ResponseEvent = (
     ResponseLifecycle
-    | OutputItemAdded
-    | OutputItemDone
-    | ContentPartAdded
-    | ContentPartDone
+    | OutputItem
+    | ContentPart
     | OutputTextDelta
     | OutputTextDone
     | ReasoningTextDelta
