@@ -1,0 +1,62 @@
+"""The Responses routes on an app with a scripted pool and a real SQLite
+store: create (streamed and not), retrieve, replay, and the 404s."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from neuraxis.core.errors import ContextLengthExceededError
+from neuraxis.core.v1 import neuron_pb2 as pb
+from tests.unit.cortex.api.fakes import client
+
+HI = pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text="Hi")])
+END = pb.GenerateResponse(
+    choices=[pb.ChoiceDelta(index=0, finish_reason=pb.FINISH_REASON_STOP)],
+    usage=pb.Usage(prompt_tokens=3, completion_tokens=1),
+)
+
+
+def _events(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+
+
+def test_streamed_create_then_replay_gives_the_same_events() -> None:
+    c, _ = client([HI, END])
+    with c:
+        r = c.post("/v1/responses", json={"model": "m", "input": "Hello", "stream": True})
+        events = _events(r.text)
+        rid = events[0]["response"]["id"]
+        assert r.headers["x-request-id"] == rid
+        replayed = _events(c.get(f"/v1/responses/{rid}?stream=true").text)
+        stored = c.get(f"/v1/responses/{rid}").json()
+    assert events[-1]["type"] == "response.completed" and replayed == events
+    assert stored["status"] == "completed" and stored["output"][0]["content"][0]["text"] == "Hi"
+
+
+def test_non_streamed_create_continues_a_chain() -> None:
+    c, pool = client([HI, END])
+    with c:
+        first = c.post("/v1/responses", json={"model": "m", "input": "Hello"}).json()
+        body = {"model": "m", "input": "Again", "previous_response_id": first["id"]}
+        second = c.post("/v1/responses", json=body).json()
+    assert second["status"] == "completed" and second["previous_response_id"] == first["id"]
+    assert [(m.role, m.content) for m in pool.requests[-1].messages] == [
+        ("user", "Hello"),
+        ("assistant", "Hi"),
+        ("user", "Again"),
+    ]
+
+
+def test_error_before_the_first_token_keeps_its_status() -> None:
+    c, _ = client([ContextLengthExceededError("too long")])
+    with c:
+        r = c.post("/v1/responses", json={"model": "m", "input": "x", "stream": True})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_unknown_previous_response_is_404_naming_the_field() -> None:
+    c, _ = client([HI, END])
+    with c:
+        r = c.post("/v1/responses", json={"model": "m", "input": "x", "previous_response_id": "n"})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "previous_response_id"
