@@ -16,7 +16,6 @@ from cortex.api.choices import ChoiceState, collect, finish_reason, logprobs_out
 from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.streams import next_message
 from cortex.schemas.chat import (
-    UNSUPPORTED_FIELDS,
     AssistantMessage,
     ChatCompletion,
     ChatCompletionChunk,
@@ -36,7 +35,7 @@ router = APIRouter()
 
 
 def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.GenerateRequest:
-    params.reject_unsupported(body, UNSUPPORTED_FIELDS)
+    params.reject_unsupported(body)
     shared = _params(body)
     params.check(shared)
     if body.top_logprobs is not None and not body.logprobs:

@@ -17,7 +17,6 @@ from cortex.api.choices import ChoiceState, collect, finish_reason, usage_of
 from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.streams import merge
 from cortex.schemas.completions import (
-    UNSUPPORTED_FIELDS,
     Completion,
     CompletionChoice,
     CompletionLogprobs,
@@ -31,7 +30,7 @@ router = APIRouter()
 
 
 def to_generate_requests(body: CompletionRequest, request_id: str) -> list[pb.GenerateRequest]:
-    params.reject_unsupported(body, UNSUPPORTED_FIELDS)
+    params.reject_unsupported(body)
     shared = params.Generation(
         model=body.model,
         sampling=params.sampling_of(body, max_tokens=body.max_tokens, logprobs=body.logprobs),

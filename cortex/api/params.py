@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from cortex.schemas.common import SamplingFields, stop_list
+from cortex.schemas.common import RefusesUnsupported, SamplingFields, stop_list
 from neuraxis.core.errors import InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -72,14 +72,12 @@ def tool(name: str, description: str | None, parameters: Any, strict: bool | Non
     )
 
 
-def reject_unsupported(body: object, names: Sequence[str]) -> None:
+def reject_unsupported(body: RefusesUnsupported) -> None:
     """A field OpenAI defines and this server does not serve gets a 400
-    naming it, rather than an answer that silently ignores it. A false flag
-    asks for nothing and passes."""
-    for name in names:
-        value = getattr(body, name)
-        if value is not None and value is not False:
-            raise InvalidRequestError(f"'{name}' is not supported by this server.", param=name)
+    naming it, rather than an answer that silently ignores it."""
+    if body.unsupported:
+        name = body.unsupported[0]
+        raise InvalidRequestError(f"'{name}' is not supported by this server.", param=name)
 
 
 def check(params: Generation) -> None:

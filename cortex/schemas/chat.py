@@ -12,22 +12,9 @@ from cortex.schemas.common import (
     CompletionObject,
     CompletionUsage,
     FunctionFields,
+    RefusesUnsupported,
     SamplingFields,
     only_text_parts,
-)
-
-# Request fields that OpenAI defines but this server does not serve: a client
-# that sets them gets a 400 naming the field rather than an answer that
-# silently ignores it.
-UNSUPPORTED_FIELDS = (
-    "functions",
-    "function_call",
-    "logit_bias",
-    "audio",
-    "modalities",
-    "prediction",
-    "web_search_options",
-    "reasoning_effort",
 )
 
 
@@ -125,9 +112,19 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(SamplingFields):
+class ChatCompletionRequest(SamplingFields, RefusesUnsupported):
     # OpenAI rejects unknown arguments too; a typo should not pass unnoticed.
     model_config = ConfigDict(extra="forbid")
+    UNSUPPORTED = (
+        "functions",
+        "function_call",
+        "logit_bias",
+        "audio",
+        "modalities",
+        "prediction",
+        "web_search_options",
+        "reasoning_effort",
+    )
 
     model: str = Field(min_length=1)
     messages: list[ChatMessageIn] = Field(min_length=1)
@@ -145,15 +142,6 @@ class ChatCompletionRequest(SamplingFields):
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None
-
-    functions: Any = None
-    function_call: Any = None
-    logit_bias: Any = None
-    audio: Any = None
-    modalities: Any = None
-    prediction: Any = None
-    web_search_options: Any = None
-    reasoning_effort: Any = None
 
 
 class FunctionCallOut(BaseModel):

@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
 Stop = str | Annotated[list[str], Field(max_length=4)] | None
+
+
+class RefusesUnsupported(BaseModel):
+    """A request that takes the fields OpenAI defines and this server does
+    not serve (`UNSUPPORTED`) out of validation and keeps their names, so
+    that the endpoint can refuse them with a 400 naming the field instead of
+    answering as if they were not there. A false flag asks for nothing."""
+
+    UNSUPPORTED: ClassVar[tuple[str, ...]] = ()
+    _unsupported: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _set_aside(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        names: list[str] = []
+        if isinstance(data, dict) and cls.UNSUPPORTED:
+            names = [n for n in cls.UNSUPPORTED if data.get(n) is not None and data[n] is not False]
+            data = {k: v for k, v in data.items() if k not in cls.UNSUPPORTED}
+        model = handler(data)
+        model._unsupported = names
+        return model
+
+    @property
+    def unsupported(self) -> list[str]:
+        """The unsupported fields the request set, in UNSUPPORTED's order."""
+        return self._unsupported
 
 
 class SamplingFields(BaseModel):

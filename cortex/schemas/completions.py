@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from cortex.schemas.chat import StreamOptions
-from cortex.schemas.common import CompletionObject, CompletionUsage, SamplingFields
+from cortex.schemas.common import (
+    CompletionObject,
+    CompletionUsage,
+    RefusesUnsupported,
+    SamplingFields,
+)
 
-UNSUPPORTED_FIELDS = ("suffix", "logit_bias")
 
-
-class CompletionRequest(SamplingFields):
+class CompletionRequest(SamplingFields, RefusesUnsupported):
     model_config = ConfigDict(extra="forbid")
+    UNSUPPORTED = ("suffix", "logit_bias")
 
     model: str = Field(min_length=1)
     prompt: str | Annotated[list[str], Field(min_length=1)]
@@ -25,9 +29,6 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
     user: str | None = None
-
-    suffix: Any = None
-    logit_bias: Any = None
 
     def prompts(self) -> list[str]:
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)

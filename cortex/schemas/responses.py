@@ -8,9 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cortex.schemas.common import FunctionFields, only_text_parts
-
-UNSUPPORTED_FIELDS = ("conversation", "prompt", "max_tool_calls", "prompt_cache_key")
+from cortex.schemas.common import FunctionFields, RefusesUnsupported, only_text_parts
 
 
 class TextContent(BaseModel):
@@ -99,8 +97,9 @@ class ReasoningConfig(BaseModel):
     summary: str | None = None
 
 
-class ResponsesRequest(BaseModel):
+class ResponsesRequest(RefusesUnsupported):
     model_config = ConfigDict(extra="forbid")
+    UNSUPPORTED = ("conversation", "prompt", "max_tool_calls", "prompt_cache_key")
 
     model: str = Field(min_length=1)
     input: str | list[InputItem]
@@ -122,11 +121,6 @@ class ResponsesRequest(BaseModel):
     stream: bool = False
     include: list[str] | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
-
-    conversation: Any = None
-    prompt: Any = None
-    max_tool_calls: Any = None
-    prompt_cache_key: Any = None
 
     @field_validator("input", mode="before")
     @classmethod

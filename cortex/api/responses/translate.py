@@ -7,7 +7,6 @@ from __future__ import annotations
 from cortex.api import params
 from cortex.api.responses.items import Item, parse_items, to_messages
 from cortex.schemas.responses import (
-    UNSUPPORTED_FIELDS,
     FunctionCallItem,
     FunctionCallOutputItem,
     NamedFunction,
@@ -22,7 +21,7 @@ _MAX_CHAIN = 1000
 
 def generation_params(body: ResponsesRequest) -> params.Generation:
     """The Responses spelling of the shared parameters, checked."""
-    params.reject_unsupported(body, UNSUPPORTED_FIELDS)
+    params.reject_unsupported(body)
     if body.background and not body.store:
         raise InvalidRequestError(
             "Background responses must be stored ('store': true).", param="background"

@@ -174,3 +174,12 @@ def test_reasoning_content_in_message_and_delta() -> None:
 
 def test_no_reasoning_content_key_for_models_that_do_not_reason(client: TestClient) -> None:
     assert "reasoning_content" not in _chat(client).json()["choices"][0]["message"]
+
+
+def test_unsupported_field_over_http_is_a_400_naming_it(client: TestClient) -> None:
+    r = _chat(client, logit_bias={"1": 2})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "logit_bias" and "not supported" in error["message"]
+    typo = _chat(client, temprature=1)
+    assert typo.status_code == 400 and typo.json()["error"]["param"] == "temprature"

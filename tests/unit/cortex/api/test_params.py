@@ -9,6 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from cortex.api import params
+from cortex.schemas.chat import ChatCompletionRequest
+from cortex.schemas.completions import CompletionRequest
+from cortex.schemas.responses import ResponsesRequest
 from neuraxis.core.errors import InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -18,14 +21,27 @@ def _gen(**fields: object) -> params.Generation:
 
 
 def test_unsupported_field_is_named() -> None:
-    body = SimpleNamespace(suffix=None, logit_bias={"1": 2})
+    body = CompletionRequest.model_validate(
+        {"model": "m", "prompt": "x", "suffix": None, "logit_bias": {"1": 2}}
+    )
     with pytest.raises(InvalidRequestError) as info:
-        params.reject_unsupported(body, ("suffix", "logit_bias"))
+        params.reject_unsupported(body)
     assert info.value.param == "logit_bias"
 
 
-def test_false_flag_asks_for_nothing() -> None:
-    params.reject_unsupported(SimpleNamespace(audio=False), ("audio",))
+def test_false_or_null_asks_for_nothing() -> None:
+    body = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "a"}], "audio": False}
+    )
+    params.reject_unsupported(body)
+    assert body.unsupported == []
+
+
+def test_unsupported_fields_are_named_in_order() -> None:
+    body = ResponsesRequest.model_validate(
+        {"model": "m", "input": "x", "prompt_cache_key": "k", "max_tool_calls": 0}
+    )
+    assert body.unsupported == ["max_tool_calls", "prompt_cache_key"]
 
 
 @pytest.mark.parametrize(
