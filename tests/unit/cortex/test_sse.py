@@ -26,7 +26,7 @@ async def _body(*items: Chunk | Exception) -> AsyncIterator[Chunk]:
         yield item
 
 
-async def _frames(body: AsyncIterator[Chunk], framing: Framing[Chunk]) -> list[bytes]:
+async def _frames(body: AsyncIterator[BaseModel], framing: Framing[BaseModel]) -> list[bytes]:
     return [frame async for frame in sse(body, framing, "req-42")]
 
 

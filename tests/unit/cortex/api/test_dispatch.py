@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import REGISTRY
 from starlette.requests import Request
-from starlette.types import Message
+from starlette.types import Message, Scope
 
 from cortex.api import dispatch
 from cortex.api.disconnect import ClientDisconnectedError
@@ -25,7 +25,7 @@ def _request(pool: ScriptedPool, client_leaves: bool = True) -> Request:
         return {"type": "http.disconnect"}
 
     app = SimpleNamespace(state=SimpleNamespace(pool=pool))
-    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "app": app}
+    scope: Scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "app": app}
     return Request(scope, receive)
 
 

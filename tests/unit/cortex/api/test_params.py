@@ -4,7 +4,6 @@ builder of the internal request."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
@@ -91,15 +90,17 @@ def test_internal_request_for_a_prompt_with_a_mode() -> None:
 
 
 def test_sampling_of_the_shared_fields() -> None:
-    body = SimpleNamespace(
-        stop="x",
-        temperature=0.5,
-        top_p=None,
-        top_k=3,
-        seed=7,
-        presence_penalty=None,
-        frequency_penalty=1.0,
-        n=2,
+    body = CompletionRequest.model_validate(
+        {
+            "model": "m",
+            "prompt": "p",
+            "stop": "x",
+            "temperature": 0.5,
+            "top_k": 3,
+            "seed": 7,
+            "frequency_penalty": 1.0,
+            "n": 2,
+        }
     )
     sampling = params.sampling_of(body, max_tokens=9, logprobs=None)
     assert list(sampling.stop) == ["x"] and sampling.max_tokens == 9 and sampling.n == 2

@@ -24,7 +24,7 @@ def _end(reason: int = pb.FINISH_REASON_STOP) -> pb.GenerateResponse:
 
 def _run(*messages: pb.GenerateResponse) -> tuple[ResponseBuilder, list[str]]:
     builder = ResponseBuilder("resp_1", 1, {"model": "m"})
-    kinds = [e.type for e in builder.start()]
+    kinds: list[str] = [e.type for e in builder.start()]
     for m in messages:
         kinds += [e.type for e in builder.feed(m)]
     kinds += [e.type for e in builder.finish()]

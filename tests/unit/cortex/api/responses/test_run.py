@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from starlette.requests import Request
-from starlette.types import Message
+from starlette.types import Message, Scope
 
 from cortex.api.responses import run as runs
 from cortex.api.responses.builder import ResponseBuilder
@@ -63,7 +63,7 @@ def _request() -> Request:
         await asyncio.Event().wait()  # the client stays
         raise AssertionError
 
-    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "app": None}
+    scope: Scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "app": None}
     return Request(scope, receive)
 
 
