@@ -107,14 +107,10 @@ def internal_request(
     prompt: str | None = None,
 ) -> pb.GenerateRequest:
     """The internal request for a conversation (`messages`) or a raw `prompt`."""
-    request = pb.GenerateRequest(
-        request_id=request_id,
-        model=params.model,
-        messages=messages,
-        prompt=prompt,
-        sampling=params.sampling,
-        tools=params.tools,
-    )
+    request = pb.GenerateRequest(request_id=request_id, model=params.model, prompt=prompt)
+    request.messages.extend(messages)
+    request.sampling.CopyFrom(params.sampling)
+    request.tools.extend(params.tools)
     if params.truncate_oldest:
         request.truncate_oldest = True
     if params.parallel_tool_calls is not None:

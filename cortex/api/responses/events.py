@@ -67,26 +67,30 @@ class ContentPart(_PartEvent):
     part: Json
 
 
-class OutputTextDelta(_PartEvent):
+class _TextDelta(_PartEvent):
+    delta: str
+
+
+class _TextDone(_PartEvent):
+    text: str
+
+
+class OutputTextDelta(_TextDelta):
     type: Literal["response.output_text.delta"] = "response.output_text.delta"
-    delta: str
     logprobs: list[Any] = Field(default_factory=list)
 
 
-class OutputTextDone(_PartEvent):
+class OutputTextDone(_TextDone):
     type: Literal["response.output_text.done"] = "response.output_text.done"
-    text: str
     logprobs: list[Any] = Field(default_factory=list)
 
 
-class ReasoningTextDelta(_PartEvent):
+class ReasoningTextDelta(_TextDelta):
     type: Literal["response.reasoning_text.delta"] = "response.reasoning_text.delta"
-    delta: str
 
 
-class ReasoningTextDone(_PartEvent):
+class ReasoningTextDone(_TextDone):
     type: Literal["response.reasoning_text.done"] = "response.reasoning_text.done"
-    text: str
 
 
 class FunctionCallArgumentsDelta(_ItemEvent):
