@@ -45,15 +45,9 @@ def error_envelope(error: NeuraxisError) -> ErrorEnvelope:
 
 
 def response_error_code(error: NeuraxisError) -> str:
-    """The `code` of a failed Response's `error`, from the error table. The
-    Responses API has one code for every failure of the server
-    ("server_error", the table's type for all of them; the strict SDK
-    accepts no other); a failure caused by the request carries its own code
-    (context_length_exceeded), or its type when the table has no code."""
-    mapping = mapping_for(error)
-    if mapping.http_status >= 500:
-        return mapping.openai_type
-    return mapping.openai_code or mapping.openai_type
+    """The `code` of a failed Response's `error`: the error table's column for
+    the Responses API's own closed set of codes."""
+    return mapping_for(error).response_code
 
 
 def error_response(error: NeuraxisError) -> JSONResponse:

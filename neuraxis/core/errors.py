@@ -14,7 +14,9 @@
 OpenAI error type and code, and its gRPC status. The neuron raises these,
 aborts the gRPC call with the mapped status and names the kind in the trailing
 metadata key `neuraxis-error`; cortex turns the status back into the same class
-(`from_grpc`) and renders it as the OpenAI error envelope. The table has no
+(`from_grpc`) and renders it as the OpenAI error envelope, or, for a Response
+that fails after it started, as that Response's `error.code` (invalid_prompt
+for the request's own errors, server_error for the rest). The table has no
 grpc dependency so that cortex's API layer can use it without one; gRPC codes
 are named by their enum member names.
 """
@@ -85,21 +87,38 @@ class ErrorMapping:
     openai_type: str
     openai_code: str | None
     grpc_code: str  # a grpc.StatusCode member name
+    # The `error.code` of a Response that failed this way: the Responses API
+    # has its own closed set of codes (the SDK's ResponseError), in which a
+    # request the model cannot take is "invalid_prompt" and the rest is the
+    # server's; the message keeps the detail.
+    response_code: str
 
 
 ERROR_TABLE: dict[type[NeuraxisError], ErrorMapping] = {
-    InvalidRequestError: ErrorMapping(400, "invalid_request_error", None, "INVALID_ARGUMENT"),
+    InvalidRequestError: ErrorMapping(
+        400, "invalid_request_error", None, "INVALID_ARGUMENT", "invalid_prompt"
+    ),
     ContextLengthExceededError: ErrorMapping(
-        400, "invalid_request_error", "context_length_exceeded", "INVALID_ARGUMENT"
+        400,
+        "invalid_request_error",
+        "context_length_exceeded",
+        "INVALID_ARGUMENT",
+        "invalid_prompt",
     ),
     RequestTooLargeError: ErrorMapping(
-        413, "invalid_request_error", "request_too_large", "RESOURCE_EXHAUSTED"
+        413, "invalid_request_error", "request_too_large", "RESOURCE_EXHAUSTED", "invalid_prompt"
     ),
-    NotFoundError: ErrorMapping(404, "invalid_request_error", None, "NOT_FOUND"),
-    ModelNotFoundError: ErrorMapping(404, "invalid_request_error", "model_not_found", "NOT_FOUND"),
-    UnavailableError: ErrorMapping(503, "server_error", "service_unavailable", "UNAVAILABLE"),
-    DeadlineExceededError: ErrorMapping(504, "server_error", "timeout", "DEADLINE_EXCEEDED"),
-    InternalError: ErrorMapping(500, "server_error", "internal_error", "INTERNAL"),
+    NotFoundError: ErrorMapping(404, "invalid_request_error", None, "NOT_FOUND", "invalid_prompt"),
+    ModelNotFoundError: ErrorMapping(
+        404, "invalid_request_error", "model_not_found", "NOT_FOUND", "invalid_prompt"
+    ),
+    UnavailableError: ErrorMapping(
+        503, "server_error", "service_unavailable", "UNAVAILABLE", "server_error"
+    ),
+    DeadlineExceededError: ErrorMapping(
+        504, "server_error", "timeout", "DEADLINE_EXCEEDED", "server_error"
+    ),
+    InternalError: ErrorMapping(500, "server_error", "internal_error", "INTERNAL", "server_error"),
 }
 
 _BY_KIND: dict[str, type[NeuraxisError]] = {cls.kind: cls for cls in ERROR_TABLE}

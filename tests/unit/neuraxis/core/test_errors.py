@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
+from openai.types.responses.response_error import ResponseError
 
 from neuraxis.core.errors import (
     ERROR_TABLE,
@@ -79,3 +82,13 @@ def test_internal_details_do_not_leak() -> None:
     e = from_grpc("INTERNAL", "Traceback (most recent call last): ...", None, None)
     assert type(e) is InternalError and "Traceback" not in e.message
     assert type(from_grpc("UNKNOWN", "boom", None, None)) is InternalError
+
+
+def test_every_response_code_is_one_the_responses_api_has() -> None:
+    """A failed Response carries the table's response_code; the strict SDK
+    accepts only the codes of its ResponseError."""
+    codes = set(get_args(ResponseError.model_fields["code"].annotation))
+    for mapping in ERROR_TABLE.values():
+        assert mapping.response_code in codes
+    assert mapping_for(ContextLengthExceededError("x")).response_code == "invalid_prompt"
+    assert mapping_for(InternalError("x")).response_code == "server_error"

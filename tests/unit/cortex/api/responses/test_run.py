@@ -110,7 +110,7 @@ async def test_context_length_failure_mid_stream_carries_its_code(store: Respons
     events = _parse([f async for f in runs.stream(run, _text("Pa"), failing)])
     assert events[-1]["type"] == "response.failed"
     error = events[-1]["response"]["error"]
-    assert error == {"code": "context_length_exceeded", "message": "too long"}
+    assert error == {"code": "invalid_prompt", "message": "too long"}
     assert events[-1]["response"]["output"][0]["status"] == "incomplete"
     assert (await _stored(store)).status == "failed"
 
@@ -161,7 +161,7 @@ async def test_background_failure_on_context_length_is_stored_with_its_code(
     await run.task
     record = await _stored(store)
     assert record.status == "failed" and record.owner == "host:1"
-    assert record.response["error"]["code"] == "context_length_exceeded"
+    assert record.response["error"]["code"] == "invalid_prompt"
     assert [e["type"] for e in record.events] == [
         "response.created",
         "response.in_progress",
