@@ -6,25 +6,23 @@ Requests are sent one after another (one in flight), in alternating order
 (A B B A ...); the medians over rounds are printed with cortex's ratio.
 
     make bench-embeddings
+    python -m bench.embeddings_throughput --smoke   # a few requests (make test)
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import grpc
 import httpx
 
+from bench.stack import RESULTS, Target, output_path, parser, running_stack, write_summary
 from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
-from tests.procs import start_up, wait_http_ready
+from tests.procs import neuron_stub
 
 MODEL = "all-minilm-l6-v2"
 WORDS = [
@@ -51,7 +49,7 @@ def _inputs(batch: int, offset: int) -> list[str]:
 async def _rate(path: str, batch: int, requests: int, base: str, neuron: str) -> float:
     async with httpx.AsyncClient(timeout=120) as http:
         channel = grpc.aio.insecure_channel(neuron)
-        stub = pb_grpc.NeuronStub(channel)
+        stub = neuron_stub(channel)
         started = time.perf_counter()
         for r in range(requests):
             texts = _inputs(batch, r)
@@ -73,42 +71,43 @@ async def _rate(path: str, batch: int, requests: int, base: str, neuron: str) ->
     return batch * requests / elapsed
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/embeddings.json"))
-    args = parser.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    up = start_up(args.out.parent / "up-embeddings.log")
+Batches = tuple[tuple[int, int], ...]  # (inputs per request, requests per run)
+
+
+def measure(target: Target, batches: Batches, rounds: int) -> dict[str, float]:
+    base, neuron = target.base_url, target.embedding_neuron
+    asyncio.run(_rate("cortex", 4, 3, base, neuron))  # warm-up
+    asyncio.run(_rate("grpc", 4, 3, base, neuron))
     summary: dict[str, float] = {}
-    try:
-        print("starting neuraxis up ...", flush=True)
-        wait_http_ready(up.proc, f"{up.base_url}/readyz", 900)
-        asyncio.run(_rate("cortex", 4, 3, up.base_url, up.embedding_address))  # warm-up
-        asyncio.run(_rate("grpc", 4, 3, up.base_url, up.embedding_address))
-        for batch, requests in ((1, 60), (32, 8)):
-            rates: dict[str, list[float]] = {"cortex": [], "grpc": []}
-            for r in range(args.rounds):
-                order = ["cortex", "grpc"] if r % 2 == 0 else ["grpc", "cortex"]
-                for path in order:
-                    rate = asyncio.run(
-                        _rate(path, batch, requests, up.base_url, up.embedding_address)
-                    )
-                    rates[path].append(rate)
-                    print(f"  batch {batch:<2} {path:<6} {rate:8.1f} inputs/s", flush=True)
-            for path, values in rates.items():
-                summary[f"batch{batch}_{path}"] = statistics.median(values)
-    finally:
-        up.proc.stop()
+    for batch, requests in batches:
+        rates: dict[str, list[float]] = {"cortex": [], "grpc": []}
+        for r in range(rounds):
+            order = ["cortex", "grpc"] if r % 2 == 0 else ["grpc", "cortex"]
+            for path in order:
+                rate = asyncio.run(_rate(path, batch, requests, base, neuron))
+                rates[path].append(rate)
+                print(f"  batch {batch:<2} {path:<6} {rate:8.1f} inputs/s", flush=True)
+        for path, values in rates.items():
+            summary[f"batch{batch}_{path}"] = statistics.median(values)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser(__doc__)
+    cli.add_argument("--rounds", type=int, default=3)
+    args = cli.parse_args(argv)
+    batches: Batches = ((1, 60), (32, 8))
+    if args.smoke:
+        args.rounds, batches = 1, ((1, 2), (32, 1))
+    with running_stack(args.base_url, RESULTS / "up-embeddings.log") as target:
+        summary = measure(target, batches, args.rounds)
     print()
     print("| batch | direct gRPC (inputs/s) | cortex HTTP (inputs/s) | cortex / direct |")
     print("|---|---|---|---|")
-    for batch in (1, 32):
+    for batch, _ in batches:
         g, h = summary[f"batch{batch}_grpc"], summary[f"batch{batch}_cortex"]
         print(f"| {batch} | {g:.1f} | {h:.1f} | {h / g * 100:.1f}% |")
-    args.out.write_text(json.dumps(summary, indent=2))
+    write_summary(output_path(args, "embeddings.json"), summary)
     return 0
 
 

@@ -9,10 +9,12 @@ Baseline, same run: the clients' throughput before any failure; the ratio is
 the throughput of the requests that started during failover windows.
 
     make bench-failover
+    python -m bench.failover --smoke    # one trial, seconds of load (make test)
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import statistics
@@ -31,6 +33,11 @@ SPEC = two_replica_spec(MODEL)
 CLIENTS = 4
 MAX_TOKENS = 20  # ~0.45 s a request
 TRIALS = {"actor killed": 4, "neuron SIGKILLed": 4, "node removed": 2}
+BASELINE_S = 10.0
+# --smoke: one trial of one kind after a short baseline; proves the benchmark
+# runs, measures nothing.
+SMOKE_TRIALS = {"actor killed": 1}
+SMOKE_BASELINE_S = 2.0
 
 
 def break_one(cluster: SimCluster, how: str) -> str:
@@ -66,7 +73,12 @@ def settle(cluster: SimCluster, timeout: float = 60) -> float:
     return time.monotonic() - started
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    cli = argparse.ArgumentParser(description=__doc__)
+    cli.add_argument("--smoke", action="store_true", help="one trial (make test)")
+    smoke = cli.parse_args(argv).smoke
+    trials = SMOKE_TRIALS if smoke else TRIALS
+    baseline_s = SMOKE_BASELINE_S if smoke else BASELINE_S
     work = Path(tempfile.mkdtemp(prefix="neuraxis-bench-failover-"))
     rows: list[dict[str, Any]] = []
     with sim_cluster(SPEC, work, wait_for_model=MODEL) as cluster:
@@ -74,11 +86,11 @@ def main() -> None:
         with Load(cluster.base_url, MODEL, CLIENTS, MAX_TOKENS) as load:
             time.sleep(2)  # warm up
             t0 = time.monotonic()
-            time.sleep(10)
+            time.sleep(baseline_s)
             steady = load.summary(since=t0)
             steady_rate = steady["completed"] / (time.monotonic() - t0)
-            for how, trials in TRIALS.items():
-                for _ in range(trials):
+            for how, count in trials.items():
+                for _ in range(count):
                     time.sleep(0.2)  # mid-way through some streams
                     started = time.monotonic()
                     lost = break_one(cluster, how)
@@ -99,7 +111,7 @@ def main() -> None:
                     )
                     time.sleep(1)
     print(
-        f"\nbaseline: {steady['completed']} requests completed in 10 s "
+        f"\nbaseline: {steady['completed']} requests completed in {baseline_s:.0f} s "
         f"({steady_rate:.1f}/s), {steady['requests'] - steady['completed']} failed"
     )
     print(
@@ -108,7 +120,7 @@ def main() -> None:
         "| throughput vs baseline | back on separate nodes after (s), max |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for how in TRIALS:
+    for how in trials:
         mine = [r for r in rows if r["how"] == how]
         ready = [r["seconds_to_ready"] for r in mine]
         requests = sum(r["requests"] for r in mine)

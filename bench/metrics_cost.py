@@ -4,68 +4,53 @@ metrics (the default) and one started with --no-metrics, in alternating order
 within one run.
 
     make bench-metrics
+    python -m bench.metrics_cost --smoke    # a few requests (make test)
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import sys
 from pathlib import Path
 
+from bench.stack import (
+    CHAT_MODEL,
+    RESULTS,
+    Target,
+    output_path,
+    parser,
+    running_stack,
+    write_summary,
+)
 from bench.workload import Run, run
-from tests.procs import Proc, free_port, start_up, wait_http_ready
+from tests.procs import Proc, free_port, wait_http_ready
 
-MODEL = "smollm2-135m-instruct"
+Summary = dict[str, dict[str, float]]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/metrics_cost.json"))
-    args = parser.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    up = start_up(args.out.parent / "up-metrics.log")
+def bare_cortex(neuron: str, log_path: Path) -> tuple[Proc, str]:
+    """A cortex with --no-metrics in front of `neuron`; its base URL."""
     port = free_port()
-    bare = Proc(
-        [
-            "cortex",
-            "--port",
-            str(port),
-            "--neuron",
-            up.neuron_address,
-            "--model",
-            MODEL,
-            "--no-metrics",
-        ],
-        args.out.parent / "cortex-no-metrics.log",
-    )
-    bases = {"metrics": up.base_url, "no-metrics": f"http://127.0.0.1:{port}"}
+    args = ["cortex", "--port", str(port), "--neuron", neuron, "--model", CHAT_MODEL]
+    return Proc([*args, "--no-metrics"], log_path), f"http://127.0.0.1:{port}"
+
+
+def measure(target: Target, rounds: int, concurrency: int, max_tokens: int) -> Summary:
+    bare, bare_url = bare_cortex(target.chat_neuron, RESULTS / "cortex-no-metrics.log")
+    bases = {"metrics": target.base_url, "no-metrics": bare_url}
     runs: dict[str, list[Run]] = {name: [] for name in bases}
     try:
-        print("starting neuraxis up and a cortex without metrics ...", flush=True)
-        wait_http_ready(up.proc, f"{up.base_url}/readyz", 900)
-        wait_http_ready(bare, f"{bases['no-metrics']}/readyz", 120)
+        wait_http_ready(bare, f"{bare_url}/readyz", 120)
         for base in bases.values():  # warm-up
-            asyncio.run(run("cortex", 2, 2, 8, base, up.neuron_address))
-        requests = 2 * args.concurrency
-        for r in range(args.rounds):
+            asyncio.run(run("cortex", 2, 2, 8, base, target.chat_neuron))
+        requests = 2 * concurrency
+        for r in range(rounds):
             order = list(bases) if r % 2 == 0 else list(bases)[::-1]
             for name in order + order[::-1]:
                 result = asyncio.run(
                     run(
-                        "cortex",
-                        args.concurrency,
-                        requests,
-                        args.max_tokens,
-                        bases[name],
-                        up.neuron_address,
+                        "cortex", concurrency, requests, max_tokens, bases[name], target.chat_neuron
                     )
                 )
                 runs[name].append(result)
@@ -76,14 +61,26 @@ def main() -> int:
                 )
     finally:
         bare.stop()
-        up.proc.stop()
-    summary = {
+    return {
         name: {
             "ttft_p50_ms": statistics.median(statistics.median(x.ttfts) for x in rs) * 1000,
             "tokens_per_s": statistics.median(x.tokens_per_s for x in rs),
         }
         for name, rs in runs.items()
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser(__doc__)
+    cli.add_argument("--rounds", type=int, default=3)
+    cli.add_argument("--concurrency", type=int, default=16)
+    cli.add_argument("--max-tokens", type=int, default=32)
+    args = cli.parse_args(argv)
+    if args.smoke:
+        args.rounds, args.concurrency, args.max_tokens = 1, 2, 4
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with running_stack(args.base_url, RESULTS / "up-metrics.log") as target:
+        summary = measure(target, args.rounds, args.concurrency, args.max_tokens)
     print()
     print(f"| cortex (concurrency {args.concurrency}) | TTFT p50 (ms) | output tokens/s |")
     print("|---|---|---|")
@@ -91,7 +88,7 @@ def main() -> int:
         print(f"| {name} | {s['ttft_p50_ms']:.1f} | {s['tokens_per_s']:.1f} |")
     ratio = summary["metrics"]["tokens_per_s"] / summary["no-metrics"]["tokens_per_s"]
     print(f"\nwith metrics: {ratio * 100:.1f}% of the tokens/s without")
-    args.out.write_text(json.dumps(summary, indent=2))
+    write_summary(output_path(args, "metrics_cost.json"), summary)
     return 0
 
 

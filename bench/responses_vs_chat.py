@@ -9,25 +9,26 @@ what the Responses store adds per response.
    file, synchronous=FULL) and PostgreSQL (a throwaway local server).
 
     make bench-responses
+    python -m bench.responses_vs_chat --smoke   # a few requests (make test)
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.stack import RESULTS, Target, output_path, parser, running_stack, write_summary
 from bench.workload import Run, run
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
 from tests.postgres import postgres_server
-from tests.procs import start_up, wait_http_ready
+
+Summary = dict[str, dict[str, float]]
 
 
 def _record(i: int) -> StoredResponse:
@@ -54,65 +55,68 @@ async def _put_latency_ms(store: ResponseStore, n: int) -> float:
     return statistics.median(times) * 1000
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/responses.json"))
-    args = parser.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, dict[str, float]] = {}
-
+def store_latency(puts: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        sqlite_ms = asyncio.run(_put_latency_ms(SqliteResponseStore(Path(tmp) / "r.sqlite3"), 200))
+        sqlite_ms = asyncio.run(_put_latency_ms(SqliteResponseStore(Path(tmp) / "r.sqlite3"), puts))
     with postgres_server() as dsn:
-        postgres_ms = asyncio.run(_put_latency_ms(PostgresResponseStore(dsn), 200))
-    summary["store_put_ms"] = {"sqlite": sqlite_ms, "postgres": postgres_ms}
-    print(f"store write, median of 200: SQLite {sqlite_ms:.2f} ms, PostgreSQL {postgres_ms:.2f} ms")
+        postgres_ms = asyncio.run(_put_latency_ms(PostgresResponseStore(dsn), puts))
+    print(
+        f"store write, median of {puts}: SQLite {sqlite_ms:.2f} ms, PostgreSQL {postgres_ms:.2f} ms"
+    )
+    return {"sqlite": sqlite_ms, "postgres": postgres_ms}
 
-    up = start_up(args.out.parent / "up-responses.log")
-    try:
-        wait_http_ready(up.proc, f"{up.base_url}/readyz", 900)
-        for path in ("cortex", "responses"):  # warm-up
-            asyncio.run(run(path, 2, 2, 8, up.base_url, up.neuron_address))
-        for c in (1, 16):
-            requests = 5 if c == 1 else 2 * c
-            runs: dict[str, list[Run]] = {"cortex": [], "responses": []}
-            for r in range(args.rounds):
-                order = ["cortex", "responses"] if r % 2 == 0 else ["responses", "cortex"]
-                for path in order + order[::-1]:
-                    result = asyncio.run(
-                        run(path, c, requests, args.max_tokens, up.base_url, up.neuron_address)
-                    )
-                    runs[path].append(result)
-                    ttft_ms = statistics.median(result.ttfts) * 1000
-                    print(
-                        f"  c={c:<2} {path:<9} ttft p50 {ttft_ms:7.1f} ms  "
-                        f"{result.tokens_per_s:6.1f} tok/s",
-                        flush=True,
-                    )
-            for path, rs in runs.items():
-                summary[f"c{c}_{path}"] = {
-                    "ttft_p50_ms": statistics.median(statistics.median(x.ttfts) for x in rs) * 1000,
-                    "tokens_per_s": statistics.median(x.tokens_per_s for x in rs),
-                }
-    finally:
-        up.proc.stop()
+
+def measure(target: Target, concurrency: list[int], rounds: int, max_tokens: int) -> Summary:
+    base, neuron = target.base_url, target.chat_neuron
+    for path in ("cortex", "responses"):  # warm-up
+        asyncio.run(run(path, 2, 2, 8, base, neuron))
+    summary: Summary = {}
+    for c in concurrency:
+        requests = 5 if c == 1 else 2 * c
+        runs: dict[str, list[Run]] = {"cortex": [], "responses": []}
+        for r in range(rounds):
+            order = ["cortex", "responses"] if r % 2 == 0 else ["responses", "cortex"]
+            for path in order + order[::-1]:
+                result = asyncio.run(run(path, c, requests, max_tokens, base, neuron))
+                runs[path].append(result)
+                ttft_ms = statistics.median(result.ttfts) * 1000
+                print(
+                    f"  c={c:<2} {path:<9} ttft p50 {ttft_ms:7.1f} ms  "
+                    f"{result.tokens_per_s:6.1f} tok/s",
+                    flush=True,
+                )
+        for path, rs in runs.items():
+            summary[f"c{c}_{path}"] = {
+                "ttft_p50_ms": statistics.median(statistics.median(x.ttfts) for x in rs) * 1000,
+                "tokens_per_s": statistics.median(x.tokens_per_s for x in rs),
+            }
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser(__doc__)
+    cli.add_argument("--rounds", type=int, default=2)
+    cli.add_argument("--max-tokens", type=int, default=32)
+    args = cli.parse_args(argv)
+    concurrency, puts = [1, 16], 200
+    if args.smoke:
+        args.rounds, args.max_tokens, concurrency, puts = 1, 4, [1, 2], 5
+    summary: Summary = {"store_put_ms": store_latency(puts)}
+    with running_stack(args.base_url, RESULTS / "up-responses.log") as target:
+        summary.update(measure(target, concurrency, args.rounds, args.max_tokens))
     print()
     print("| concurrency | API | TTFT p50 (ms) | output tokens/s |")
     print("|---|---|---|---|")
-    for c in (1, 16):
+    for c in concurrency:
         for path, name in (("cortex", "chat completions"), ("responses", "responses")):
             s = summary[f"c{c}_{path}"]
             print(f"| {c} | {name} | {s['ttft_p50_ms']:.1f} | {s['tokens_per_s']:.1f} |")
-    for c in (1, 16):
+    for c in concurrency:
         ratio = summary[f"c{c}_responses"]["tokens_per_s"] / summary[f"c{c}_cortex"]["tokens_per_s"]
         print(
             f"concurrency {c}: responses at {ratio * 100:.1f}% of chat tokens/s (target within 3%)"
         )
-    args.out.write_text(json.dumps(summary, indent=2))
+    write_summary(output_path(args, "responses.json"), summary)
     return 0
 
 

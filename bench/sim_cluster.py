@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import ray
@@ -68,8 +68,7 @@ class SimCluster:
 
     def status(self) -> dict[str, Any]:
         controller = ray.get_actor("neuraxis-controller", namespace=NAMESPACE)
-        result: dict[str, Any] = ray.get(controller.status.remote(), timeout=30)
-        return result
+        return cast(dict[str, Any], ray.get(controller.status.remote(), timeout=30))
 
     def model(self, model_id: str) -> dict[str, Any]:
         return next(m for m in self.status()["models"] if m["id"] == model_id)
@@ -153,7 +152,7 @@ def sim_cluster(
         if cortex is not None:
             stop_process_group(cortex, timeout_s=30)
         ray.shutdown()
-        cluster.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
 
 
 def _wait_listed(sim: SimCluster, cortex: subprocess.Popen[bytes], model: str) -> None:

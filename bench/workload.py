@@ -15,6 +15,7 @@ import httpx
 
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+from tests.procs import neuron_stub
 
 MODEL = "smollm2-135m-instruct"
 PROMPTS = [
@@ -116,7 +117,7 @@ async def run(
     semaphore = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as http:
         channel = grpc.aio.insecure_channel(neuron)
-        stub = pb_grpc.NeuronStub(channel)
+        stub = neuron_stub(channel)
 
         async def one(i: int) -> tuple[float, int]:
             prompt = PROMPTS[i % len(PROMPTS)]

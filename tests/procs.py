@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 
 from neuraxis.core.process import stop_process_group
+from neuraxis.core.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -104,12 +107,14 @@ def neuron_addresses(base_url: str) -> dict[str, str]:
     return {g["labels"]["model"]: g["labels"]["replica"] for g in groups}
 
 
-def engine_load(address: str) -> Any:
+def engine_load(address: str) -> pb.LoadResponse:
     """A neuron's engine load (running and waiting requests), over gRPC."""
-    import grpc
-
-    from neuraxis.core.v1 import neuron_pb2 as pb
-    from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
-
     with grpc.insecure_channel(address) as channel:
-        return pb_grpc.NeuronStub(channel).Load(pb.LoadRequest(), timeout=5)
+        load: pb.LoadResponse = neuron_stub(channel).Load(pb.LoadRequest(), timeout=5)
+    return load
+
+
+def neuron_stub(channel: Any) -> pb_grpc.NeuronStub:
+    """A Neuron stub over a sync or asyncio channel (the untyped call to the
+    generated constructor is excused here once)."""
+    return pb_grpc.NeuronStub(channel)  # type: ignore[no-untyped-call]

@@ -1,5 +1,6 @@
 """The Responses store: what is kept of each stored response, and the
-interface every backend implements (sqlite.py today).
+interface every backend implements (sqlite.py, postgres.py; both held to
+the same contract by tests/unit/cortex/store/test_contract.py).
 
 A stored response keeps the response object as sent to the client, the
 input items of its request (normalised, with ids) and the id of the response
@@ -40,7 +41,8 @@ class ResponseStore(abc.ABC):
         response acknowledged to a client survives a crash after this."""
 
     @abc.abstractmethod
-    async def get(self, response_id: str) -> StoredResponse | None: ...
+    async def get(self, response_id: str) -> StoredResponse | None:
+        """The response as last put, or None for an id never put or deleted."""
 
     @abc.abstractmethod
     async def delete(self, response_id: str) -> bool:
@@ -48,7 +50,9 @@ class ResponseStore(abc.ABC):
 
     @abc.abstractmethod
     async def running(self, owner: str) -> list[StoredResponse]:
-        """Responses still queued or in progress that `owner` was running."""
+        """Responses still queued or in progress that `owner` was running,
+        oldest first."""
 
     @abc.abstractmethod
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release the connection(s); harmless twice or before any use."""

@@ -55,7 +55,9 @@ class PostgresResponseStore(ResponseStore):
         await pool.execute(
             "INSERT INTO neuraxis_responses (id, created_at, previous_response_id, status, owner, "
             "response, input_items, events) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
-            "ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, owner = EXCLUDED.owner, "
+            "ON CONFLICT (id) DO UPDATE SET created_at = EXCLUDED.created_at, "
+            "previous_response_id = EXCLUDED.previous_response_id, "
+            "status = EXCLUDED.status, owner = EXCLUDED.owner, "
             "response = EXCLUDED.response, input_items = EXCLUDED.input_items, "
             "events = EXCLUDED.events",
             record.id,
@@ -76,7 +78,9 @@ class PostgresResponseStore(ResponseStore):
     async def running(self, owner: str) -> list[StoredResponse]:
         pool = await self._connection_pool()
         rows = await pool.fetch(
-            _SELECT + "WHERE owner = $1 AND status IN ('queued', 'in_progress')", owner
+            _SELECT + "WHERE owner = $1 AND status IN ('queued', 'in_progress') "
+            "ORDER BY created_at, id",
+            owner,
         )
         return [_record(row) for row in rows]
 

@@ -81,7 +81,8 @@ class SqliteResponseStore(ResponseStore):
 
     async def running(self, owner: str) -> list[StoredResponse]:
         return await self._select(
-            "WHERE owner = ? AND status IN ('queued', 'in_progress')", (owner,)
+            "WHERE owner = ? AND status IN ('queued', 'in_progress') ORDER BY created_at, id",
+            (owner,),
         )
 
     async def delete(self, response_id: str) -> bool:

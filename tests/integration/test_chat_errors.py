@@ -8,10 +8,11 @@ import json
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
-from tests.integration.conftest import MODEL, SimStack, Stack
+from tests.stacks import MODEL, SimStack, Stack
 
-HELLO = [{"role": "user", "content": "Hello"}]
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hello"}]
 
 
 def _envelope(response: httpx.Response) -> dict[str, object]:
@@ -33,7 +34,7 @@ def test_malformed_json_is_400(stack: Stack) -> None:
 
 def test_invalid_temperature_names_its_param(stack: Stack) -> None:
     with pytest.raises(openai.BadRequestError) as info:
-        stack.client().chat.completions.create(model=MODEL, messages=HELLO, temperature=7)  # type: ignore[arg-type]
+        stack.client().chat.completions.create(model=MODEL, messages=HELLO, temperature=7)
     assert info.value.status_code == 400
     assert info.value.param == "temperature"
     assert info.value.type == "invalid_request_error"
@@ -83,7 +84,7 @@ def test_invalid_parameters_are_400_with_param(
 
 def test_unknown_model_is_404_model_not_found(stack: Stack) -> None:
     with pytest.raises(openai.NotFoundError) as info:
-        stack.client().chat.completions.create(model="no-such-model", messages=HELLO)  # type: ignore[arg-type]
+        stack.client().chat.completions.create(model="no-such-model", messages=HELLO)
     assert info.value.code == "model_not_found"
     assert info.value.param == "model"
     assert info.value.type == "invalid_request_error"
@@ -93,9 +94,9 @@ def test_unknown_model_is_404_model_not_found(stack: Stack) -> None:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_prompt_over_context_is_400_context_length_exceeded(stack: Stack, stream: bool) -> None:
-    long_prompt = [{"role": "user", "content": "hello " * 9000}]
+    long_prompt: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello " * 9000}]
     with pytest.raises(openai.BadRequestError) as info:
-        stack.client().chat.completions.create(model=MODEL, messages=long_prompt, stream=stream)  # type: ignore[call-overload]
+        stack.client().chat.completions.create(model=MODEL, messages=long_prompt, stream=stream)
     assert info.value.code == "context_length_exceeded"
     assert "8192" in info.value.message
 
@@ -147,7 +148,7 @@ def test_healthy_sim_neuron_streams_to_the_end(sim_stack: SimStack) -> None:
             model=sim_stack.healthy_model,
             messages=HELLO,
             stream=True,
-            max_tokens=4,  # type: ignore[arg-type]
+            max_tokens=4,
         )
     )
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "tok0 tok1 tok2 tok3"

@@ -8,20 +8,22 @@ import time
 import grpc
 import httpx
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
-from tests.integration.conftest import EMBEDDING_MODEL, MODEL, Stack
-from tests.procs import engine_load
+from tests.procs import engine_load, neuron_stub
+from tests.stacks import EMBEDDING_MODEL, MODEL, Stack
 
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+QUESTION: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the capital of France?"}
+]
 
 
 def test_capital_of_france(stack: Stack) -> None:
     completion = stack.client().chat.completions.create(
         model=MODEL,
         messages=QUESTION,
-        temperature=0,  # type: ignore[arg-type]
+        temperature=0,
     )
     assert "Paris" in (completion.choices[0].message.content or "")
     assert completion.choices[0].finish_reason == "stop"
@@ -33,7 +35,7 @@ def test_capital_of_france_streamed(stack: Stack) -> None:
         model=MODEL,
         messages=QUESTION,
         temperature=0,
-        stream=True,  # type: ignore[arg-type]
+        stream=True,
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -47,7 +49,9 @@ def test_capital_of_france_streamed(stack: Stack) -> None:
 
 def test_streamed_text_equals_non_streamed_for_same_seed(stack: Stack) -> None:
     client = stack.client()
-    messages = [{"role": "user", "content": "Tell me a short story about a cat."}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "Tell me a short story about a cat."}
+    ]
     args = {
         "model": MODEL,
         "messages": messages,
@@ -71,7 +75,7 @@ def test_usage_adds_up(stack: Stack) -> None:
         model=MODEL,
         messages=QUESTION,
         temperature=0,
-        max_tokens=5,  # type: ignore[arg-type]
+        max_tokens=5,
     )
     usage = whole.usage
     assert usage is not None
@@ -86,7 +90,7 @@ def test_usage_adds_up(stack: Stack) -> None:
             model=MODEL,
             messages=QUESTION,
             temperature=0,
-            max_tokens=5,  # type: ignore[arg-type]
+            max_tokens=5,
             stream=True,
             stream_options={"include_usage": True},
         )
@@ -159,7 +163,7 @@ def test_grpc_deadline_is_honoured(stack: Stack) -> None:
     )
     received = 0
     with grpc.insecure_channel(stack.neuron_address) as channel:
-        stub = pb_grpc.NeuronStub(channel)
+        stub = neuron_stub(channel)
         with pytest.raises(grpc.RpcError) as info:
             for _ in stub.Generate(request, timeout=1.5):
                 received += 1
@@ -171,7 +175,7 @@ def test_grpc_deadline_is_honoured(stack: Stack) -> None:
 
 def test_neuron_info(stack: Stack) -> None:
     with grpc.insecure_channel(stack.neuron_address) as channel:
-        info = pb_grpc.NeuronStub(channel).Info(pb.InfoRequest(), timeout=5)
+        info = neuron_stub(channel).Info(pb.InfoRequest(), timeout=5)
     assert info.ready
     assert info.generation == pb.GPU_GENERATION_CPU
     assert info.engine.startswith("vllm")

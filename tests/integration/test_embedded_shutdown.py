@@ -14,9 +14,8 @@ import psutil
 import pytest
 
 from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
-from tests.integration.conftest import ENGINE_START_TIMEOUT_S, MODEL
-from tests.procs import neuron_addresses, start_up, wait_http_ready
+from tests.procs import neuron_addresses, neuron_stub, start_up, wait_http_ready
+from tests.stacks import ENGINE_START_TIMEOUT_S, MODEL
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT])
@@ -55,7 +54,7 @@ def test_up_serves_then_stops_everything(logs_dir: Path, sig: int) -> None:
             messages=[pb.ChatMessage(role="user", content="Hello")],
         )
         with grpc.insecure_channel(neuron) as channel:
-            stub = pb_grpc.NeuronStub(channel)
+            stub = neuron_stub(channel)
             code = None
             for _ in range(50):
                 try:

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import MODEL, Stack
 from tests.procs import REPO, Proc, free_port, wait_http_ready
+from tests.stacks import MODEL, Stack
 
 DEPLOY = REPO / "deploy"
 CHAT = "/v1/chat/completions"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import grpc
 import pytest
@@ -96,6 +96,7 @@ async def test_cancelling_the_call_stops_the_engine(served: tuple[SimEngine, Neu
     stream = client.generate(_request(max_tokens=500), timeout=30)
     await anext(stream)
     assert engine.load().running == 1
+    assert isinstance(stream, AsyncGenerator)
     await stream.aclose()  # what cortex does when its HTTP client goes away
     for _ in range(50):
         if engine.load().running == 0:

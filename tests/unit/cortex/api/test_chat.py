@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-import httpx
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
@@ -79,7 +79,7 @@ def test_unsupported_field_is_rejected_with_param() -> None:
     assert info.value.param == "logit_bias"
 
 
-def _chat(client: TestClient, **extra: object) -> httpx.Response:
+def _chat(client: TestClient, **extra: object) -> httpx2.Response:  # starlette's TestClient speaks httpx2
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], **extra}
     return client.post("/v1/chat/completions", json=body)
 

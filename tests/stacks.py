@@ -1,15 +1,17 @@
-"""Session-wide real processes: the embedded default (`neuraxis up`: a local
-Ray, the controller, vLLM CPU replicas of SmolLM2 and MiniLM, and cortex),
-started once because the engine takes ~30 s,
-and a cortex in front of two simulated neurons for failure paths."""
+"""The real stacks the integration tests and the benchmark smoke runs share:
+the embedded default (`neuraxis up`: a local Ray, the controller, vLLM CPU
+replicas of SmolLM2 and MiniLM, and cortex) and a cortex in front of
+simulated neurons for failure paths. The session fixtures that start them
+once are in tests/conftest.py; this module holds what tests import.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from openai import OpenAI
 
 from tests.procs import (
@@ -48,27 +50,22 @@ class Stack:
         return strict_client(self.base_url)
 
 
-@pytest.fixture(scope="session")
-def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("logs")
-
-
-@pytest.fixture(scope="session")
-def stack(logs_dir: Path) -> Iterator[Stack]:
-    up = start_up(logs_dir / "up.log")
-    proc, base = up.proc, up.base_url
+@contextmanager
+def embedded_stack(logs_dir: Path) -> Iterator[Stack]:
+    log = logs_dir / "up.log"
+    up = start_up(log)
     try:
-        wait_http_ready(proc, f"{base}/readyz", ENGINE_START_TIMEOUT_S)
-        neurons = neuron_addresses(base)
+        wait_http_ready(up.proc, f"{up.base_url}/readyz", ENGINE_START_TIMEOUT_S)
+        neurons = neuron_addresses(up.base_url)
         yield Stack(
-            base_url=base,
+            base_url=up.base_url,
             neuron_address=neurons[MODEL],
             embedding_address=neurons[EMBEDDING_MODEL],
-            proc=proc,
-            state_dir=up_state_dir(logs_dir / "up.log"),
+            proc=up.proc,
+            state_dir=up_state_dir(log),
         )
     finally:
-        proc.stop()
+        up.proc.stop()
 
 
 @dataclass
@@ -82,8 +79,14 @@ class SimStack:
         return strict_client(self.base_url)
 
 
-@pytest.fixture(scope="session")
-def sim_stack(logs_dir: Path) -> Iterator[SimStack]:
+def _sim_neuron(served_id: str, port: int, extra: list[str], logs_dir: Path) -> Proc:
+    args = ["neuron", "serve", "--engine", "sim", "--port", str(port), "--served-id", served_id]
+    args += ["--metrics-port", str(free_port()), *extra]
+    return Proc(args, logs_dir / f"{served_id}.log")
+
+
+@contextmanager
+def simulated_stack(logs_dir: Path) -> Iterator[SimStack]:
     """cortex with three simulated neurons: one healthy, one whose engine fails
     after three tokens, one that fails before the first token; plus an address
     where nothing listens (a dead neuron) for a configured model."""
@@ -98,39 +101,12 @@ def sim_stack(logs_dir: Path) -> Iterator[SimStack]:
         for served_id, extra in specs:
             port = free_port()
             neurons += ["--neuron", f"127.0.0.1:{port}"]
-            procs.append(
-                Proc(
-                    [
-                        "neuron",
-                        "serve",
-                        "--engine",
-                        "sim",
-                        "--port",
-                        str(port),
-                        "--served-id",
-                        served_id,
-                        "--metrics-port",
-                        str(free_port()),
-                        *extra,
-                    ],
-                    logs_dir / f"{served_id}.log",
-                )
-            )
+            procs.append(_sim_neuron(served_id, port, extra, logs_dir))
         dead = f"127.0.0.1:{free_port()}"
         port = free_port()
+        models = ["--model", "sim-ok", "--model", "sim-dead"]
         cortex = Proc(
-            [
-                "cortex",
-                "--port",
-                str(port),
-                *neurons,
-                "--neuron",
-                dead,
-                "--model",
-                "sim-ok",
-                "--model",
-                "sim-dead",
-            ],
+            ["cortex", "--port", str(port), *neurons, "--neuron", dead, *models],
             logs_dir / "sim-cortex.log",
         )
         procs.append(cortex)

@@ -1,0 +1,53 @@
+"""Every benchmark in smoke mode (`--smoke`: a few requests, seconds), so a
+change that breaks one fails `make test` instead of the next `make bench`.
+Nothing here judges speed: a run passes when it exits 0 and prints its table.
+
+The benchmarks that measure the real stack run as separate processes against
+the session's `neuraxis up` (--base-url), the way `make bench` runs them but
+without starting a second engine; the failover benchmark builds its own
+simulated Ray cluster.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.procs import REPO, child_env
+from tests.stacks import Stack
+
+SMOKE_TIMEOUT_S = 300
+
+
+def _smoke(module: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--smoke", *args],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_TIMEOUT_S,
+    )
+    assert done.returncode == 0, f"{module} exited {done.returncode}:\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "table"),
+    [
+        ("bench.gateway_overhead", "| concurrency | path | TTFT p50 (ms) | output tokens/s |"),
+        ("bench.embeddings_throughput", "| batch | direct gRPC (inputs/s) |"),
+        ("bench.metrics_cost", "| cortex (concurrency 2) | TTFT p50 (ms) | output tokens/s |"),
+        ("bench.responses_vs_chat", "| concurrency | API | TTFT p50 (ms) | output tokens/s |"),
+    ],
+)
+def test_benchmark_against_the_stack_runs(stack: Stack, module: str, table: str) -> None:
+    out = _smoke(module, "--base-url", stack.base_url)
+    assert table in out, out
+
+
+def test_failover_benchmark_runs() -> None:
+    out = _smoke("bench.failover")
+    assert "| actor killed | 1 |" in out, out

@@ -1,0 +1,29 @@
+"""Session-wide real processes, started once because the engine takes ~30 s
+and shared by every test that asks for them: tests/integration/ and the
+benchmark smoke runs in tests/bench/. Unit tests never ask for them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.stacks import SimStack, Stack, embedded_stack, simulated_stack
+
+
+@pytest.fixture(scope="session")
+def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def stack(logs_dir: Path) -> Iterator[Stack]:
+    with embedded_stack(logs_dir) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def sim_stack(logs_dir: Path) -> Iterator[SimStack]:
+    with simulated_stack(logs_dir) as running:
+        yield running
