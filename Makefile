@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck proto proto-check bench bench-embeddings bench-metrics bench-responses bench-failover install clean
+.PHONY: run test unit lint typecheck proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-failover install clean
 
 install: $(STAMP)
 
@@ -27,20 +27,23 @@ run: $(STAMP)
 	$(VENV)/bin/neuraxis up
 
 # Lint and type checks first (a minute at most), then the unit and the
-# real-process integration tests.
+# real-process integration tests, and every benchmark in smoke mode
+# (tests/bench: a few requests each, against the session's stack).
 test: lint typecheck
 	$(PY) -m pytest -q -p no:cacheprovider
 
 unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
-# ruff's rules and formatting, then the import layers (pyproject.toml's
-# [tool.importlinter]: app above cortex | neuron, both above core).
+# ruff's rules and formatting over the whole tree (packages, bench/, tests/),
+# then the import layers (pyproject.toml's [tool.importlinter]: app above
+# cortex | neuron, both above core).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
+# mypy --strict over the packages, bench/ and tests/ (pyproject.toml's [tool.mypy]).
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
@@ -50,12 +53,18 @@ proto: $(STAMP)
 proto-check: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit/neuraxis/core/test_proto_stubs.py
 
+# Each benchmark starts what it measures (`neuraxis up`, or a simulated Ray
+# cluster) and writes its summary to bench/results/. `make bench-smoke` runs
+# them all with --smoke (seconds each; `make test` does it too).
 bench: $(STAMP)
 	$(PY) -m bench.gateway_overhead
 	$(PY) -m bench.embeddings_throughput
 	$(PY) -m bench.metrics_cost
 	$(PY) -m bench.responses_vs_chat
 	$(PY) -m bench.failover
+
+bench-smoke: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests/bench
 
 bench-failover: $(STAMP)
 	$(PY) -m bench.failover

@@ -397,7 +397,11 @@ def test_cancel_background_response_aborts_generation(stack: Stack) -> None:
         background=True,
     )
     _wait_status(client, queued.id, {"in_progress"})
-    time.sleep(1.0)  # let it generate for a while
+    # Cancel while the engine is generating it (not before it got there).
+    deadline = time.monotonic() + 30
+    while engine_load(stack.neuron_address).running == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine_load(stack.neuron_address).running == 1
     cancelled = client.responses.cancel(queued.id)
     assert cancelled.status == "cancelled"
     assert client.responses.retrieve(queued.id).status == "cancelled"
