@@ -93,10 +93,14 @@ class Load:
         with self._lock:
             return len(self.outcomes)
 
-    def wait_for(self, more: int) -> None:
-        """Until `more` further requests have ended."""
+    def wait_for(self, more: int, timeout: float = 120) -> None:
+        """Until `more` further requests have ended (a stuck load fails the
+        run instead of hanging it)."""
         target = self.count() + more
+        deadline = time.monotonic() + timeout
         while self.count() < target:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{more} requests did not end in {timeout} s")
             time.sleep(0.02)
 
     def summary(self, since: float = 0.0, until: float = float("inf")) -> dict[str, int]:
