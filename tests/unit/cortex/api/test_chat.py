@@ -79,9 +79,8 @@ def test_unsupported_field_is_rejected_with_param() -> None:
     assert info.value.param == "logit_bias"
 
 
-def _chat(
-    client: TestClient, **extra: object
-) -> httpx2.Response:  # starlette's TestClient speaks httpx2
+# starlette's TestClient speaks httpx2 (httpx's successor), not httpx.
+def _chat(client: TestClient, **extra: object) -> httpx2.Response:
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], **extra}
     return client.post("/v1/chat/completions", json=body)
 
