@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.stacks import SimStack, Stack, embedded_stack, simulated_stack
+from tests.stacks import SimStack, Stack, close_clients, embedded_stack, simulated_stack
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    """Each test's OpenAI clients are closed when it ends, not by the garbage
+    collector in some later test."""
+    yield
+    close_clients()
 
 
 @pytest.fixture(scope="session")

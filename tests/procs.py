@@ -41,15 +41,17 @@ class Proc:
 
     def __init__(self, args: list[str], log_path: Path) -> None:
         self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop())
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", "neuraxis.app.cli", *args],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=child_env(),
-            cwd=REPO,
-            start_new_session=True,
-        )
+        # The child writes through its own copy of the descriptor; ours is
+        # closed at once, so no open file outlives a Proc that is never stopped.
+        with open(log_path, "wb") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "neuraxis.app.cli", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=child_env(),
+                cwd=REPO,
+                start_new_session=True,
+            )
 
     def log_tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(errors="replace").splitlines()
@@ -59,9 +61,7 @@ class Proc:
         return self.popen.poll() is None
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        code = stop_process_group(self.popen, sig, timeout)
-        self._log.close()
-        return code
+        return stop_process_group(self.popen, sig, timeout)
 
 
 def wait_http_ready(proc: Proc, url: str, timeout: float) -> None:

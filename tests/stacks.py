@@ -28,14 +28,29 @@ EMBEDDING_MODEL = "all-minilm-l6-v2"
 ENGINE_START_TIMEOUT_S = 600
 
 
+# Every client a test made, closed when the test ends (tests/conftest.py): a
+# client left to the garbage collector closes its sockets in whatever order
+# the collector finalises the cycle, and an unclosed socket is a
+# ResourceWarning, raised later in some other test.
+_made: list[OpenAI] = []
+
+
 def strict_client(base_url: str) -> OpenAI:
     """The judge of wire-exactness: the pinned SDK in strict validation mode."""
-    return OpenAI(
+    client = OpenAI(
         base_url=f"{base_url}/v1",
         api_key="unused",
         max_retries=0,
         _strict_response_validation=True,
     )
+    _made.append(client)
+    return client
+
+
+def close_clients() -> None:
+    """Close the clients made since the last call."""
+    while _made:
+        _made.pop().close()
 
 
 @dataclass

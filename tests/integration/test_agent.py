@@ -78,13 +78,14 @@ def test_the_agent_joins_with_its_generation_label_and_gpus(tmp_path: Path) -> N
     agent = None
     try:
         wait_for_head(address, head)
-        log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115
-        agent = _agent(
-            ["--generation", "ada", "--ray-address", address],
-            fake_nvml_env([L40S, L40S], base=env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        # The child keeps its own copy of the descriptor; ours closes here.
+        with open(tmp_path / "agent.log", "wb") as log:
+            agent = _agent(
+                ["--generation", "ada", "--ray-address", address],
+                fake_nvml_env([L40S, L40S], base=env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 60
         joined: list[dict[str, Any]] = []
         while time.monotonic() < deadline and not joined:

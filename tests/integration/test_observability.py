@@ -50,17 +50,17 @@ def prometheus(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     config = config.replace("- rules.yml", f"- {DEPLOY / 'prometheus/rules.yml'}")
     (work / "prometheus.yml").write_text(config)
     port = free_port()
-    log = open(work / "prometheus.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={work / 'prometheus.yml'}",
-            f"--storage.tsdb.path={work / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with open(work / "prometheus.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={work / 'prometheus.yml'}",
+                f"--storage.tsdb.path={work / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -77,7 +77,6 @@ def prometheus(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-        log.close()
 
 
 def _query(base: str, expr: str) -> list[dict[str, Any]]:
