@@ -4,7 +4,8 @@ import socket
 
 import pytest
 
-from cortex.cluster.replica import ReplicaStartError, _free_port
+from cortex.cluster.backend import ReplicaStartError
+from cortex.cluster.replica import _free_port
 
 
 def test_a_port_from_the_configured_range_skips_busy_and_taken_ones(
