@@ -46,7 +46,7 @@ time.sleep(120)
 
 def _gone(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
 
@@ -64,7 +64,8 @@ def _start_parent(from_thread: bool) -> tuple[subprocess.Popen[bytes], int, int]
     code = textwrap.dedent(_PARENT.format(from_thread=from_thread))
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert parent.stdout is not None
-    child_pid, death_signal = (int(x) for x in parent.stdout.readline().split())
+    with parent.stdout:  # one line is all it says; an open pipe left behind is a ResourceWarning
+        child_pid, death_signal = (int(x) for x in parent.stdout.readline().split())
     return parent, child_pid, death_signal
 
 
@@ -106,7 +107,8 @@ def test_what_is_left_of_a_group_is_killed_when_its_leader_exits() -> None:
         [sys.executable, "-c", _LEADER], stdout=subprocess.PIPE, start_new_session=True
     )
     assert leader.stdout is not None
-    grandchild = int(leader.stdout.readline())
+    with leader.stdout:
+        grandchild = int(leader.stdout.readline())
     watcher = kill_group_when_exits(leader)
     try:
         assert not _gone(grandchild)
