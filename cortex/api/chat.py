@@ -154,10 +154,10 @@ class _Chunker:
             finish_reason=finish,
             logprobs=ChoiceLogprobs(content=logprobs_out(logprobs)) if logprobs else None,
         )
-        return ChatCompletionChunk(**self._base, choices=[choice])  # type: ignore[arg-type]
+        return ChatCompletionChunk(**self._base, choices=[choice])
 
     def usage(self, usage: pb.Usage) -> ChatCompletionChunk:
-        return ChatCompletionChunk(**self._base, choices=[], usage=usage_of(usage))  # type: ignore[arg-type]
+        return ChatCompletionChunk(**self._base, choices=[], usage=usage_of(usage))
 
 
 def _tool_call_deltas(call: pb.ToolCallDelta) -> list[dict[str, Any]]:

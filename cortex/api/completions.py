@@ -90,7 +90,7 @@ def _choice(index: int, state: ChoiceState, echo: str, with_logprobs: bool) -> C
         index=index,
         text=text,
         logprobs=logprobs,
-        finish_reason=finish_reason(state.finish),  # type: ignore[arg-type]
+        finish_reason=finish_reason(state.finish),
     )
 
 
@@ -122,7 +122,7 @@ async def _chunks(
     def chunk(
         index: int, text: str, finish: str | None, logprobs: CompletionLogprobs | None
     ) -> Completion:
-        choice = CompletionChoice(index=index, text=text, finish_reason=finish, logprobs=logprobs)  # type: ignore[arg-type]
+        choice = CompletionChoice(index=index, text=text, finish_reason=finish, logprobs=logprobs)
         return base.model_copy(update={"choices": [choice]})
 
     total = pb.Usage()

@@ -113,7 +113,7 @@ class ResponseBuilder:
         }
 
     def _lifecycle(self, kind: str) -> ResponseLifecycle:
-        return ResponseLifecycle(type=kind, response=self.snapshot())  # type: ignore[arg-type]
+        return ResponseLifecycle(type=kind, response=self.snapshot())
 
     def start(self) -> list[ResponseEvent]:
         return [self._lifecycle("response.created"), self._lifecycle("response.in_progress")]
