@@ -42,7 +42,12 @@ def test_up_serves_then_stops_everything(logs_dir: Path, sig: int) -> None:
         assert "neuron" in names and "cortex" in names and "raylet" in names
 
         # Kill the engine core: the neuron must say UNAVAILABLE, not hang.
-        chat_neuron = next(p for p in tree if "serve" in p.cmdline() and MODEL in p.cmdline())
+        # A replica's neuron gets its settings as NEURAXIS_NEURON_* variables.
+        chat_neuron = next(
+            p
+            for p in tree
+            if "serve" in p.cmdline() and p.environ().get("NEURAXIS_NEURON_SERVED_ID") == MODEL
+        )
         engine_core = [
             p for p in chat_neuron.children() if "EngineCore" in " ".join(p.cmdline()) + p.name()
         ]
