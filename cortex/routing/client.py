@@ -9,8 +9,8 @@ interface the pool uses, so that its tests can put an in-memory neuron behind it
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable
+from typing import Protocol, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -24,6 +24,8 @@ from neuraxis.core.errors import (
 )
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+
+R = TypeVar("R")
 
 _CHANNEL_OPTIONS = [
     # Notice a neuron that vanished without closing its connection.
@@ -74,23 +76,18 @@ class NeuronClient:
         return self._channel
 
     async def info(self, timeout: float) -> pb.InfoResponse:
-        try:
-            info: pb.InfoResponse = await self._stub.Info(pb.InfoRequest(), timeout=timeout)
-            return info
-        except grpc.aio.AioRpcError as e:
-            raise self._translate(e) from None
+        return await self._unary(self._stub.Info(pb.InfoRequest(), timeout=timeout))
 
     async def embed(self, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse:
-        try:
-            response: pb.EmbedResponse = await self._stub.Embed(request, timeout=timeout)
-            return response
-        except grpc.aio.AioRpcError as e:
-            raise self._translate(e) from None
+        return await self._unary(self._stub.Embed(request, timeout=timeout))
 
     async def load(self, timeout: float) -> pb.LoadResponse:
+        return await self._unary(self._stub.Load(pb.LoadRequest(), timeout=timeout))
+
+    async def _unary(self, call: Awaitable[R]) -> R:
+        """A unary call's answer, or its failure as the typed error."""
         try:
-            load: pb.LoadResponse = await self._stub.Load(pb.LoadRequest(), timeout=timeout)
-            return load
+            return await call
         except grpc.aio.AioRpcError as e:
             raise self._translate(e) from None
 

@@ -10,6 +10,8 @@ it continued. `previous_response_id` chains are rebuilt from these.
 from __future__ import annotations
 
 import abc
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,46 @@ class StoredResponse:
     @property
     def status(self) -> str:
         return str(self.response.get("status", ""))
+
+    def to_row(self) -> tuple[Any, ...]:
+        """The record as a table row, in COLUMNS order (JSON as text)."""
+        return (
+            self.id,
+            self.created_at,
+            self.previous_response_id,
+            self.status,
+            self.owner,
+            json.dumps(self.response),
+            json.dumps(self.input_items),
+            json.dumps(self.events),
+        )
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> StoredResponse:
+        """A row selected in COLUMNS order back into a record (status is
+        derived from the response object, not read)."""
+        return cls(
+            id=row[0],
+            created_at=row[1],
+            previous_response_id=row[2],
+            owner=row[4],
+            response=json.loads(row[5]),
+            input_items=json.loads(row[6]),
+            events=json.loads(row[7]),
+        )
+
+
+# Every backend's table has these columns; rows are read and written in this order.
+COLUMNS = (
+    "id",
+    "created_at",
+    "previous_response_id",
+    "status",
+    "owner",
+    "response",
+    "input_items",
+    "events",
+)
 
 
 class ResponseStore(abc.ABC):

@@ -7,12 +7,11 @@ server's durability settings (synchronous_commit) decide the rest.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import asyncpg
 
-from cortex.store.base import ResponseStore, StoredResponse
+from cortex.store.base import COLUMNS, ResponseStore, StoredResponse
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS neuraxis_responses (
@@ -29,9 +28,17 @@ ALTER TABLE neuraxis_responses ADD COLUMN IF NOT EXISTS status TEXT NOT NULL DEF
 ALTER TABLE neuraxis_responses ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
 ALTER TABLE neuraxis_responses ADD COLUMN IF NOT EXISTS events JSONB NOT NULL DEFAULT '[]';
 """
+# JSONB read back as text, so that both backends' rows decode alike.
+_JSON = {"response", "input_items", "events"}
 _SELECT = (
-    "SELECT id, created_at, previous_response_id, owner, response::text, input_items::text, "
-    "events::text FROM neuraxis_responses "
+    "SELECT "
+    + ", ".join(f"{c}::text" if c in _JSON else c for c in COLUMNS)
+    + " FROM neuraxis_responses "
+)
+_UPSERT = (
+    f"INSERT INTO neuraxis_responses ({', '.join(COLUMNS)}) VALUES "
+    f"({', '.join(f'${i}' for i in range(1, len(COLUMNS) + 1))}) ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS if c != "id")
 )
 
 
@@ -52,28 +59,12 @@ class PostgresResponseStore(ResponseStore):
 
     async def put(self, record: StoredResponse) -> None:
         pool = await self._connection_pool()
-        await pool.execute(
-            "INSERT INTO neuraxis_responses (id, created_at, previous_response_id, status, owner, "
-            "response, input_items, events) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
-            "ON CONFLICT (id) DO UPDATE SET created_at = EXCLUDED.created_at, "
-            "previous_response_id = EXCLUDED.previous_response_id, "
-            "status = EXCLUDED.status, owner = EXCLUDED.owner, "
-            "response = EXCLUDED.response, input_items = EXCLUDED.input_items, "
-            "events = EXCLUDED.events",
-            record.id,
-            record.created_at,
-            record.previous_response_id,
-            record.status,
-            record.owner,
-            json.dumps(record.response),
-            json.dumps(record.input_items),
-            json.dumps(record.events),
-        )
+        await pool.execute(_UPSERT, *record.to_row())
 
     async def get(self, response_id: str) -> StoredResponse | None:
         pool = await self._connection_pool()
         row = await pool.fetchrow(_SELECT + "WHERE id = $1", response_id)
-        return None if row is None else _record(row)
+        return None if row is None else StoredResponse.from_row(row)
 
     async def running(self, owner: str) -> list[StoredResponse]:
         pool = await self._connection_pool()
@@ -82,7 +73,7 @@ class PostgresResponseStore(ResponseStore):
             "ORDER BY created_at, id",
             owner,
         )
-        return [_record(row) for row in rows]
+        return [StoredResponse.from_row(row) for row in rows]
 
     async def delete(self, response_id: str) -> bool:
         pool = await self._connection_pool()
@@ -92,15 +83,3 @@ class PostgresResponseStore(ResponseStore):
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
-
-
-def _record(row: Any) -> StoredResponse:
-    return StoredResponse(
-        id=row[0],
-        created_at=row[1],
-        previous_response_id=row[2],
-        owner=row[3],
-        response=json.loads(row[4]),
-        input_items=json.loads(row[5]),
-        events=json.loads(row[6]),
-    )

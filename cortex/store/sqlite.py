@@ -8,23 +8,12 @@ worker thread, one at a time (a single connection), never on the event loop.
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-from cortex.store.base import ResponseStore, StoredResponse
+from cortex.store.base import COLUMNS, ResponseStore, StoredResponse
 
-_COLUMNS = (
-    "id",
-    "created_at",
-    "previous_response_id",
-    "status",
-    "owner",
-    "response",
-    "input_items",
-    "events",
-)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
@@ -61,17 +50,8 @@ class SqliteResponseStore(ResponseStore):
         self._lock = asyncio.Lock()
 
     async def put(self, record: StoredResponse) -> None:
-        row = (
-            record.id,
-            record.created_at,
-            record.previous_response_id,
-            record.status,
-            record.owner,
-            json.dumps(record.response),
-            json.dumps(record.input_items),
-            json.dumps(record.events),
-        )
-        sql = f"INSERT OR REPLACE INTO responses ({', '.join(_COLUMNS)}) VALUES (?,?,?,?,?,?,?,?)"
+        row = record.to_row()
+        sql = f"INSERT OR REPLACE INTO responses ({', '.join(COLUMNS)}) VALUES (?,?,?,?,?,?,?,?)"
         async with self._lock:
             await asyncio.to_thread(self._db.execute, sql, row)
 
@@ -97,19 +77,7 @@ class SqliteResponseStore(ResponseStore):
             await asyncio.to_thread(self._db.close)
 
     async def _select(self, where: str, args: tuple[Any, ...]) -> list[StoredResponse]:
-        sql = f"SELECT {', '.join(_COLUMNS)} FROM responses {where}"
+        sql = f"SELECT {', '.join(COLUMNS)} FROM responses {where}"
         async with self._lock:
             rows = await asyncio.to_thread(lambda: self._db.execute(sql, args).fetchall())
-        return [_record(row) for row in rows]
-
-
-def _record(row: tuple[Any, ...]) -> StoredResponse:
-    return StoredResponse(
-        id=row[0],
-        created_at=row[1],
-        previous_response_id=row[2],
-        owner=row[4],
-        response=json.loads(row[5]),
-        input_items=json.loads(row[6]),
-        events=json.loads(row[7]),
-    )
+        return [StoredResponse.from_row(row) for row in rows]
