@@ -26,7 +26,7 @@ from cortex.api.responses.run import fail_orphans
 from cortex.cluster.spec import DeploymentSpec, load_spec
 from cortex.config import CortexSettings
 from cortex.middleware import BodyLimit
-from cortex.routing.client import NeuronClient
+from cortex.routing.client import NeuronClient, channel_credentials
 from cortex.routing.pool import NeuronPool
 from cortex.store.base import ResponseStore
 from cortex.store.sqlite import SqliteResponseStore
@@ -41,8 +41,9 @@ def create_app(
     from the configured neuron addresses and started with the app."""
     spec = load_spec(settings.deployment) if settings.cluster_mode and settings.deployment else None
     expected = settings.models or ([m.id for m in spec.models if m.replicas] if spec else [])
+    credentials = channel_credentials(settings.tls) if settings.tls else None
     pool = pool or NeuronPool(
-        [NeuronClient(address) for address in settings.neurons],
+        [NeuronClient(address, credentials) for address in settings.neurons],
         expected_models=expected,
         poll_interval_s=settings.poll_interval_s,
         request_timeout_s=settings.request_timeout_s,

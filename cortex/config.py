@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cortex.routing.factory import DEFAULT_POLICY, PolicyName, PolicyOptions, PolicyTable
 from neuraxis.core.settings import Flag
+from neuraxis.core.tls import TlsFiles, tls_files
 
 
 def default_state_dir() -> Path:
@@ -137,6 +138,15 @@ class CortexSettings(BaseSettings):
         description="how long a replica may take to load its model before it counts as failed (s)",
     )
 
+    # Mutual TLS to the neurons (all three or none). docs/deploy.md, "Mutual TLS".
+    tls_ca: Path | None = Field(
+        None, description="mutual TLS: the CA certificate neurons' certificates must chain to"
+    )
+    tls_cert: Path | None = Field(
+        None, description="mutual TLS: cortex's client certificate (PEM, signed by tls_ca)"
+    )
+    tls_key: Path | None = Field(None, description="mutual TLS: tls_cert's private key (PEM)")
+
     @field_validator("neurons")
     @classmethod
     def _addresses(cls, value: list[str]) -> list[str]:
@@ -156,6 +166,16 @@ class CortexSettings(BaseSettings):
             if self.ray_head and self.ray_address:
                 raise ValueError("give either ray_head (start one here) or ray_address, not both")
         return self
+
+    @model_validator(mode="after")
+    def _tls_complete(self) -> CortexSettings:
+        tls_files(self.tls_ca, self.tls_cert, self.tls_key)
+        return self
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        """The mutual-TLS files, or None: plaintext gRPC."""
+        return tls_files(self.tls_ca, self.tls_cert, self.tls_key)
 
     @property
     def cluster_mode(self) -> bool:

@@ -55,6 +55,19 @@ def join_command(
     return cmd
 
 
+def replica_tls_env(settings: NeuronSettings) -> dict[str, str]:
+    """The replicas' neurons inherit Ray's environment and read their
+    settings from it: this host's TLS files become theirs (absolute:
+    a replica runs in another directory)."""
+    if settings.tls is None:
+        return {}
+    return {
+        "NEURAXIS_NEURON_TLS_CA": str(settings.tls.ca.absolute()),
+        "NEURAXIS_NEURON_TLS_CERT": str(settings.tls.cert.absolute()),
+        "NEURAXIS_NEURON_TLS_KEY": str(settings.tls.key.absolute()),
+    }
+
+
 def run_agent(settings: NeuronSettings) -> int:
     configure_logging(settings.json_logs)
     if not settings.ray_address:
@@ -76,6 +89,7 @@ def run_agent(settings: NeuronSettings) -> int:
     if settings.cache_dir is not None:
         # Replicas on this node prepare and load models from here.
         os.environ["NEURAXIS_CACHE_DIR"] = str(settings.cache_dir)
+    os.environ.update(replica_tls_env(settings))
     names = ", ".join(sorted({d.name for d in devices})) or "no GPU"
     log.info(
         "joining the Ray cluster at %s as a %s node (%d GPUs: %s)",

@@ -119,9 +119,11 @@ def detect_generation(settings: NeuronSettings, nvml: Any | None) -> Generation:
 
 
 def run(settings: NeuronSettings) -> int:
-    from neuron.server import serve
+    from neuron.server import serve, server_credentials
 
     configure_logging(settings.json_logs)
+    # Read before the engine loads: a missing file stops the neuron at once.
+    credentials = server_credentials(settings.tls) if settings.tls else None
     generation = detect_generation(settings, load_nvml())
     log.info("GPU generation: %s", generation.value)
     engine = build_engine(settings, generation)
@@ -134,5 +136,6 @@ def run(settings: NeuronSettings) -> int:
             generation=GENERATION_TO_PB[generation],
             drain_timeout_s=settings.drain_timeout_s,
             metrics_port=settings.metrics_port,
+            credentials=credentials,
         )
     )

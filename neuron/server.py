@@ -27,6 +27,7 @@ from neuraxis.core.errors import (
     UnavailableError,
     mapping_for,
 )
+from neuraxis.core.tls import TlsFiles
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 from neuron import convert, metrics
@@ -240,19 +241,44 @@ async def _set_health(health_servicer: health.aio.HealthServicer, serving: bool)
 
 
 async def _listen(
-    servicer: NeuronServicer, health_servicer: health.aio.HealthServicer, host: str, port: int
+    servicer: NeuronServicer,
+    health_servicer: health.aio.HealthServicer,
+    host: str,
+    port: int,
+    credentials: grpc.ServerCredentials | None,
 ) -> tuple[grpc.aio.Server, int]:
-    """Start the gRPC server (NOT_SERVING until the engine has loaded)."""
+    """Start the gRPC server (NOT_SERVING until the engine has loaded), over
+    mutual TLS with `credentials`, otherwise plaintext."""
     server = grpc.aio.server()
     pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     await _set_health(health_servicer, serving=False)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if credentials is None:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    else:
+        bound = server.add_secure_port(f"{host}:{port}", credentials)
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port}")
     await server.start()
-    log.info("neuron listening on %s:%d, loading the engine", host, bound)
+    log.info(
+        "neuron listening on %s:%d (%s), loading the engine",
+        host,
+        bound,
+        "plaintext" if credentials is None else "mutual TLS",
+    )
     return server, bound
+
+
+def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
+    """Mutual TLS: the neuron shows its certificate and takes only clients
+    whose certificate chains to the CA; a plaintext or certificate-less
+    client fails the handshake before any call."""
+    material = files.read()
+    return grpc.ssl_server_credentials(
+        [(material.key, material.cert)],
+        root_certificates=material.ca,
+        require_client_auth=True,
+    )
 
 
 async def serve(
@@ -262,9 +288,11 @@ async def serve(
     generation: pb.GpuGeneration,
     drain_timeout_s: float,
     metrics_port: int = 0,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> int:
     """Serve until SIGTERM or SIGINT, then drain: stop accepting calls, let
     in-flight ones finish for up to drain_timeout_s, and stop the engine.
+    With `credentials` the port speaks only TLS (server_credentials).
 
     Returns the process's exit status: 0 after a stop, EXIT_ENGINE_DIED when
     the engine died (health NOT_SERVING at once, the in-flight calls fail
@@ -275,7 +303,7 @@ async def serve(
         metrics.serve_metrics(host, metrics_port)
     servicer = NeuronServicer(engine, generation, metrics_port)
     health_servicer = health.aio.HealthServicer()
-    server, bound = await _listen(servicer, health_servicer, host, port)
+    server, bound = await _listen(servicer, health_servicer, host, port, credentials)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

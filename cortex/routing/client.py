@@ -5,6 +5,8 @@ typed error the neuron raised (or UnavailableError when the neuron could not
 be reached), and cancels the call when its caller stops reading, which
 aborts the request in the neuron's engine. `NeuronConnection` is the
 interface the pool uses, so that its tests can put an in-memory neuron behind it.
+With channel credentials (`channel_credentials`, mutual TLS) every call, Info
+polls and health checks included, goes over TLS.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from neuraxis.core.errors import (
     UnavailableError,
     from_grpc,
 )
+from neuraxis.core.tls import NEURON_SERVER_NAME, TlsFiles
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 
@@ -37,6 +40,19 @@ _CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
+
+# Over TLS the neuron's certificate is checked for this name, not for the
+# address dialled (neuraxis/core/tls.py says why).
+_TLS_OPTIONS = [("grpc.ssl_target_name_override", NEURON_SERVER_NAME)]
+
+
+def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
+    """Mutual TLS: trust neurons whose certificate chains to the CA, and show
+    cortex's certificate to them."""
+    material = files.read()
+    return grpc.ssl_channel_credentials(
+        root_certificates=material.ca, private_key=material.key, certificate_chain=material.cert
+    )
 
 
 class NeuronConnection(Protocol):
@@ -56,8 +72,10 @@ class NeuronConnection(Protocol):
 
 
 class NeuronClient:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, credentials: grpc.ChannelCredentials | None = None) -> None:
+        """`credentials`: None for plaintext, or channel_credentials(...)."""
         self.address = address
+        self._credentials = credentials
         self._channel: grpc.aio.Channel | None = None
         self._stub_: pb_grpc.NeuronStub | None = None
         self._health: health_pb2_grpc.HealthStub | None = None
@@ -72,8 +90,15 @@ class NeuronClient:
 
     def _channel_(self) -> grpc.aio.Channel:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+            self._channel = self._open()
         return self._channel
+
+    def _open(self) -> grpc.aio.Channel:
+        if self._credentials is None:
+            return grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+        return grpc.aio.secure_channel(
+            self.address, self._credentials, options=_CHANNEL_OPTIONS + _TLS_OPTIONS
+        )
 
     async def info(self, timeout: float) -> pb.InfoResponse:
         return await self._unary(self._stub.Info(pb.InfoRequest(), timeout=timeout))

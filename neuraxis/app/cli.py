@@ -1,5 +1,5 @@
 """The `neuraxis` command: up, cortex, neuron serve|agent, status, config
-check, model prepare.
+check, model prepare, tls init.
 
 The options of `cortex`, `neuron serve` and `neuron agent` are generated from
 their settings classes, and those of `up` from EmbeddedOptions
@@ -128,6 +128,25 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument(
         "--cache-dir", type=Path, help="cache directory (default ~/.cache/neuraxis)"
     )
+
+    tls = sub.add_parser("tls", help="mutual TLS files", description="TLS commands.")
+    tls_sub = tls.add_subparsers(dest="tls_command", required=True, metavar="COMMAND")
+    tls_init = tls_sub.add_parser(
+        "init",
+        help="make a CA and cortex's and the neurons' certificates",
+        description="Write a cluster's mutual-TLS files into DIR: ca.crt and ca.key, "
+        "cortex.crt and cortex.key, neuron.crt and neuron.key (keys mode 0600). "
+        "Existing files are not overwritten.",
+    )
+    tls_init.add_argument("directory", type=Path, metavar="DIR")
+    tls_init.add_argument(
+        "--san",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another host name or IP address for the neuron certificate, for clients other "
+        "than cortex (repeatable; cortex checks the name neuraxis-neuron)",
+    )
     return parser
 
 
@@ -172,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if any(line.startswith("error") for line in lines) else 0
         if args.command == "model":
             return _prepare_models(args.models, args.cache_dir)
+        if args.command == "tls":
+            return _tls_init(args.directory, args.san)
     except (SettingsError, SpecError) as e:
         print(f"neuraxis: {e}", file=sys.stderr)
         return 2
@@ -261,6 +282,19 @@ def _prepare_models(models: list[str], cache_dir: Path | None) -> int:
     except PrepareError as e:
         print(f"neuraxis: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _tls_init(directory: Path, sans: list[str]) -> int:
+    from neuraxis.app.tls import TlsInitError, init_cluster_tls
+
+    try:
+        written = init_cluster_tls(directory, sans)
+    except (TlsInitError, OSError) as e:
+        print(f"neuraxis: {e}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
     return 0
 
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from neuraxis.core.generations import Generation
 from neuraxis.core.tasks import ModelTask
+from neuraxis.core.tls import TlsFiles, tls_files
 
 # The bundled models' ids (neuron/models/bundled.py says where they come from).
 DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
@@ -99,6 +100,15 @@ class NeuronSettings(BaseSettings):
         description="threads that render chat templates, tokenise and truncate prompts, "
         "off the event loop (vLLM engine)",
     )
+    # Mutual TLS (all three or none): the neuron then takes only clients with a
+    # certificate from tls_ca, and no plaintext. docs/deploy.md, "Mutual TLS".
+    tls_ca: Path | None = Field(
+        None, description="mutual TLS: the CA certificate clients' certificates must chain to"
+    )
+    tls_cert: Path | None = Field(
+        None, description="mutual TLS: the neuron's certificate (PEM, signed by tls_ca)"
+    )
+    tls_key: Path | None = Field(None, description="mutual TLS: tls_cert's private key (PEM)")
     # The simulated engine (tests and benchmarks).
     sim_ttft_s: float = Field(0.01, ge=0, description="sim engine: time to first token (s)")
     sim_itl_s: float = Field(0.005, ge=0, description="sim engine: time between tokens (s)")
@@ -110,6 +120,16 @@ class NeuronSettings(BaseSettings):
         description="sim engine: the GPU generation it stands in for (no detection)",
     )
 
+    @model_validator(mode="after")
+    def _tls_complete(self) -> NeuronSettings:
+        tls_files(self.tls_ca, self.tls_cert, self.tls_key)
+        return self
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        """The mutual-TLS files, or None: plaintext gRPC."""
+        return tls_files(self.tls_ca, self.tls_cert, self.tls_key)
+
 
 # The settings `neuraxis neuron agent` reads (and so offers as options); the
 # rest are the replicas' business.
@@ -120,4 +140,8 @@ AGENT_SETTINGS: tuple[str, ...] = (
     "ray_fixed_ports",
     "cache_dir",
     "json_logs",
+    # Handed to the replicas started on the host (their neurons' TLS).
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
 )

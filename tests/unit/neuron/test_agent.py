@@ -1,7 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from neuraxis.core.generations import GENERATION_LABEL, Generation
-from neuron.agent import join_command
+from neuraxis.core.neuron_settings import NeuronSettings
+from neuraxis.core.tls import TlsFiles
+from neuron.agent import join_command, replica_tls_env
 from neuron.gpu import Device
 
 
@@ -23,3 +29,24 @@ def test_firewalled_hosts_use_the_fixed_ray_ports() -> None:
     assert cmd[cmd.index("--min-worker-port") + 1] == "10002"
     assert cmd[cmd.index("--max-worker-port") + 1] == "10999"
     assert "--node-manager-port" not in join_command("ray", "h:1", Generation.ADA, [], None)
+
+
+def test_the_replicas_get_the_hosts_tls_files_as_absolute_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert replica_tls_env(NeuronSettings()) == {}
+    settings = NeuronSettings(
+        tls_ca=tmp_path / "ca.crt", tls_cert=Path("tls/neuron.crt"), tls_key=tmp_path / "n.key"
+    )
+    env = replica_tls_env(settings)
+    assert env == {
+        "NEURAXIS_NEURON_TLS_CA": str(tmp_path / "ca.crt"),
+        "NEURAXIS_NEURON_TLS_CERT": str(Path.cwd() / "tls" / "neuron.crt"),
+        "NEURAXIS_NEURON_TLS_KEY": str(tmp_path / "n.key"),
+    }
+    # What a replica's neuron, started with that environment, reads.
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert NeuronSettings().tls == TlsFiles(
+        tmp_path / "ca.crt", Path.cwd() / "tls" / "neuron.crt", tmp_path / "n.key"
+    )
