@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from cortex.config import CortexSettings
 from neuraxis.core.neuron_settings import NeuronSettings
-from neuraxis.core.settings import SettingsError
+from neuraxis.core.settings import SettingsError, load_settings
 from neuraxis.core.tls import TlsError, TlsFiles, tls_files
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -59,3 +59,25 @@ def test_a_missing_or_non_pem_file_names_its_setting(tmp_path: Path) -> None:
         files.read()
     # A configuration error: `neuraxis` reports it as one (exit status 2).
     assert issubclass(TlsError, SettingsError)
+
+
+ETC = Path(__file__).resolve().parents[4] / "deploy" / "etc" / "neuraxis"
+
+
+@pytest.mark.parametrize(
+    ("name", "settings_class", "stem"),
+    [("cortex.toml", CortexSettings, "cortex"), ("neuron.toml", NeuronSettings, "neuron")],
+)
+def test_the_packaged_configs_tls_lines_uncommented_are_settings(
+    tmp_path: Path,
+    name: str,
+    settings_class: type[CortexSettings] | type[NeuronSettings],
+    stem: str,
+) -> None:
+    text = (ETC / name).read_text()
+    assert "# tls_ca = " in text
+    config = tmp_path / name
+    config.write_text(text.replace("# tls_", "tls_"))
+    settings = load_settings(settings_class, config, {})
+    tls = Path("/etc/neuraxis/tls")
+    assert settings.tls == TlsFiles(tls / "ca.crt", tls / f"{stem}.crt", tls / f"{stem}.key")
