@@ -18,6 +18,8 @@ def check(cortex: Path | None, neuron: Path | None, deployment: Path | None) -> 
     if cortex is not None:
         try:
             settings = load_settings(CortexSettings, cortex, {})
+            if settings.tls is not None:
+                settings.tls.read()  # a missing or unreadable file: TlsError
             results.append(f"{cortex}: ok")
             if settings.deployment is not None and deployment is None:
                 deployment = settings.deployment
@@ -25,7 +27,9 @@ def check(cortex: Path | None, neuron: Path | None, deployment: Path | None) -> 
             results.append(f"error: {e}")
     if neuron is not None:
         try:
-            load_settings(NeuronSettings, neuron, {})
+            neuron_settings = load_settings(NeuronSettings, neuron, {})
+            if neuron_settings.tls is not None:
+                neuron_settings.tls.read()
             results.append(f"{neuron}: ok")
         except SettingsError as e:
             results.append(f"error: {e}")

@@ -41,3 +41,23 @@ def test_cluster_mode_needs_a_deployment_spec(tmp_path: Path) -> None:
     config.write_text("ray_head = true\n")
     (line,) = check(config, None, None)
     assert "cluster mode (ray_address or ray_head) needs a deployment spec" in line
+
+
+def test_tls_files_that_cannot_be_read_are_named(tmp_path: Path) -> None:
+    from neuraxis.app.tls import init_cluster_tls
+
+    init_cluster_tls(tmp_path / "tls")
+    for stem in ("cortex", "neuron"):
+        config = tmp_path / f"{stem}.toml"
+        config.write_text(
+            f'tls_ca = "{tmp_path}/tls/ca.crt"\n'
+            f'tls_cert = "{tmp_path}/tls/{stem}.crt"\n'
+            f'tls_key = "{tmp_path}/tls/{stem}.key"\n'
+        )
+    assert check(tmp_path / "cortex.toml", tmp_path / "neuron.toml", None) == [
+        f"{tmp_path / 'cortex.toml'}: ok",
+        f"{tmp_path / 'neuron.toml'}: ok",
+    ]
+    (tmp_path / "tls" / "neuron.key").unlink()
+    _, neuron = check(tmp_path / "cortex.toml", tmp_path / "neuron.toml", None)
+    assert neuron.startswith(f"error: tls_key: cannot read {tmp_path}/tls/neuron.key")
