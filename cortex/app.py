@@ -44,6 +44,8 @@ def create_app(
     credentials = channel_credentials(settings.tls) if settings.tls else None
     pool = pool or NeuronPool(
         [NeuronClient(address, credentials) for address in settings.neurons],
+        # Cluster mode: the replicas of the controller's table, over the same TLS.
+        client_factory=lambda address: NeuronClient(address, credentials),
         expected_models=expected,
         poll_interval_s=settings.poll_interval_s,
         request_timeout_s=settings.request_timeout_s,
@@ -106,7 +108,11 @@ async def _join_cluster(
     assert settings.ray_address is not None
     await asyncio.to_thread(connect, settings.ray_address)
     controller = await asyncio.to_thread(
-        ensure_controller, spec, settings.health_interval_s, settings.replica_start_timeout_s
+        ensure_controller,
+        spec,
+        settings.health_interval_s,
+        settings.replica_start_timeout_s,
+        settings.tls,
     )
     log.info("cluster mode: following the controller at %s", settings.ray_address)
     return asyncio.create_task(follow_table(controller, pool))

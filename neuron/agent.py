@@ -23,6 +23,7 @@ from neuraxis.core.generations import (
 from neuraxis.core.logs import configure_logging
 from neuraxis.core.neuron_settings import NeuronSettings
 from neuraxis.core.process import FIXED_RAY_PORT_ARGS, FIXED_REPLICA_PORTS, ray_binary
+from neuraxis.core.tls import NEURON_TLS_ENV
 from neuron.gpu import Device, check_installed_for, detect, host_generation, load_nvml
 
 log = logging.getLogger("neuraxis.neuron")
@@ -61,11 +62,8 @@ def replica_tls_env(settings: NeuronSettings) -> dict[str, str]:
     a replica runs in another directory)."""
     if settings.tls is None:
         return {}
-    return {
-        "NEURAXIS_NEURON_TLS_CA": str(settings.tls.ca.absolute()),
-        "NEURAXIS_NEURON_TLS_CERT": str(settings.tls.cert.absolute()),
-        "NEURAXIS_NEURON_TLS_KEY": str(settings.tls.key.absolute()),
-    }
+    files = (settings.tls.ca, settings.tls.cert, settings.tls.key)
+    return {name: str(path.absolute()) for name, path in zip(NEURON_TLS_ENV, files, strict=True)}
 
 
 def run_agent(settings: NeuronSettings) -> int:

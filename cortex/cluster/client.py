@@ -19,6 +19,7 @@ from cortex.cluster.ray_backend import CONTROLLER_NAME, NAMESPACE, ControllerAct
 from cortex.cluster.spec import DeploymentSpec, spec_to_dict
 from cortex.cluster.status import ClusterStatus
 from cortex.routing.pool import NeuronPool
+from neuraxis.core.tls import TlsFiles
 
 log = logging.getLogger("neuraxis.cortex")
 
@@ -47,7 +48,10 @@ def connect(address: str) -> None:
 
 
 def ensure_controller(
-    spec: DeploymentSpec, health_interval_s: float, start_timeout_s: float = 900.0
+    spec: DeploymentSpec,
+    health_interval_s: float,
+    start_timeout_s: float = 900.0,
+    tls: TlsFiles | None = None,
 ) -> Any:
     """Start the controller, or find the one already running, and give it
     the spec. It runs on the head node (which leaves only with the cluster),
@@ -62,7 +66,7 @@ def ensure_controller(
         num_cpus=0,
         max_concurrency=1000,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
-    ).remote(health_interval_s=health_interval_s, start_timeout_s=start_timeout_s)
+    ).remote(health_interval_s=health_interval_s, start_timeout_s=start_timeout_s, tls=tls)
     ray.get(controller.apply.remote(spec_to_dict(spec)))
     return controller
 

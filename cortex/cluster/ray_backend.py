@@ -17,6 +17,7 @@ import contextlib
 import logging
 from typing import Any
 
+import grpc
 import ray
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -34,9 +35,10 @@ from cortex.cluster.controller import Controller, ControllerConfig
 from cortex.cluster.placement import NodeView
 from cortex.cluster.replica import ReplicaActor
 from cortex.cluster.spec import DeploymentSpec
-from cortex.routing.client import NeuronClient
+from cortex.routing.client import NeuronClient, channel_credentials
 from neuraxis.core.errors import NeuraxisError
 from neuraxis.core.generations import GENERATION_LABEL, Generation
+from neuraxis.core.tls import TlsFiles
 
 log = logging.getLogger("neuraxis.controller")
 
@@ -49,7 +51,9 @@ PROBE_TIMEOUT_S = 2.0
 
 
 class RayBackend:
-    def __init__(self) -> None:
+    def __init__(self, credentials: grpc.ChannelCredentials | None = None) -> None:
+        """`credentials`: the neurons' mutual TLS (cortex's files), or None."""
+        self._credentials = credentials
         self._actors: dict[str, Any] = {}
         self._clients: dict[str, NeuronClient] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -90,7 +94,7 @@ class RayBackend:
             started = await self._actors[replica_id].start.remote(env, timeout_s)
         except RayError as e:
             raise ReplicaStartError(_cause(e)) from None
-        self._clients[replica_id] = NeuronClient(started["address"])
+        self._clients[replica_id] = NeuronClient(started["address"], self._credentials)
         return Started(started["address"], started["metrics_port"], started["pid"], started["log"])
 
     async def check(self, replica_id: str) -> Health:
@@ -166,9 +170,12 @@ class ControllerShell:
         health_interval_s: float = 2.0,
         start_timeout_s: float = 900.0,
         drain_timeout_s: float = 60.0,
+        tls: TlsFiles | None = None,
     ) -> None:
+        """`tls`: cortex's files, read here (the controller runs on cortex's node)."""
         config = ControllerConfig(health_interval_s, start_timeout_s, drain_timeout_s)
-        self._controller = Controller(RayBackend(), SystemClock(), config)
+        credentials = channel_credentials(tls) if tls else None
+        self._controller = Controller(RayBackend(credentials), SystemClock(), config)
 
     async def apply(self, spec: dict[str, Any]) -> None:
         await self._controller.apply(DeploymentSpec.model_validate(spec))

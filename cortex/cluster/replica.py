@@ -25,8 +25,9 @@ from typing import Any
 import ray
 
 from cortex.cluster.backend import ReplicaStartError
-from cortex.routing.client import NeuronClient
+from cortex.routing.client import NeuronClient, channel_credentials
 from neuraxis.core.process import die_with_parent, kill_group_when_exits, stop_process_group
+from neuraxis.core.tls import tls_from_env
 
 LOG_TAIL_BYTES = 4000
 
@@ -126,7 +127,10 @@ class Replica:
         # However the neuron ends (SIGKILL included), its engine core goes too.
         kill_group_when_exits(self._child)
         address = f"{host}:{port}"
-        client = NeuronClient(address)
+        # Over mutual TLS the neuron's own files (the host agent put them in
+        # the environment) make the client: its certificate is a client's too.
+        files = tls_from_env(env)
+        client = NeuronClient(address, channel_credentials(files) if files else None)
         deadline = time.monotonic() + timeout_s
         try:
             while not await client.serving(timeout=2.0):

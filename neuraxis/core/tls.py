@@ -14,6 +14,7 @@ cluster, and what makes a neuron genuine is the cluster's CA.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,10 @@ from neuraxis.core.settings import SettingsError
 NEURON_SERVER_NAME = "neuraxis-neuron"
 # The name in cortex's certificate (the neuron checks only the CA).
 CORTEX_CLIENT_NAME = "neuraxis-cortex"
+# The environment a neuron reads its three files from (NeuronSettings'
+# NEURAXIS_NEURON_ prefix): the host agent sets it for the replicas it runs,
+# and a replica reads it back for its own start-up checks.
+NEURON_TLS_ENV = ("NEURAXIS_NEURON_TLS_CA", "NEURAXIS_NEURON_TLS_CERT", "NEURAXIS_NEURON_TLS_KEY")
 
 
 class TlsError(SettingsError):
@@ -67,6 +72,12 @@ def tls_files(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles 
         )
     assert ca is not None and cert is not None and key is not None
     return TlsFiles(ca=ca, cert=cert, key=key)
+
+
+def tls_from_env(env: Mapping[str, str]) -> TlsFiles | None:
+    """A neuron's files as NEURON_TLS_ENV gives them in `env`, or None."""
+    ca, cert, key = (Path(env[name]) if env.get(name) else None for name in NEURON_TLS_ENV)
+    return tls_files(ca, cert, key)
 
 
 def _read(setting: str, path: Path) -> bytes:

@@ -201,3 +201,30 @@ def test_a_neuron_with_half_its_tls_settings_does_not_start(running: Running) ->
         assert "tls_key unset" in proc.log_tail()
     finally:
         proc.stop()
+
+
+def test_a_cluster_over_mutual_tls(
+    running: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cluster mode: the Ray nodes carry the neurons' files as the host agent
+    hands them on (NEURAXIS_NEURON_TLS_*), cortex its own; the replicas come
+    up ready through the replica's, the controller's and the pool's checks,
+    serve a chat through cortex, and refuse a plaintext client."""
+    from bench.sim_cluster import sim_cluster
+
+    d = running.ours.directory
+    for side, stem in (("NEURON", "neuron"), ("CORTEX", "cortex")):
+        monkeypatch.setenv(f"NEURAXIS_{side}_TLS_CA", str(d / "ca.crt"))
+        monkeypatch.setenv(f"NEURAXIS_{side}_TLS_CERT", str(d / f"{stem}.crt"))
+        monkeypatch.setenv(f"NEURAXIS_{side}_TLS_KEY", str(d / f"{stem}.key"))
+    spec = '[[models]]\nid = "sim-tls-cluster"\nsource = "sim"\nreplicas = 1\n'
+    spec += 'generations = ["ada"]\n[models.engine]\nkind = "sim"\n'
+    with sim_cluster(spec, tmp_path, ("ada",), wait_for_model="sim-tls-cluster") as cluster:
+        (replica,) = cluster.wait_ready("sim-tls-cluster", 1)
+        body = {"model": "sim-tls-cluster", "messages": HELLO, "max_tokens": 4}
+        r = httpx.post(f"{cluster.base_url}/v1/chat/completions", json=body, timeout=30)
+        assert r.status_code == 200, r.text
+        with pytest.raises(grpc.RpcError) as info:
+            _info(replica["address"], None)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert _info(replica["address"], _credentials(running.ours, running.ours)).ready

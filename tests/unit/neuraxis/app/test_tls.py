@@ -4,14 +4,11 @@ in-process (the neuron's servicer, cortex's NeuronClient)."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import ipaddress
 import stat
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -21,11 +18,8 @@ from cortex.routing.client import NeuronClient, channel_credentials
 from neuraxis.app.cli import main
 from neuraxis.app.tls import FILES, TlsInitError, init_cluster_tls
 from neuraxis.core.errors import UnavailableError
-from neuraxis.core.tls import TlsFiles
 from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
-from neuron.engine.sim import SimEngine, SimOptions
-from neuron.server import NeuronServicer, server_credentials
+from tests.tls import files, tls_neuron
 
 
 def _cert(directory: Path, stem: str) -> x509.Certificate:
@@ -112,30 +106,6 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert "not overwritten" in capsys.readouterr().err
 
 
-def _files(directory: Path, stem: str, ca_dir: Path | None = None) -> TlsFiles:
-    return TlsFiles(
-        ca=(ca_dir or directory) / "ca.crt",
-        cert=directory / f"{stem}.crt",
-        key=directory / f"{stem}.key",
-    )
-
-
-@contextlib.asynccontextmanager
-async def _tls_neuron(files: TlsFiles) -> AsyncIterator[str]:
-    server = grpc.aio.server()
-    servicer = NeuronServicer(
-        SimEngine(SimOptions(served_id="m", max_context_length=64)), pb.GPU_GENERATION_CPU
-    )
-    servicer.ready = True
-    pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    port = server.add_secure_port("127.0.0.1:0", server_credentials(files))
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await server.stop(None)
-
-
 async def _info(client: NeuronClient) -> pb.InfoResponse:
     try:
         return await client.info(timeout=5)
@@ -147,17 +117,17 @@ async def test_grpc_mutual_tls_with_the_files(tmp_path: Path) -> None:
     init_cluster_tls(tmp_path / "a")
     init_cluster_tls(tmp_path / "b")
     a, b = tmp_path / "a", tmp_path / "b"
-    async with _tls_neuron(_files(a, "neuron")) as address:
-        credentials = channel_credentials(_files(a, "cortex"))
+    async with tls_neuron(files(a, "neuron")) as address:
+        credentials = channel_credentials(files(a, "cortex"))
         info = await _info(NeuronClient(address, credentials))
         assert [m.id for m in info.models] == ["m"]
         # The neuron's own files make a client too (a replica's health checks).
-        assert (await _info(NeuronClient(address, channel_credentials(_files(a, "neuron"))))).ready
+        assert (await _info(NeuronClient(address, channel_credentials(files(a, "neuron"))))).ready
         with pytest.raises(UnavailableError):
             await _info(NeuronClient(address))  # plaintext
         with pytest.raises(UnavailableError):
             # Trusts the neuron, but shows a certificate of another CA.
-            await _info(NeuronClient(address, channel_credentials(_files(b, "cortex", a))))
+            await _info(NeuronClient(address, channel_credentials(files(b, "cortex", a))))
         with pytest.raises(UnavailableError):
             # A client that does not trust this cluster's CA.
-            await _info(NeuronClient(address, channel_credentials(_files(a, "cortex", b))))
+            await _info(NeuronClient(address, channel_credentials(files(a, "cortex", b))))

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from cortex.config import CortexSettings
 from neuraxis.core.neuron_settings import NeuronSettings
 from neuraxis.core.settings import SettingsError, load_settings
-from neuraxis.core.tls import TlsError, TlsFiles, tls_files
+from neuraxis.core.tls import TlsError, TlsFiles, tls_files, tls_from_env
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -81,3 +81,16 @@ def test_the_packaged_configs_tls_lines_uncommented_are_settings(
     settings = load_settings(settings_class, config, {})
     tls = Path("/etc/neuraxis/tls")
     assert settings.tls == TlsFiles(tls / "ca.crt", tls / f"{stem}.crt", tls / f"{stem}.key")
+
+
+def test_a_neurons_files_from_its_environment() -> None:
+    env = {
+        "NEURAXIS_NEURON_TLS_CA": "/t/ca.crt",
+        "NEURAXIS_NEURON_TLS_CERT": "/t/n.crt",
+        "NEURAXIS_NEURON_TLS_KEY": "/t/n.key",
+        "NEURAXIS_CORTEX_TLS_CA": "/elsewhere/ca.crt",
+    }
+    assert tls_from_env(env) == TlsFiles(Path("/t/ca.crt"), Path("/t/n.crt"), Path("/t/n.key"))
+    assert tls_from_env({"NEURAXIS_CORTEX_TLS_CA": "/elsewhere/ca.crt"}) is None
+    with pytest.raises(ValueError, match="tls_key unset"):
+        tls_from_env({k: v for k, v in env.items() if not k.endswith("KEY")})

@@ -1,0 +1,45 @@
+"""The app factory's wiring of mutual TLS: the neurons cortex is configured
+with and the ones a cluster's endpoint table brings in are reached over the
+configured TLS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cortex.app import create_app
+from cortex.config import CortexSettings
+from cortex.routing.pool import NeuronPool
+from neuraxis.app.tls import init_cluster_tls
+from tests.tls import files, tls_neuron
+
+
+def _tls_settings(directory: Path, neurons: list[str]) -> CortexSettings:
+    return CortexSettings(
+        neurons=neurons,
+        tls_ca=directory / "ca.crt",
+        tls_cert=directory / "cortex.crt",
+        tls_key=directory / "cortex.key",
+        state_dir=directory / "state",
+    )
+
+
+async def test_static_neurons_are_reached_over_tls(tmp_path: Path) -> None:
+    init_cluster_tls(tmp_path)
+    async with tls_neuron(files(tmp_path, "neuron")) as address:
+        pool: NeuronPool = create_app(_tls_settings(tmp_path, [address])).state.pool
+        await pool.refresh()
+        try:
+            assert list(pool.served_models()) == ["m"]
+        finally:
+            await pool.stop()
+
+
+async def test_neurons_of_the_endpoint_table_are_reached_over_tls(tmp_path: Path) -> None:
+    init_cluster_tls(tmp_path)
+    async with tls_neuron(files(tmp_path, "neuron")) as address:
+        pool: NeuronPool = create_app(_tls_settings(tmp_path, [])).state.pool
+        try:
+            await pool.update([address])  # polls the new neuron at once
+            assert list(pool.served_models()) == ["m"]
+        finally:
+            await pool.stop()
