@@ -221,6 +221,12 @@ def test_a_cluster_over_mutual_tls(
     spec += 'generations = ["ada"]\n[models.engine]\nkind = "sim"\n'
     with sim_cluster(spec, tmp_path, ("ada",), wait_for_model="sim-tls-cluster") as cluster:
         (replica,) = cluster.wait_ready("sim-tls-cluster", 1)
+        # The controller's checks go over TLS too: only a Load call it could
+        # make sets the replica's in-flight count.
+        deadline = time.monotonic() + 30
+        while cluster.ready("sim-tls-cluster")[0]["in_flight"] is None:
+            assert time.monotonic() < deadline, cluster.model("sim-tls-cluster")
+            time.sleep(0.2)
         body = {"model": "sim-tls-cluster", "messages": HELLO, "max_tokens": 4}
         r = httpx.post(f"{cluster.base_url}/v1/chat/completions", json=body, timeout=30)
         assert r.status_code == 200, r.text
