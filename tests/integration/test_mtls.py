@@ -175,20 +175,20 @@ def test_a_client_with_the_clusters_certificate_is_let_in(running: Running) -> N
 def test_a_plaintext_client_is_refused(running: Running) -> None:
     with pytest.raises(grpc.RpcError) as info:
         _info(running.neuron, None)
-    assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
 def test_a_client_without_a_certificate_is_refused(running: Running) -> None:
     with pytest.raises(grpc.RpcError) as info:
         _info(running.neuron, _credentials(running.ours, None))
-    assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
 def test_a_client_with_a_certificate_of_another_ca_is_refused(running: Running) -> None:
     # It trusts the neuron; the neuron does not trust it.
     with pytest.raises(grpc.RpcError) as info:
         _info(running.neuron, _credentials(running.ours, running.other))
-    assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
 def test_a_neuron_with_half_its_tls_settings_does_not_start(running: Running) -> None:
@@ -232,5 +232,5 @@ def test_a_cluster_over_mutual_tls(
         assert r.status_code == 200, r.text
         with pytest.raises(grpc.RpcError) as info:
             _info(replica["address"], None)
-        assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         assert _info(replica["address"], _credentials(running.ours, running.ours)).ready

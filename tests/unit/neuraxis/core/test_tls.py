@@ -25,7 +25,7 @@ def test_none_of_the_files_is_plaintext() -> None:
 def test_all_three_files_are_mutual_tls() -> None:
     files = tls_files(Path("ca.crt"), Path("n.crt"), Path("n.key"))
     assert files == TlsFiles(Path("ca.crt"), Path("n.crt"), Path("n.key"))
-    settings = NeuronSettings(tls_ca="ca.crt", tls_cert="n.crt", tls_key="n.key")  # type: ignore[arg-type]
+    settings = NeuronSettings(tls_ca="ca.crt", tls_cert="n.crt", tls_key="n.key")
     assert settings.tls == files
 
 
@@ -34,9 +34,9 @@ def test_some_of_the_files_are_refused_with_the_missing_ones_named(
     settings_class: type[CortexSettings] | type[NeuronSettings],
 ) -> None:
     with pytest.raises(ValidationError, match="tls_key unset"):
-        settings_class(tls_ca="ca.crt", tls_cert="c.crt")  # type: ignore[arg-type]
+        settings_class(tls_ca="ca.crt", tls_cert="c.crt")
     with pytest.raises(ValidationError, match="tls_ca, tls_key unset"):
-        settings_class(tls_cert="c.crt")  # type: ignore[arg-type]
+        settings_class(tls_cert="c.crt")
 
 
 def test_reading_gives_the_pem_bytes(tmp_path: Path) -> None:
