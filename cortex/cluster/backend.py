@@ -4,8 +4,10 @@
 creating a replica where placement asked, starting its neuron, checking it,
 draining and killing it. It speaks the plain-data types below, keyed by the
 replica's id (which is also the name of its actor in Ray, so that a later
-controller can find replicas it did not start). `ray_backend.RayBackend` is
-the real one; the unit tests drive the controller with a fake.
+controller can find replicas it did not start: `replicas()` lists them, with
+what each replica's actor recorded of itself, for the controller to adopt).
+`ray_backend.RayBackend` is the real one; the unit tests drive the
+controller with a fake.
 
 What does not live here: the decisions (decisions.py), the controller's
 bookkeeping (controller.py), and anything that imports Ray (ray_backend.py).
@@ -33,6 +35,7 @@ class ReplicaRequest:
 
     replica_id: str
     model: str
+    serial: int  # the order of creation, kept by the replica for a later controller
     gpus: int
     label_selector: dict[str, str]
     preferred_node: str | None
@@ -57,6 +60,27 @@ class Started:
     log: str
 
 
+@dataclass(frozen=True)
+class RunningReplica:
+    """A replica found running in the cluster, as its actor recorded itself:
+    enough for a controller that did not start it to adopt it. `address`
+    (and the rest of the neuron's details) is None while its neuron has not
+    reported SERVING yet."""
+
+    replica_id: str
+    model: str
+    serial: int
+    node_id: str
+    host: str
+    generation: Generation | None
+    created: float  # wall time the actor was created
+    address: str | None = None
+    metrics_port: int | None = None
+    pid: int | None = None
+    log: str | None = None
+    started_at: float | None = None  # wall time its neuron reported SERVING
+
+
 class Liveness(Enum):
     GONE = "gone"  # the replica's actor is gone (killed, or its node left)
     EXITED = "exited"  # the actor runs but its neuron process exited
@@ -78,6 +102,12 @@ class Health:
 class ClusterBackend(Protocol):
     async def nodes(self) -> list[NodeView]:
         """Every node the cluster knows, alive or not."""
+        ...
+
+    async def replicas(self) -> list[RunningReplica]:
+        """The replicas running in the cluster, whoever started them; after
+        this, `check`, `drain` and `kill` work on them. A replica actor that
+        does not answer is killed here and left out."""
         ...
 
     def create(self, request: ReplicaRequest) -> None:

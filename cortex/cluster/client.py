@@ -2,20 +2,29 @@
 starting or finding the controller, and following its endpoint table.
 
 The table is long-polled from the controller in a background task and handed
-to the neuron pool; requests never wait on Ray.
+to the neuron pool; requests never wait on Ray. When the controller is lost
+the pool keeps routing on the last table while the follower re-creates the
+controller (or waits for Ray to restart it) with a back-off; the new one
+adopts the running replicas.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 from ray.exceptions import AuthenticationError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cortex.cluster.ray_backend import CONTROLLER_NAME, NAMESPACE, ControllerActor
+from cortex.cluster.ray_backend import (
+    CONTROLLER_NAME,
+    NAMESPACE,
+    ControllerActor,
+    kill_replicas,
+)
 from cortex.cluster.spec import DeploymentSpec, spec_to_dict
 from cortex.cluster.status import ClusterStatus
 from cortex.routing.pool import NeuronPool
@@ -25,6 +34,10 @@ log = logging.getLogger("neuraxis.cortex")
 
 # How long one long poll of the table may wait for a change.
 POLL_S = 20.0
+# How long applying the spec to a (new or restarting) controller may take.
+APPLY_S = 60.0
+# Retries to reach a lost controller back off up to this long.
+MAX_RETRY_S = 10.0
 
 
 class ClusterError(Exception):
@@ -47,28 +60,64 @@ def connect(address: str) -> None:
         raise ClusterError(f"cannot join the Ray cluster at {address}: {e}") from None
 
 
+@dataclass
+class ControllerLink:
+    """cortex's handle on the controller, with what it takes to re-create
+    it (the spec and the controller's settings) when it is gone."""
+
+    spec: DeploymentSpec
+    health_interval_s: float
+    start_timeout_s: float
+    tls: TlsFiles | None = None
+    actor: Any = None
+
+    def reconnect(self) -> None:
+        """Find the controller, or start it if it is gone, and give it the
+        spec (a new controller adopts the running replicas first)."""
+        self.actor = _controller_actor(
+            self.spec, self.health_interval_s, self.start_timeout_s, self.tls
+        )
+        ray.get(self.actor.apply.remote(spec_to_dict(self.spec)), timeout=APPLY_S)
+
+
 def ensure_controller(
     spec: DeploymentSpec,
     health_interval_s: float,
     start_timeout_s: float = 900.0,
     tls: TlsFiles | None = None,
-) -> Any:
+) -> ControllerLink:
     """Start the controller, or find the one already running, and give it
     the spec. It runs on the head node (which leaves only with the cluster),
     detached from this process, so that a cortex restart leaves the replicas
-    serving."""
+    serving; Ray restarts it when it dies."""
+    link = ControllerLink(spec, health_interval_s, start_timeout_s, tls)
+    link.reconnect()
+    return link
+
+
+def _controller_actor(
+    spec: DeploymentSpec,
+    health_interval_s: float,
+    start_timeout_s: float,
+    tls: TlsFiles | None,
+) -> Any:
     here = _head_node_id() or ray.get_runtime_context().get_node_id()
-    controller: Any = ControllerActor.options(
+    return ControllerActor.options(
         name=CONTROLLER_NAME,
         namespace=NAMESPACE,
         lifetime="detached",
         get_if_exists=True,
         num_cpus=0,
         max_concurrency=1000,
+        # Ray restarts a controller that dies; the replicas, detached, stay.
+        max_restarts=-1,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
-    ).remote(health_interval_s=health_interval_s, start_timeout_s=start_timeout_s, tls=tls)
-    ray.get(controller.apply.remote(spec_to_dict(spec)))
-    return controller
+    ).remote(
+        health_interval_s=health_interval_s,
+        start_timeout_s=start_timeout_s,
+        tls=tls,
+        spec=spec_to_dict(spec),
+    )
 
 
 def _head_node_id() -> str | None:
@@ -102,10 +151,14 @@ def apply_spec(spec: DeploymentSpec, timeout_s: float = 60.0) -> None:
 
 
 def shutdown_controller(timeout_s: float = 120.0) -> None:
-    """Drain and stop every replica, then the controller itself."""
+    """Drain and stop every replica, then the controller itself (for good:
+    Ray does not restart it), then any replica actor still left."""
     controller = find_controller()
     ray.get(controller.shutdown.remote(), timeout=timeout_s)
-    ray.kill(controller)
+    ray.kill(controller, no_restart=True)
+    left = kill_replicas()
+    if left:
+        log.warning("killed replicas the controller did not drain: %s", ", ".join(left))
 
 
 def drain_cluster(address: str) -> None:
@@ -119,28 +172,47 @@ def drain_cluster(address: str) -> None:
         log.warning("could not drain the replicas before stopping Ray: %s", e)
 
 
-async def follow_table(controller: Any, pool: NeuronPool) -> None:
+async def follow_table(link: ControllerLink, pool: NeuronPool) -> None:
     """Hand each new version of the endpoint table to the pool, for ever.
     While the controller cannot be reached the pool keeps the last table
-    (its own health polling still takes dead neurons out)."""
+    (its own health polling still takes dead neurons out) and the follower
+    re-creates or finds the controller, backing off between attempts."""
+    epoch: str | None = None
     version = 0
+    failures = 0
     while True:
         try:
             # Awaited on the event loop, not in a thread: cancelling this task
             # at shutdown must not wait for the long poll to end.
-            ref = controller.table.remote(version, POLL_S)
+            ref = link.actor.table.remote(version, POLL_S, epoch)
             table: dict[str, Any] = await asyncio.wait_for(_result(ref), POLL_S + 10)
         except (RayError, TimeoutError) as e:
-            log.warning("cannot read the endpoint table (%s); retrying", type(e).__name__)
-            await asyncio.sleep(2.0)
+            failures += 1
+            if failures == 1:
+                log.warning(
+                    "lost the controller (%s); routing on the last table until it is back",
+                    type(e).__name__,
+                )
+            await asyncio.sleep(retry_delay(failures))
             try:
-                controller = await asyncio.to_thread(find_controller)
-            except ClusterError as err:
-                log.warning("%s", err)
+                await asyncio.to_thread(link.reconnect)
+            except (RayError, ValueError) as err:
+                log.warning("the controller is still unreachable: %s", err)
             continue
-        if table["version"] != version:
-            version = table["version"]
+        if failures:
+            log.info("the controller is back (after %d failed attempts)", failures)
+            failures = 0
+        if table["version"] == 0:
+            continue  # nothing published yet (still adopting): keep the last table
+        if (table.get("epoch"), table["version"]) != (epoch, version):
+            epoch, version = table.get("epoch"), table["version"]
             await pool.update([r["address"] for r in table["replicas"]])
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before the next attempt to reach a lost controller: 0.5, 1,
+    2 … capped at MAX_RETRY_S."""
+    return float(min(0.5 * 2.0 ** min(failures - 1, 10), MAX_RETRY_S))
 
 
 async def _result(ref: Any) -> Any:

@@ -1,6 +1,9 @@
 """The controller: keeps the deployment spec true on a cluster.
 
-Every `health_interval_s` a pass reads the nodes, checks each serving
+A new controller first adopts the replicas it finds running (detached actors
+that outlive a controller): the ones serving join its records as they are,
+with no restart and no engine reload; the others are killed (and replaced by
+the first pass). Then every `health_interval_s` a pass reads the nodes, checks each serving
 replica, replaces the ones that died (with their actor, their node or their
 neuron) or failed too many checks, drains the ones a scale-down removes,
 and places missing ones. Placements no node could ever satisfy are
@@ -25,7 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from cortex.cluster import decisions
-from cortex.cluster.backend import ClusterBackend, ReplicaRequest, ReplicaStartError
+from cortex.cluster.backend import (
+    ClusterBackend,
+    Health,
+    ReplicaRequest,
+    ReplicaStartError,
+    RunningReplica,
+)
 from cortex.cluster.clock import Clock
 from cortex.cluster.decisions import Backoff, ReplicaRecord
 from cortex.cluster.placement import NodeView, eligibility, label_selector, unplaceable_reason
@@ -75,14 +84,18 @@ class Controller:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
+        self._adopted = False
+        self._adopting = asyncio.Lock()
         self.table = EndpointTable()
 
     # -- what the actor exposes ----------------------------------------------
 
     async def apply(self, spec: DeploymentSpec, start_loop: bool = True) -> None:
         """Take a (new) deployment spec and reconcile to it now; the first
-        one starts the periodic passes (unless `start_loop` is false, for
-        tests that drive `tick()` themselves)."""
+        one adopts the replicas already running, then starts the periodic
+        passes (unless `start_loop` is false, for tests that drive `tick()`
+        themselves)."""
+        await self.adopt()
         self._spec = spec
         log.info(
             "deployment spec: %s",
@@ -117,7 +130,9 @@ class Controller:
         return ClusterStatus(nodes, models, list(self._failovers), self.table.version)
 
     async def shutdown(self) -> None:
-        """Drain and stop every replica (the embedded default's exit)."""
+        """Drain and stop every replica (the embedded default's exit),
+        including those running from before this controller."""
+        await self.adopt()
         self._stopping = True
         if self._loop is not None:
             self._loop.cancel()
@@ -126,6 +141,57 @@ class Controller:
                 self._drain(replica)
         await self._publish()
         await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+
+    async def adopt(self) -> None:
+        """Once per controller: take over the replicas found running. The
+        serving ones keep their ids, addresses and neurons; the rest are
+        killed, and those that had served count as lost (their replacement
+        is recorded as a failover)."""
+        async with self._adopting:
+            if self._adopted:
+                return
+            found = await self._backend.replicas()
+            health = await asyncio.gather(*(self._backend.check(r.replica_id) for r in found))
+            for running, checked in zip(found, health, strict=True):
+                self._adopt_one(running, checked)
+            self._counter = itertools.count(decisions.next_serial(found))
+            self._adopted = True
+        if found:
+            log.info("adopted %d of %d replicas found running", len(self._replicas), len(found))
+        await self._publish()
+
+    def _adopt_one(self, running: RunningReplica, health: Health) -> None:
+        refusal = decisions.adoption_refusal(running, health)
+        if refusal is not None:
+            log.warning(
+                "not adopting replica %s of %s: %s", running.replica_id, running.model, refusal
+            )
+            self._backend.kill(running.replica_id)
+            if running.address is not None:
+                failure = Failure(
+                    running.model, running.replica_id, refusal, self._clock.time(), running.address
+                )
+                self._pending_failures.setdefault(running.model, []).append(failure)
+            return
+        self._replicas[running.replica_id] = ReplicaRecord(
+            running.replica_id,
+            running.model,
+            running.serial,
+            created=running.created,
+            state=ReplicaState.READY,
+            node_id=running.node_id,
+            host=running.host,
+            generation=running.generation,
+            address=running.address,
+            metrics_port=running.metrics_port,
+            pid=running.pid,
+            log=running.log,
+            in_flight=health.in_flight,
+            ready_at=running.started_at,
+        )
+        log.info(
+            "adopted replica %s of %s at %s", running.replica_id, running.model, running.address
+        )
 
     # -- one pass --------------------------------------------------------------
 
@@ -258,6 +324,7 @@ class Controller:
             ReplicaRequest(
                 replica.id,
                 model.id,
+                serial,
                 model.gpus_per_replica(),
                 label_selector(generations),
                 replica.node_id,

@@ -1,7 +1,7 @@
-"""The controller's decisions, as pure functions over plain data: the health
-verdict on one check, the start-failure back-off, which replicas a
-scale-down drains, which replica a rebalance moves, which node the next
-replica prefers, and why a pending replica still waits.
+"""The controller's decisions, as pure functions over plain data: whether a
+replica found running is adopted, the health verdict on one check, the
+start-failure back-off, which replicas a scale-down drains, which replica
+a rebalance moves, which node the next replica prefers, and why a pending replica still waits.
 
 Nothing here acts, sleeps or reads a clock: the controller (controller.py)
 passes the time in and carries out what these return. Placement eligibility
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from cortex.cluster.backend import Health, Liveness
+from cortex.cluster.backend import Health, Liveness, RunningReplica
 from cortex.cluster.placement import NodeView, preferred_node
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
 from cortex.cluster.status import Failure, ReplicaState
@@ -94,6 +94,23 @@ def health_verdict(state: ReplicaState, failures: int, health: Health) -> Verdic
     if failures >= UNHEALTHY_AFTER:
         return Verdict(ReplicaState.UNHEALTHY, failures)
     return Verdict(state, failures)
+
+
+def adoption_refusal(running: RunningReplica, health: Health) -> str | None:
+    """Why a replica found running (by a controller that did not start it)
+    is not adopted, or None to adopt it as it is: only a replica whose
+    neuron reported SERVING to its actor and answers SERVING now is."""
+    if running.address is None:
+        return "its neuron never reported SERVING (the controller left during its start)"
+    if health.liveness is not Liveness.SERVING:
+        return f"{health.liveness.value} ({health.detail})"
+    return None
+
+
+def next_serial(found: list[RunningReplica]) -> int:
+    """The first serial after every replica found running, so that a new
+    replica's id (its actor's name) is never one already taken."""
+    return max((r.serial for r in found), default=0) + 1
 
 
 def backoff_delay(failures: int) -> float:

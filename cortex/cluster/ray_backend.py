@@ -2,8 +2,9 @@
 and `ray.nodes()`) and `ControllerActor`, the named, detached actor that
 holds a `Controller` over it.
 
-A replica is a `ReplicaActor` (replica.py) named by its replica id in the
-neuraxis namespace, with `num_gpus`, the generation label selector and a
+A replica is a detached `ReplicaActor` (replica.py) named by its replica id
+in the neuraxis namespace (so it outlives the controller, and the next one
+finds it with `replicas()`), with `num_gpus`, the generation label selector and a
 soft affinity to the node placement preferred (SPREAD when there is none).
 Its neuron's gRPC health and load are read here too, so that the controller
 sees one `Health` per check. Ray's errors become `ReplicaStartError` or a
@@ -28,6 +29,7 @@ from cortex.cluster.backend import (
     Placed,
     ReplicaRequest,
     ReplicaStartError,
+    RunningReplica,
     Started,
 )
 from cortex.cluster.clock import SystemClock
@@ -48,6 +50,9 @@ NAMESPACE = "neuraxis"
 CHECK_TIMEOUT_S = 10.0
 # How long the neuron's health and load calls may take.
 PROBE_TIMEOUT_S = 2.0
+# How long a replica found running may take to describe itself; one not yet
+# placed does not answer at all, and is replaced.
+DESCRIBE_TIMEOUT_S = 5.0
 
 
 class RayBackend:
@@ -70,16 +75,42 @@ class RayBackend:
             else "SPREAD"
         )
         self._actors[request.replica_id] = ReplicaActor.options(
-            # Named, so that an operator (or a test) can find a replica's actor.
+            # Named and detached: the next controller finds and adopts it.
             name=request.replica_id,
             namespace=NAMESPACE,
+            lifetime="detached",
             num_cpus=0,
             num_gpus=request.gpus,
             label_selector=request.label_selector,
             scheduling_strategy=strategy,
             max_restarts=0,
             max_concurrency=16,
-        ).remote(request.replica_id)
+        ).remote(request.replica_id, request.model, request.serial)
+
+    async def replicas(self) -> list[RunningReplica]:
+        names = _replica_names()
+        found = await asyncio.gather(*(self._describe(name) for name in names))
+        return [r for r in found if r is not None]
+
+    async def _describe(self, name: str) -> RunningReplica | None:
+        try:
+            actor = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            return None  # gone since it was listed
+        try:
+            record: dict[str, Any] = await asyncio.wait_for(
+                actor.describe.remote(), timeout=DESCRIBE_TIMEOUT_S
+            )
+        except (RayError, TimeoutError) as e:
+            log.warning("replica actor %s does not answer (%s); killing it", name, type(e).__name__)
+            with contextlib.suppress(RayError, ValueError):
+                ray.kill(actor)
+            return None
+        self._actors[name] = actor
+        started = record["started"]
+        if started is not None:
+            self._clients[name] = NeuronClient(started["address"], self._credentials)
+        return _running(record)
 
     async def placed(self, replica_id: str) -> Placed:
         try:
@@ -138,6 +169,46 @@ class RayBackend:
             closing.add_done_callback(self._closing.discard)
 
 
+def _replica_names() -> list[str]:
+    """The names of the live actors in the neuraxis namespace but the
+    controller's: the replicas."""
+    listed = ray.util.list_named_actors(all_namespaces=True)
+    return sorted(
+        a["name"]
+        for a in listed
+        if a.get("namespace") == NAMESPACE and a["name"] != CONTROLLER_NAME
+    )
+
+
+def kill_replicas() -> list[str]:
+    """Kill every replica actor left in the cluster (their neurons die with
+    them); what `neuraxis cluster stop` does after the controller drained
+    the ones it knew. Returns their names."""
+    names = _replica_names()
+    for name in names:
+        with contextlib.suppress(RayError, ValueError):
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE))
+    return names
+
+
+def _running(record: dict[str, Any]) -> RunningReplica:
+    started = record["started"] or {}
+    return RunningReplica(
+        replica_id=record["replica_id"],
+        model=record["model"],
+        serial=int(record["serial"]),
+        node_id=record["node_id"],
+        host=record["host"],
+        generation=_generation(record["labels"].get(GENERATION_LABEL)),
+        created=float(record["created"]),
+        address=started.get("address"),
+        metrics_port=started.get("metrics_port"),
+        pid=started.get("pid"),
+        log=started.get("log"),
+        started_at=started.get("at"),
+    )
+
+
 def _node_view(node: dict[str, Any]) -> NodeView:
     return NodeView(
         node_id=node["NodeID"],
@@ -163,7 +234,12 @@ def _cause(error: Exception) -> str:
 
 
 class ControllerShell:
-    """The controller as a Ray actor: plain data in and out of its methods."""
+    """The controller as a Ray actor: plain data in and out of its methods.
+
+    `spec` is the one it was created with: when Ray restarts the actor (it
+    runs with max_restarts=-1) the constructor runs again with it, and the
+    first call adopts the running replicas and applies it, so the
+    controller comes back even before cortex re-applies its own."""
 
     def __init__(
         self,
@@ -171,22 +247,36 @@ class ControllerShell:
         start_timeout_s: float = 900.0,
         drain_timeout_s: float = 60.0,
         tls: TlsFiles | None = None,
+        spec: dict[str, Any] | None = None,
     ) -> None:
         """`tls`: cortex's files, read here (the controller runs on cortex's node)."""
         config = ControllerConfig(health_interval_s, start_timeout_s, drain_timeout_s)
         credentials = channel_credentials(tls) if tls else None
         self._controller = Controller(RayBackend(credentials), SystemClock(), config)
+        self._initial = spec
+
+    async def _resume(self) -> None:
+        if self._initial is not None:
+            spec, self._initial = self._initial, None
+            await self._controller.apply(DeploymentSpec.model_validate(spec))
 
     async def apply(self, spec: dict[str, Any]) -> None:
+        self._initial = None
         await self._controller.apply(DeploymentSpec.model_validate(spec))
 
-    async def table(self, known_version: int, timeout_s: float) -> dict[str, Any]:
-        return await self._controller.table.wait(known_version, timeout_s)
+    async def table(
+        self, known_version: int, timeout_s: float, known_epoch: str | None = None
+    ) -> dict[str, Any]:
+        await self._resume()
+        return await self._controller.table.wait(known_version, timeout_s, known_epoch)
 
     async def status(self) -> dict[str, Any]:
+        await self._resume()
         return self._controller.status().to_dict()
 
     async def shutdown(self) -> None:
+        # Adopts what runs (to drain it) without placing anything new.
+        self._initial = None
         await self._controller.shutdown()
 
 

@@ -7,6 +7,10 @@ as in static mode, and Ray's CUDA_VISIBLE_DEVICES reaches it through the
 environment. The child is told by the kernel to stop when the actor dies
 (PR_SET_PDEATHSIG), so killing the actor or losing its node takes the neuron
 with it; and when the neuron ends, what is left of its process group is killed.
+
+The actor is detached and outlives the controller that created it; it keeps
+its own record (`describe`: model, serial, node, the neuron's address and
+pid) so that the next controller can adopt it without restarting anything.
 """
 
 from __future__ import annotations
@@ -71,10 +75,26 @@ def _node_ip() -> str:
 
 
 class Replica:
-    def __init__(self, replica_id: str) -> None:
+    def __init__(self, replica_id: str, model: str = "", serial: int = 0) -> None:
         self.replica_id = replica_id
+        self._model = model
+        self._serial = serial
+        self._created = time.time()
         self._child: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
+        # The neuron's addresses, once it reported SERVING.
+        self._started: dict[str, Any] | None = None
+
+    async def describe(self) -> dict[str, Any]:
+        """This replica's own record, for a controller that did not start it."""
+        return {
+            **(await self.where()),
+            "replica_id": self.replica_id,
+            "model": self._model,
+            "serial": self._serial,
+            "created": self._created,
+            "started": self._started,
+        }
 
     async def where(self) -> dict[str, Any]:
         """The node this actor was placed on (answers as soon as it is placed)."""
@@ -146,12 +166,14 @@ class Replica:
                 await asyncio.sleep(0.5)
         finally:
             await client.close()
-        return {
+        self._started = {
             "address": address,
             "metrics_port": metrics_port,
             "pid": self._child.pid,
             "log": str(self._log_path),
+            "at": time.time(),
         }
+        return self._started
 
     async def check(self) -> dict[str, Any]:
         """Whether the neuron process is still running."""

@@ -2,12 +2,17 @@
 that grows with each change, and a long poll for the next version.
 
 The controller publishes; cortex's follower (client.follow_table) waits.
+Each controller's table has its own `epoch`: a controller that comes back
+starts again from version 0, and a follower that knew another epoch gets
+the new table as soon as it has one. Version 0 means nothing was published
+yet (a controller still adopting): a follower keeps its last table then.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +36,8 @@ class Endpoint:
 
 
 class EndpointTable:
-    def __init__(self) -> None:
+    def __init__(self, epoch: str | None = None) -> None:
+        self.epoch = epoch or uuid.uuid4().hex
         self.version = 0
         self.endpoints: list[Endpoint] = []
         self._changed = asyncio.Condition()
@@ -45,12 +51,23 @@ class EndpointTable:
             self.version += 1
             self._changed.notify_all()
 
-    async def wait(self, known_version: int, timeout_s: float) -> dict[str, Any]:
+    async def wait(
+        self, known_version: int, timeout_s: float, known_epoch: str | None = None
+    ) -> dict[str, Any]:
         """The table as plain data, once its version is newer than
-        `known_version` or after `timeout_s`."""
+        `known_version` (of `known_epoch`; any published version when that
+        is another epoch) or after `timeout_s`."""
+
+        def newer() -> bool:
+            if known_epoch is not None and known_epoch != self.epoch:
+                return self.version > 0
+            return self.version > known_version
+
         async with self._changed:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._changed.wait_for(lambda: self.version > known_version), timeout_s
-                )
-            return {"version": self.version, "replicas": [e.to_dict() for e in self.endpoints]}
+                await asyncio.wait_for(self._changed.wait_for(newer), timeout_s)
+            return {
+                "epoch": self.epoch,
+                "version": self.version,
+                "replicas": [e.to_dict() for e in self.endpoints],
+            }

@@ -12,6 +12,7 @@ from cortex.cluster.backend import (
     Placed,
     ReplicaRequest,
     ReplicaStartError,
+    RunningReplica,
     Started,
 )
 from cortex.cluster.placement import NodeView
@@ -62,8 +63,14 @@ def node(node_id: str, generation: Generation, gpus: int = 1, alive: bool = True
 class FakeReplica:
     request: ReplicaRequest
     node_id: str | None
+    created: float
     env: dict[str, str] = field(default_factory=dict)
-    address: str | None = None
+    started: Started | None = None
+    started_at: float | None = None
+
+    @property
+    def address(self) -> str | None:
+        return self.started.address if self.started else None
 
 
 class FakeBackend:
@@ -72,8 +79,9 @@ class FakeBackend:
         self.clock = clock or FakeClock()
         # How long a neuron takes to start, on the clock.
         self.start_s = 0.0
-        self.replicas: dict[str, FakeReplica] = {}
+        self.actors: dict[str, FakeReplica] = {}
         self.created: list[ReplicaRequest] = []
+        self.started: list[str] = []
         self.killed: list[str] = []
         self.drained: list[str] = []
         # Per replica id: what its next checks answer (default SERVING).
@@ -85,9 +93,35 @@ class FakeBackend:
     async def nodes(self) -> list[NodeView]:
         return list(self.node_list)
 
+    async def replicas(self) -> list[RunningReplica]:
+        """Every replica still here, as its actor would describe itself (the
+        fake's replicas outlive the controller that created them, as
+        detached actors do)."""
+        return [self._describe(r) for r in self.actors.values() if r.node_id is not None]
+
+    def _describe(self, replica: FakeReplica) -> RunningReplica:
+        where = next(n for n in self.node_list if n.node_id == replica.node_id)
+        started = replica.started
+        return RunningReplica(
+            replica_id=replica.request.replica_id,
+            model=replica.request.model,
+            serial=replica.request.serial,
+            node_id=where.node_id,
+            host=where.host,
+            generation=where.generation,
+            created=replica.created,
+            address=started.address if started else None,
+            metrics_port=started.metrics_port if started else None,
+            pid=started.pid if started else None,
+            log=started.log if started else None,
+            started_at=replica.started_at,
+        )
+
     def create(self, request: ReplicaRequest) -> None:
         self.created.append(request)
-        self.replicas[request.replica_id] = FakeReplica(request, self._place(request))
+        self.actors[request.replica_id] = FakeReplica(
+            request, self._place(request), self.clock.time()
+        )
 
     def _place(self, request: ReplicaRequest) -> str | None:
         """The preferred node, or else the first live node the label selector
@@ -101,14 +135,14 @@ class FakeBackend:
         return fits[0].node_id if fits else None
 
     async def placed(self, replica_id: str) -> Placed:
-        node_id = self.replicas[replica_id].node_id
+        node_id = self.actors[replica_id].node_id
         found = next((n for n in self.node_list if n.node_id == node_id), None)
         if found is None:
             raise ReplicaStartError("no node")
         return Placed(found.node_id, found.host, found.generation)
 
     async def start(self, replica_id: str, env: dict[str, str], timeout_s: float) -> Started:
-        replica = self.replicas[replica_id]
+        replica = self.actors[replica_id]
         replica.env = env
         if self.start_s:
             await self.clock.sleep(self.start_s)
@@ -116,11 +150,13 @@ class FakeBackend:
         if error is not None:
             raise ReplicaStartError(error)
         port = next(self._ports)
-        replica.address = f"127.0.0.1:{port}"
-        return Started(replica.address, port + 1000, port, f"/logs/{replica_id}.log")
+        self.started.append(replica_id)
+        replica.started = Started(f"127.0.0.1:{port}", port + 1000, port, f"/logs/{replica_id}.log")
+        replica.started_at = self.clock.time()
+        return replica.started
 
     async def check(self, replica_id: str) -> Health:
-        if replica_id not in self.replicas:
+        if replica_id not in self.actors:
             return Health(Liveness.GONE, "RayActorError")
         return self.health.get(replica_id, Health(Liveness.SERVING, in_flight=0))
 
@@ -128,5 +164,5 @@ class FakeBackend:
         self.drained.append(replica_id)
 
     def kill(self, replica_id: str) -> None:
-        if self.replicas.pop(replica_id, None) is not None:
+        if self.actors.pop(replica_id, None) is not None:
             self.killed.append(replica_id)

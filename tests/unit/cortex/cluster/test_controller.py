@@ -3,13 +3,14 @@ pass is a `tick()` the test runs, every wait is the clock's."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from typing import Any
 
 import pytest
 
-from cortex.cluster.backend import Health, Liveness
+from cortex.cluster.backend import Health, Liveness, ReplicaRequest
 from cortex.cluster.controller import Controller, ControllerConfig
 from cortex.cluster.placement import NodeView
 from cortex.cluster.spec import DeploymentSpec
@@ -229,7 +230,7 @@ async def test_replicas_start_with_their_serialised_settings() -> None:
     _controller, backend, _ = await started(
         [ADA], spec(chat(engine={"kind": "sim", "sim_ttft_s": 0.2}))
     )
-    env = backend.replicas["chat-1"].env
+    env = backend.actors["chat-1"].env
     assert env["NEURAXIS_NEURON_ENGINE"] == "sim"
     assert env["NEURAXIS_NEURON_SERVED_ID"] == "chat"
     assert env["NEURAXIS_NEURON_SIM_GENERATION"] == "ada"
@@ -255,3 +256,89 @@ async def test_the_controller_s_status_survives_json() -> None:
     status = controller.status()
     assert status.failovers and status.nodes and status.models[0].replicas
     assert ClusterStatus.from_dict(json.loads(json.dumps(status.to_dict()))) == status
+
+
+# -- a controller that comes back ---------------------------------------------
+
+
+async def comes_back(
+    backend: FakeBackend, clock: FakeClock, deployment: DeploymentSpec
+) -> Controller:
+    """A new controller over the same cluster (the old one is gone; its
+    detached replicas are still there)."""
+    controller = Controller(backend, clock, ControllerConfig(health_interval_s=1.0))
+    await controller.apply(deployment, start_loop=False)
+    await settle()
+    return controller
+
+
+def endpoints(controller: Controller) -> dict[str, str]:
+    return {e.replica: e.address for e in controller.table.endpoints}
+
+
+async def test_a_new_controller_adopts_the_serving_replicas_without_starting_any() -> None:
+    old, backend, clock = await started([ADA, BLACKWELL], spec(chat(2)))
+    before = endpoints(old)
+    pids = {r.id: r.pid for r in model(old).replicas}
+    new = await comes_back(backend, clock, spec(chat(2)))
+    assert endpoints(new) == before
+    assert {r.id: r.pid for r in model(new).replicas} == pids
+    assert [state(new, r) for r in before] == [ReplicaState.READY] * 2
+    await tick(new, clock)
+    assert len(backend.created) == 2 and backend.started == ["chat-1", "chat-2"]
+    assert backend.killed == [] and backend.drained == []
+    assert endpoints(new) == before
+
+
+async def test_an_adopted_replica_that_has_died_is_killed_and_replaced() -> None:
+    _old, backend, clock = await started([ADA, BLACKWELL], spec(chat(2)))
+    backend.health["chat-1"] = Health(Liveness.EXITED, "137")
+    new = await comes_back(backend, clock, spec(chat(2)))
+    assert backend.killed == ["chat-1"]
+    # Its replacement takes a serial after every replica found, never a
+    # name already taken.
+    assert table(new) == ["chat-2", "chat-3"]
+    assert backend.started == ["chat-1", "chat-2", "chat-3"]
+    [failover] = new.status().failovers
+    assert (failover.replica, failover.replacement) == ("chat-1", "chat-3")
+    assert failover.reason == "exited (137)"
+
+
+async def test_a_replica_whose_start_the_old_controller_left_is_killed_and_replaced() -> None:
+    backend = FakeBackend([ADA])
+    clock = backend.clock
+    # Created, placed, its neuron never reported SERVING.
+    backend.create(ReplicaRequest("chat-4", "chat", 4, 0, {}, "n-ada"))
+    new = await comes_back(backend, clock, spec(chat()))
+    assert backend.killed == ["chat-4"]
+    assert table(new) == ["chat-5"]
+    assert new.status().failovers == []  # it never served: nothing failed over
+
+
+async def test_adopted_replicas_past_the_desired_count_are_drained() -> None:
+    _old, backend, clock = await started([ADA, BLACKWELL], spec(chat(3)))
+    new = await comes_back(backend, clock, spec(chat(2)))
+    # The newest goes, as in any scale-down: out of the table, then drained.
+    assert table(new) == ["chat-1", "chat-2"]
+    assert state(new, "chat-3") is ReplicaState.DRAINING
+    await clock.advance(1.0)
+    assert backend.drained == ["chat-3"] and backend.killed == ["chat-3"]
+    assert backend.started == ["chat-1", "chat-2", "chat-3"]
+
+
+async def test_replicas_of_a_model_no_longer_in_the_spec_are_adopted_then_drained() -> None:
+    _old, backend, clock = await started([ADA], spec(chat()))
+    await comes_back(backend, clock, spec())
+    await clock.advance(1.0)
+    assert backend.drained == ["chat-1"]
+
+
+async def test_a_controller_that_comes_back_to_stop_drains_what_it_finds() -> None:
+    _old, backend, clock = await started([ADA, BLACKWELL], spec(chat(2)))
+    new = Controller(backend, clock, ControllerConfig())
+    stopping = asyncio.create_task(new.shutdown())
+    await settle()
+    await clock.advance(1.0)
+    await stopping
+    assert sorted(backend.drained) == ["chat-1", "chat-2"]
+    assert backend.actors == {}
