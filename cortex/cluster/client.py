@@ -179,7 +179,8 @@ async def follow_table(link: ControllerLink, pool: NeuronPool) -> None:
     re-creates or finds the controller, backing off between attempts."""
     epoch: str | None = None
     version = 0
-    failures = 0
+    failures = 0  # failed attempts since the last table read
+    lost = False
     while True:
         try:
             # Awaited on the event loop, not in a thread: cancelling this task
@@ -188,7 +189,8 @@ async def follow_table(link: ControllerLink, pool: NeuronPool) -> None:
             table: dict[str, Any] = await asyncio.wait_for(_result(ref), POLL_S + 10)
         except (RayError, TimeoutError) as e:
             failures += 1
-            if failures == 1:
+            if not lost:
+                lost = True
                 log.warning(
                     "lost the controller (%s); routing on the last table until it is back",
                     type(e).__name__,
@@ -196,12 +198,13 @@ async def follow_table(link: ControllerLink, pool: NeuronPool) -> None:
             await asyncio.sleep(retry_delay(failures))
             try:
                 await asyncio.to_thread(link.reconnect)
-            except (RayError, ValueError) as err:
-                log.warning("the controller is still unreachable: %s", err)
+            except Exception as err:  # the follower must outlive any one failure
+                log.warning("the controller is still unreachable: %s", err, exc_info=True)
+                continue
+            lost = False
+            log.info("the controller is back (after %d attempts)", failures)
             continue
-        if failures:
-            log.info("the controller is back (after %d failed attempts)", failures)
-            failures = 0
+        failures = 0
         if table["version"] == 0:
             continue  # nothing published yet (still adopting): keep the last table
         if (table.get("epoch"), table["version"]) != (epoch, version):

@@ -1,0 +1,108 @@
+"""cortex's table follower with fake controllers: it keeps the last table
+while the controller is gone, re-creates it, and takes the new one's table."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+from ray.exceptions import RayActorError
+
+from cortex.cluster.client import follow_table, retry_delay
+from cortex.cluster.table import Endpoint, EndpointTable
+
+A = Endpoint("chat-1", "chat", "127.0.0.1:50051", "ada", 9400)
+B = Endpoint("chat-2", "chat", "127.0.0.1:50052", "ada", 9401)
+
+
+class FakeMethod:
+    def __init__(self, call: Callable[..., Coroutine[Any, Any, Any]]) -> None:
+        self._call = call
+
+    def remote(self, *args: Any) -> Coroutine[Any, Any, Any]:
+        return self._call(*args)
+
+
+class FakeController:
+    """A controller actor: its long poll fails (as Ray's calls do) once it dies."""
+
+    def __init__(self, epoch: str) -> None:
+        self.endpoints = EndpointTable(epoch)
+        self.died = asyncio.Event()
+        self.table = FakeMethod(self._table)
+
+    async def _table(self, version: int, timeout_s: float, epoch: str | None) -> Any:
+        waiting = asyncio.ensure_future(self.endpoints.wait(version, timeout_s, epoch))
+        died = asyncio.ensure_future(self.died.wait())
+        await asyncio.wait([waiting, died], return_when=asyncio.FIRST_COMPLETED)
+        if self.died.is_set():
+            waiting.cancel()
+            raise RayActorError()
+        died.cancel()
+        return waiting.result()
+
+
+class FakeLink:
+    """Reconnecting finds the next controller (Ray's restart, or a new one)."""
+
+    def __init__(self, first: FakeController) -> None:
+        self.actor = first
+        self.next: FakeController | None = None
+        self.reconnects = 0
+
+    def reconnect(self) -> None:
+        self.reconnects += 1
+        if self.next is not None:
+            self.actor = self.next
+
+
+class FakePool:
+    def __init__(self) -> None:
+        self.updates: list[list[str]] = []
+        self.changed = asyncio.Event()
+
+    async def update(self, addresses: list[str]) -> None:
+        self.updates.append(addresses)
+        self.changed.set()
+
+    async def wait_for(self, count: int) -> None:
+        while len(self.updates) < count:
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), 10.0)
+
+
+async def test_the_follower_keeps_the_last_table_until_a_new_controller_publishes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "neuraxis.cortex")
+    old = FakeController("old")
+    await old.endpoints.publish([A, B])
+    link, pool = FakeLink(old), FakePool()
+    following = asyncio.create_task(follow_table(link, pool))  # type: ignore[arg-type]
+    try:
+        await pool.wait_for(1)
+        assert pool.updates == [[A.address, B.address]]
+        # The controller dies; the new one is still adopting (nothing published).
+        new = FakeController("new")
+        link.next = new
+        old.died.set()
+        while link.reconnects == 0 or "the controller is back" not in caplog.text:
+            await asyncio.sleep(0.05)
+        assert pool.updates == [[A.address, B.address]]  # never emptied
+        await new.endpoints.publish([A, B])
+        await pool.wait_for(2)
+        assert pool.updates[1] == [A.address, B.address]
+        # And it follows the new controller's changes from then on.
+        await new.endpoints.publish([A])
+        await pool.wait_for(3)
+        assert pool.updates[2] == [A.address]
+    finally:
+        following.cancel()
+    assert "lost the controller (RayActorError)" in caplog.text
+
+
+def test_retries_to_reach_the_controller_back_off_to_10_s() -> None:
+    assert [retry_delay(n) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 10, 10]
