@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from cortex.cluster.backend import Health, Liveness
+from cortex.cluster.backend import Health, Liveness, RunningReplica
 from cortex.cluster.decisions import (
     ReplicaRecord,
+    adoption_refusal,
     avoided_nodes,
     backoff_delay,
     health_verdict,
+    next_serial,
     rebalance_mover,
     scale_down_victims,
     waiting_reason,
@@ -77,3 +79,21 @@ def test_a_long_pending_replica_says_what_it_waits_for() -> None:
     assert waiting_reason(pending, 2, 111.0) == "waiting for a node with 2 free GPUs"
     assert waiting_reason(pending, 0, 111.0) == "waiting for the cluster"
     assert waiting_reason(_replica(2), 2, 111.0) is None
+
+
+def _running(serial: int, address: str | None = "127.0.0.1:50051") -> RunningReplica:
+    return RunningReplica(f"m-{serial}", "m", serial, "n1", "10.0.0.1", None, 100.0, address)
+
+
+def test_only_a_replica_whose_neuron_serves_is_adopted() -> None:
+    serving = Health(Liveness.SERVING, in_flight=2)
+    assert adoption_refusal(_running(1), serving) is None
+    assert adoption_refusal(_running(1), FAILED) == "not_serving (not SERVING)"
+    assert adoption_refusal(_running(1), Health(Liveness.EXITED, "137")) == "exited (137)"
+    never = adoption_refusal(_running(1, address=None), serving)
+    assert never is not None and "never reported SERVING" in never
+
+
+def test_new_serials_come_after_every_replica_found() -> None:
+    assert next_serial([]) == 1
+    assert next_serial([_running(7), _running(3)]) == 8
