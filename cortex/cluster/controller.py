@@ -87,6 +87,7 @@ class Controller:
         self._adopted = False
         self._adopting = asyncio.Lock()
         self.table = EndpointTable()
+        self._passes = 0
 
     # -- what the actor exposes ----------------------------------------------
 
@@ -127,7 +128,7 @@ class Controller:
                 )
             )
         nodes = [NodeStatus(n.node_id, n.host, n.generation, n.gpus, n.alive) for n in self._nodes]
-        return ClusterStatus(nodes, models, list(self._failovers), self.table.version)
+        return ClusterStatus(nodes, models, list(self._failovers), self.table.version, self._passes)
 
     async def shutdown(self) -> None:
         """Drain and stop every replica (the embedded default's exit),
@@ -218,6 +219,7 @@ class Controller:
             ):
                 self._drain(replica)  # the model left the spec
         await self._publish()
+        self._passes += 1
 
     async def _check(self, replica: ReplicaRecord) -> None:
         if replica.state not in (ReplicaState.READY, ReplicaState.UNHEALTHY):

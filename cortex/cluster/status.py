@@ -204,6 +204,9 @@ class ClusterStatus:
     failovers: list[Failover] = field(default_factory=list)
     # The endpoint table's version.
     version: int = 0
+    # Passes the controller has completed: a watcher waits on it to know that
+    # the controller has looked again (rather than sleeping).
+    passes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -211,6 +214,7 @@ class ClusterStatus:
             "models": [m.to_dict() for m in self.models],
             "failovers": [f.to_dict() for f in self.failovers],
             "version": self.version,
+            "passes": self.passes,
         }
 
     @classmethod

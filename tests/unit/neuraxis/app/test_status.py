@@ -96,6 +96,7 @@ FULL = ClusterStatus(
         )
     ],
     version=7,
+    passes=12,
 )
 
 # The JSON `neuraxis status --json` prints for FULL, written out by hand:
@@ -142,6 +143,7 @@ FULL_JSON: dict[str, Any] = {
         }
     ],
     "version": 7,
+    "passes": 12,
 }
 
 
