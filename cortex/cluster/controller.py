@@ -224,9 +224,15 @@ class Controller:
     async def _check(self, replica: ReplicaRecord) -> None:
         if replica.state not in (ReplicaState.READY, ReplicaState.UNHEALTHY):
             return  # starting and draining replicas are watched by their task
+        checked = replica.state
         health = await self._backend.check(replica.id)
-        if replica.id not in self._replicas:
-            return  # drained or lost while the check ran
+        if replica.id not in self._replicas or replica.state is not checked:
+            # Lost, or drained (a scale-down, a new spec) while the check ran:
+            # this verdict is older than that decision. Applied, it put a
+            # draining replica back to READY, the same pass drained it again,
+            # which cancelled the first drain and killed the replica under its
+            # in-flight streams.
+            return
         verdict = decisions.health_verdict(replica.state, replica.failures, health)
         if verdict.lost is not None:
             self._lost(replica, verdict.lost, verdict.node_suspect)

@@ -88,6 +88,8 @@ class FakeBackend:
         self.health: dict[str, Health] = {}
         # Per model id: the error its starts fail with.
         self.start_errors: dict[str, str] = {}
+        # While set, checks wait for it before answering (a check in flight).
+        self.check_gate: asyncio.Event | None = None
         self._ports = iter(range(50051, 60000))
 
     async def nodes(self) -> list[NodeView]:
@@ -156,6 +158,8 @@ class FakeBackend:
         return replica.started
 
     async def check(self, replica_id: str) -> Health:
+        if self.check_gate is not None:
+            await self.check_gate.wait()
         if replica_id not in self.actors:
             return Health(Liveness.GONE, "RayActorError")
         return self.health.get(replica_id, Health(Liveness.SERVING, in_flight=0))

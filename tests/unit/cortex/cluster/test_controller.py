@@ -160,6 +160,30 @@ async def test_a_scale_down_takes_the_replica_out_of_the_table_then_stops_it() -
     assert [r.id for r in model(controller).replicas] == ["chat-1"]
 
 
+async def test_a_check_in_flight_when_a_replica_starts_draining_does_not_undo_the_drain() -> None:
+    controller, backend, clock = await started([ADA, BLACKWELL], spec(chat(2)))
+    # A pass whose checks are still waiting for the replicas' answers...
+    gate = asyncio.Event()
+    backend.check_gate = gate
+    running = asyncio.create_task(controller.tick())
+    await settle()
+    backend.check_gate = None
+    # ...when the scale-down drains chat-2.
+    await controller.apply(spec(chat(1)), start_loop=False)
+    await settle()
+    assert state(controller, "chat-2") is ReplicaState.DRAINING
+    gate.set()  # the SERVING answers come back
+    await running
+    await settle()
+    # Still draining and out of the table: its in-flight requests keep their
+    # neuron, which is stopped only after the drain delay, and drained first.
+    assert state(controller, "chat-2") is ReplicaState.DRAINING
+    assert table(controller) == ["chat-1"]
+    assert backend.killed == []
+    await clock.advance(1.0)
+    assert backend.drained == ["chat-2"] and backend.killed == ["chat-2"]
+
+
 async def test_a_model_removed_from_the_spec_is_drained() -> None:
     controller, backend, clock = await started([ADA], spec(chat()))
     await controller.apply(spec(), start_loop=False)
