@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cortex.routing.factory import DEFAULT_POLICY, PolicyName, PolicyOptions, PolicyTable
+from neuraxis.core.logs import LogFormat, LogLevel
 from neuraxis.core.settings import Flag
 from neuraxis.core.tls import TlsFiles, tls_files
 
@@ -97,7 +98,21 @@ class CortexSettings(BaseSettings):
     workers: int = Field(
         1, ge=1, le=64, description="uvicorn worker processes; metrics are added up across them"
     )
-    json_logs: bool = Field(True, description="log lines as JSON objects, or as plain text")
+    shutdown_grace_s: float = Field(
+        30.0,
+        gt=0,
+        description="seconds in-flight requests get to finish when cortex stops; streams "
+        "still open near the end are ended with their terminal events",
+    )
+    log_format: LogFormat = Field(
+        "auto",
+        description="log lines as text (for a terminal) or JSON objects; auto: text on a "
+        "terminal, JSON under systemd or into a file or pipe",
+    )
+    log_level: LogLevel = Field("info", description="the least severe log lines written")
+    json_logs: bool | None = Field(
+        None, description="deprecated: log_format = json (true) or text (false)"
+    )
     state_dir: Path = Field(
         default_factory=default_state_dir,
         description="where cortex keeps state, the Responses store (default "
@@ -155,6 +170,12 @@ class CortexSettings(BaseSettings):
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"neuron address '{address}' is not host:port")
         return value
+
+    @model_validator(mode="after")
+    def _old_json_logs(self) -> CortexSettings:
+        if self.json_logs is not None and "log_format" not in self.model_fields_set:
+            self.log_format = "json" if self.json_logs else "text"
+        return self
 
     @model_validator(mode="after")
     def _mode(self) -> CortexSettings:

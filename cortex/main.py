@@ -1,11 +1,21 @@
 """`neuraxis cortex`: serve the gateway with uvicorn, in one process or in
 several workers whose metrics are added up (prometheus_client's
-multiprocess mode)."""
+multiprocess mode).
+
+On SIGTERM or Ctrl-C uvicorn stops accepting connections and gives the open
+ones GRACEFUL_S to finish; a few seconds before that runs out, the streams
+still open are ended with their terminal events (cortex/shutdown.py), so
+that none is cut off mid-frame and no traceback reaches the log. uvicorn's
+own loggers go through neuraxis's handler, in the configured format.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
+import socket
 import tempfile
 from types import FrameType
 from typing import Any
@@ -13,13 +23,24 @@ from typing import Any
 import uvicorn
 
 from cortex.config import CortexSettings
+from cortex.shutdown import CUTOFF
 from neuraxis.core.logs import configure_logging
 
+log = logging.getLogger("neuraxis.cortex")
+
 _SETTINGS_ENV = "NEURAXIS_CORTEX_SETTINGS_JSON"
+# How long in-flight requests get to finish after SIGTERM, and how much of it
+# is kept for ending the streams still open with their terminal events.
+GRACEFUL_S = 30.0
+CUT_MARGIN_S = 3.0
 
 
 def run(settings: CortexSettings) -> int:
-    configure_logging(settings.json_logs)
+    if settings.cluster_mode:
+        # Ray sets up its loggers when it is first imported; imported before
+        # the logging set-up, they are routed through neuraxis's handler.
+        import cortex.cluster.client  # noqa: F401
+    configure_logging(settings.log_format, settings.log_level)
     if not settings.ray_head:
         return _serve(settings)
     # The head host's service: a Ray head beside cortex, stopped with it.
@@ -48,27 +69,81 @@ def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def _serve(settings: CortexSettings) -> int:
-    options: dict[str, Any] = {
-        "host": settings.host,
-        "port": settings.port,
+class Server(uvicorn.Server):
+    """uvicorn's server, whose graceful shutdown ends the streams still open
+    `cut_margin_s` before its timeout instead of cancelling them at it."""
+
+    def __init__(self, config: uvicorn.Config, cut_margin_s: float = CUT_MARGIN_S) -> None:
+        super().__init__(config)
+        self._cut_margin_s = cut_margin_s
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        grace = self.config.timeout_graceful_shutdown or 0
+        timer = asyncio.get_running_loop().call_later(
+            max(grace - self._cut_margin_s, 0.0), _cut_streams
+        )
+        try:
+            await super().shutdown(sockets)
+        finally:
+            timer.cancel()
+
+
+def _cut_streams() -> None:
+    ended = CUTOFF.cut()
+    if ended:
+        log.warning("shutting down: %d streams still open were ended", ended)
+
+
+class _QuietCancel(logging.Filter):
+    """uvicorn logs a request task it cancelled at the end of its graceful
+    timeout as an "Exception in ASGI application" with a CancelledError
+    traceback. Should that still happen (a request the cutoff cannot end,
+    such as an upload that never finishes), one warning line says so."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
+            record.msg, record.args = "a request was cancelled by the shutdown", None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def _options() -> dict[str, Any]:
+    logging.getLogger("uvicorn.error").addFilter(_QuietCancel())
+    return {
         "loop": "uvloop",
         "http": "httptools",
+        # Our handler, our format: uvicorn's dictConfig would install its own.
+        "log_config": None,
+        # Its start-up lines say what ours say; its warnings and errors stay.
         "log_level": "warning",
-        # Give in-flight streams time to finish on SIGTERM.
-        "timeout_graceful_shutdown": 30,
+        # One log line per request already comes from cortex.metrics.
+        "access_log": False,
+        "timeout_graceful_shutdown": int(GRACEFUL_S),
     }
+
+
+def _serve(settings: CortexSettings) -> int:
+    where: dict[str, Any] = {"host": settings.host, "port": settings.port}
     if settings.workers > 1:
         # Must be set before any worker imports prometheus_client's metrics.
         os.environ.setdefault(
             "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="neuraxis-metrics-")
         )
         os.environ[_SETTINGS_ENV] = settings.model_dump_json()
-        uvicorn.run("cortex.main:app_from_env", factory=True, workers=settings.workers, **options)
+        # uvicorn's supervisor makes each worker's server itself: workers get
+        # the quiet cancel, not the cutoff.
+        uvicorn.run(
+            "cortex.main:app_from_env",
+            factory=True,
+            workers=settings.workers,
+            **where,
+            **_options(),
+        )
         return 0
     from cortex.app import create_app
 
-    uvicorn.run(create_app(settings), **options)
+    Server(uvicorn.Config(create_app(settings), **where, **_options())).run()
     return 0
 
 
@@ -77,5 +152,5 @@ def app_from_env() -> Any:
     from cortex.app import create_app
 
     settings = CortexSettings.model_validate_json(os.environ[_SETTINGS_ENV])
-    configure_logging(settings.json_logs)
+    configure_logging(settings.log_format, settings.log_level)
     return create_app(settings)

@@ -32,6 +32,7 @@ from prometheus_client import (
 )
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 
+from cortex.shutdown import CUTOFF
 from neuraxis.core.errors import NeuraxisError, mapping_for
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -202,7 +203,8 @@ async def tracked(
     """A neuron stream, observed: first output, gaps, tokens, outcome."""
     ended = False
     try:
-        async for response in stream:
+        # Read through the cutoff: a server that stops ends it with its error.
+        async for response in CUTOFF.guard(stream):
             if response.choices:
                 tracker.output()
             if response.HasField("usage"):

@@ -67,7 +67,7 @@ def replica_tls_env(settings: NeuronSettings) -> dict[str, str]:
 
 
 def run_agent(settings: NeuronSettings) -> int:
-    configure_logging(settings.json_logs)
+    configure_logging(settings.log_format, settings.log_level)
     if not settings.ray_address:
         raise SystemExit("neuron agent: set ray_address (the Ray head's host:port) to join")
     try:

@@ -121,7 +121,7 @@ def detect_generation(settings: NeuronSettings, nvml: Any | None) -> Generation:
 def run(settings: NeuronSettings) -> int:
     from neuron.server import serve, server_credentials
 
-    configure_logging(settings.json_logs)
+    configure_logging(settings.log_format, settings.log_level)
     # Read before the engine loads: a missing file stops the neuron at once.
     credentials = server_credentials(settings.tls) if settings.tls else None
     generation = detect_generation(settings, load_nvml())

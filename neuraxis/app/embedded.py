@@ -30,14 +30,18 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from cortex.config import default_state_dir
+from neuraxis.app.progress import Level, StartProgress
 from neuraxis.core.generations import GENERATION_LABEL
+from neuraxis.core.logs import LogFormat, resolve_format
 from neuraxis.core.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
 from neuraxis.core.process import die_with_parent, stop_process_group
-from neuron.models.prepare import PrepareError, default_cache_dir, prepare_all
+from neuron.models.bundled import BUNDLED_MODELS
+from neuron.models.prepare import PrepareError, default_cache_dir, is_prepared, prepare_all
 
 READY_TIMEOUT_S = 900.0
 # In the state directory while `up` runs: the local Ray's address and token.
@@ -67,6 +71,16 @@ class EmbeddedOptions(BaseModel):
         False, description="start the neurons directly, without Ray (the --*-port options apply)"
     )
     ray_port: int = Field(0, description="the local Ray head's port (0: a free one)")
+    verbose: bool = Field(
+        False,
+        description="every log line on the console; otherwise, on a terminal, the progress, "
+        "warnings and errors only",
+    )
+    log_format: LogFormat = Field(
+        "auto",
+        description="log lines as text or JSON (auto: text on a terminal, JSON otherwise "
+        "and under systemd)",
+    )
 
 
 class _StopRequestedError(Exception):
@@ -75,11 +89,16 @@ class _StopRequestedError(Exception):
 
 def run_embedded(options: EmbeddedOptions) -> int:
     cache_dir = options.cache_dir or default_cache_dir()
+    models = [DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL]
+    started = time.monotonic()
+    # Fetching and converting take a while and say so; a cache hit is one line.
+    work = not all(is_prepared(cache_dir, BUNDLED_MODELS[m]) for m in models)
     try:
-        prepare_all(cache_dir, [DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL], _say)
+        prepare_all(cache_dir, models, _say if work or options.verbose else _quiet)
     except PrepareError as e:
         print(f"neuraxis: {e}", file=sys.stderr)
         return 1
+    _say(f"models prepared in {time.monotonic() - started:.1f} s ({', '.join(models)})")
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise _StopRequestedError()
@@ -111,9 +130,12 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
     marker = state_dir / EMBEDDED_CLUSTER_FILE
     children: list[subprocess.Popen[bytes]] = []  # the head, then cortex
 
+    env.update(_child_logging(options))
+    watch = _ReplicaWatch(address, token)
+
     def run() -> int:
-        _say(f"starting Ray on {address}")
         head_log = workdir / "ray-head.log"
+        started = time.monotonic()
         head = start_head(port, "127.0.0.1", {GENERATION_LABEL: "cpu"}, env, head_log)
         children.append(head)
         try:
@@ -121,12 +143,13 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
         except RuntimeError as e:
             tail = head_log.read_text(errors="replace")[-2000:]
             raise SystemExit(f"neuraxis: {e}\n{tail}") from None
+        _say(f"Ray started on {address} in {time.monotonic() - started:.1f} s")
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch(mode=0o600)
         marker.write_text(json.dumps({"address": address, "token": token}))
         _say(
             f"starting cortex on {options.host}:{options.port}; it places {DEFAULT_CHAT_MODEL} "
-            f"and {DEFAULT_EMBEDDING_MODEL} on Ray (vLLM CPU, ~40 s; neuron logs in "
+            f"and {DEFAULT_EMBEDDING_MODEL} on Ray (vLLM CPU; neuron logs in "
             f"{state_dir / 'replicas'})"
         )
         cortex_cmd = ["cortex", "--host", options.host, "--port", str(options.port)]
@@ -134,13 +157,18 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
         if options.state_dir is not None:
             cortex_cmd += ["--state-dir", str(options.state_dir)]
         children.append(_spawn(cortex_cmd, env))
+        try:
+            _wait_ready(f"http://{options.host}:{options.port}", children, watch.poll)
+            watch.poll(now=True)  # the last replica's "ready" line
+        finally:
+            watch.close()
         return _serve(f"http://{options.host}:{options.port}", children)
 
     def stop() -> None:
         # cortex first (no new requests), then the replicas drain, then Ray.
         for child in reversed(children):
             if child is children[0] and child.poll() is None:
-                _drain_replicas(address, env)
+                _drain_replicas(address, env, workdir / "cluster-stop.log")
             stop_process_group(child, timeout_s=STOP_TIMEOUT_S)
         shutil.rmtree(workdir, ignore_errors=True)
         marker.unlink(missing_ok=True)
@@ -168,14 +196,81 @@ kv_cache_gib = {kv}
 """
 
 
-def _drain_replicas(address: str, env: dict[str, str]) -> None:
+def _drain_replicas(address: str, env: dict[str, str], log_path: Path) -> None:
     """Let the controller drain and stop the replicas (in a child process, as
-    a Ray driver with the run's token), so that the engines shut down cleanly."""
-    child = _spawn(["cluster", "stop", "--address", address], env)
+    a Ray driver with the run's token), so that the engines shut down cleanly.
+    What Ray says meanwhile goes to a file; the console hears of a failure."""
+    with open(log_path, "wb") as log:
+        child = _spawn(["cluster", "stop", "--address", address], env, log)
     try:
-        child.wait(timeout=STOP_TIMEOUT_S + 30)
+        code = child.wait(timeout=STOP_TIMEOUT_S + 30)
     except subprocess.TimeoutExpired:
-        stop_process_group(child, timeout_s=5)
+        code = stop_process_group(child, timeout_s=5)
+    if code != 0:
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+        _warn(f"could not drain the replicas (code {code}): {' '.join(tail)}")
+
+
+def _child_logging(options: EmbeddedOptions) -> dict[str, str]:
+    """cortex's log settings: on a terminal only its warnings and errors
+    (the progress lines say the rest), unless --verbose; JSON for a file, a
+    pipe or the journal keeps every line, since a machine reads those."""
+    chosen = resolve_format(options.log_format, sys.stderr)
+    quiet = chosen == "text" and not options.verbose
+    return {
+        "NEURAXIS_CORTEX_LOG_FORMAT": options.log_format,
+        "NEURAXIS_CORTEX_LOG_LEVEL": "warning" if quiet else "info",
+    }
+
+
+class _ReplicaWatch:
+    """Reads the controller's status while the replicas start (joining Ray
+    as a driver with the run's token) and says what changed."""
+
+    def __init__(self, address: str, token: str) -> None:
+        self._address = address
+        self._token = token
+        self._progress = StartProgress()
+        self._connected = False
+        self._next = 0.0
+
+    def poll(self, now: bool = False) -> None:
+        if not now and time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + 1.0
+        # Ray reads its authentication settings when it is first imported.
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN"] = self._token
+        from ray.exceptions import RayError
+
+        from cortex.cluster.client import ClusterError, connect, status
+
+        try:
+            if not self._connected:
+                self._connect(connect)
+            current = status(timeout_s=5)
+        except (ClusterError, RayError):
+            return  # cortex has not started the controller yet
+        for line in self._progress.update(current, time.monotonic()):
+            (_warn if line.level is Level.WARNING else _say)(line.text)
+
+    def _connect(self, connect: Callable[[str], None]) -> None:
+        # ray.init puts a SIGTERM handler of its own (sys.exit) in place of
+        # the one that stops the children in order.
+        handler = signal.getsignal(signal.SIGTERM)
+        try:
+            connect(self._address)
+            self._connected = True
+        finally:
+            signal.signal(signal.SIGTERM, handler)
+
+    def close(self) -> None:
+        """Leave Ray before it stops, so that the driver has nothing to say."""
+        if self._connected:
+            import ray
+
+            ray.shutdown()
+            self._connected = False
 
 
 def _free_port() -> int:
@@ -210,7 +305,8 @@ def _run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
             cortex_cmd += ["--model", model]
         if options.state_dir is not None:
             cortex_cmd += ["--state-dir", str(options.state_dir)]
-        children.append(_spawn(cortex_cmd))
+        children.append(_spawn(cortex_cmd, dict(os.environ, **_child_logging(options))))
+        _wait_ready(f"http://{options.host}:{options.port}", children)
         return _serve(f"http://{options.host}:{options.port}", children)
 
     def stop() -> None:
@@ -237,9 +333,8 @@ def _run_until_stopped(run: Callable[[], int], stop: Callable[[], None]) -> int:
 
 
 def _serve(base: str, children: list[subprocess.Popen[bytes]]) -> int:
-    """Wait until cortex is ready, say how to call it, and watch the children:
-    when one exits, everything stops (exit code 1)."""
-    _wait_ready(base, children)
+    """Once cortex is ready: say how to call it, and watch the children: when
+    one exits, everything stops (exit code 1)."""
     _print_banner(base)
     while all(c.poll() is None for c in children):
         time.sleep(0.5)
@@ -263,18 +358,26 @@ def _neuron_cmd(model: str, port: int, cache_dir: Path) -> list[str]:
     ]
 
 
-def _spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _spawn(
+    args: list[str], env: dict[str, str] | None = None, out: IO[bytes] | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "neuraxis.app.cli", *args],
         env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT if out else None,
         start_new_session=True,
         preexec_fn=die_with_parent,
     )
 
 
-def _wait_ready(base: str, children: list[subprocess.Popen[bytes]]) -> None:
+def _wait_ready(
+    base: str, children: list[subprocess.Popen[bytes]], poll: Callable[[], None] | None = None
+) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
+        if poll is not None:
+            poll()
         for child in children:
             if child.poll() is not None:
                 raise SystemExit(
@@ -294,9 +397,10 @@ def _print_banner(base: str) -> None:
     question = "What is the capital of France?"
     message = f'{{"role": "user", "content": "{question}"}}'
     body = f'{{"model": "{DEFAULT_CHAT_MODEL}", "temperature": 0, "messages": [{message}]}}'
+    _say(f"ready: {base}")
     print(
         f"""
-neuraxis is ready: an OpenAI-compatible API at {base}/v1 (model {DEFAULT_CHAT_MODEL})
+An OpenAI-compatible API at {base}/v1 (model {DEFAULT_CHAT_MODEL}):
 
   curl {base}/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{body}'
@@ -309,3 +413,11 @@ Press Ctrl-C to stop.
 
 def _say(line: str) -> None:
     print(f"neuraxis: {line}", flush=True)
+
+
+def _warn(line: str) -> None:
+    print(f"neuraxis: warning: {line}", file=sys.stderr, flush=True)
+
+
+def _quiet(line: str) -> None:
+    pass

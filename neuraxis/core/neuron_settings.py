@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from neuraxis.core.generations import Generation
+from neuraxis.core.logs import LogFormat, LogLevel
 from neuraxis.core.tasks import ModelTask
 from neuraxis.core.tls import TlsFiles, tls_files
 
@@ -90,7 +91,15 @@ class NeuronSettings(BaseSettings):
     metrics_port: int = Field(
         9400, ge=0, le=65535, description="Prometheus metrics (vLLM's and the neuron's); 0: none"
     )
-    json_logs: bool = Field(True, description="log lines as JSON objects, or as plain text")
+    log_format: LogFormat = Field(
+        "auto",
+        description="log lines as text (for a terminal) or JSON objects; auto: text on a "
+        "terminal, JSON under systemd or into a file or pipe",
+    )
+    log_level: LogLevel = Field("info", description="the least severe log lines written")
+    json_logs: bool | None = Field(
+        None, description="deprecated: log_format = json (true) or text (false)"
+    )
     drain_timeout_s: float = Field(
         30.0, ge=0, description="seconds in-flight requests get to finish when stopped"
     )
@@ -130,6 +139,12 @@ class NeuronSettings(BaseSettings):
         """The mutual-TLS files, or None: plaintext gRPC."""
         return tls_files(self.tls_ca, self.tls_cert, self.tls_key)
 
+    @model_validator(mode="after")
+    def _old_json_logs(self) -> NeuronSettings:
+        if self.json_logs is not None and "log_format" not in self.model_fields_set:
+            self.log_format = "json" if self.json_logs else "text"
+        return self
+
 
 # The settings `neuraxis neuron agent` reads (and so offers as options); the
 # rest are the replicas' business.
@@ -139,6 +154,8 @@ AGENT_SETTINGS: tuple[str, ...] = (
     "node_ip",
     "ray_fixed_ports",
     "cache_dir",
+    "log_format",
+    "log_level",
     "json_logs",
     # Handed to the replicas started on the host (their neurons' TLS).
     "tls_ca",
