@@ -23,7 +23,7 @@ from typing import Any
 import uvicorn
 
 from cortex.config import CortexSettings
-from cortex.shutdown import CUTOFF
+from cortex.shutdown import CUTOFF, Cutoff
 from neuraxis.core.logs import configure_logging
 
 log = logging.getLogger("neuraxis.cortex")
@@ -73,25 +73,27 @@ class Server(uvicorn.Server):
     """uvicorn's server, whose graceful shutdown ends the streams still open
     `cut_margin_s` before its timeout instead of cancelling them at it."""
 
-    def __init__(self, config: uvicorn.Config, cut_margin_s: float = CUT_MARGIN_S) -> None:
+    def __init__(
+        self, config: uvicorn.Config, cutoff: Cutoff = CUTOFF, cut_margin_s: float = CUT_MARGIN_S
+    ) -> None:
         super().__init__(config)
+        self._cutoff = cutoff
         self._cut_margin_s = cut_margin_s
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         grace = self.config.timeout_graceful_shutdown or 0
         timer = asyncio.get_running_loop().call_later(
-            max(grace - self._cut_margin_s, 0.0), _cut_streams
+            max(grace - self._cut_margin_s, 0.0), self._cut_streams
         )
         try:
             await super().shutdown(sockets)
         finally:
             timer.cancel()
 
-
-def _cut_streams() -> None:
-    ended = CUTOFF.cut()
-    if ended:
-        log.warning("shutting down: %d streams still open were ended", ended)
+    def _cut_streams(self) -> None:
+        ended = self._cutoff.cut()
+        if ended:
+            log.warning("shutting down: %d requests still open were ended", ended)
 
 
 class _QuietCancel(logging.Filter):

@@ -52,12 +52,14 @@ class Cutoff:
         return len(self._reading)
 
     async def guard(self, stream: AsyncIterator[T]) -> AsyncIterator[T]:
-        task = asyncio.current_task()
-        assert task is not None
         try:
             while True:
                 if self._cut:
                     raise UnavailableError(SHUTTING_DOWN)
+                # Looked up for each read: the first message of a stream is
+                # read by the request's task, the rest by the response's.
+                task = asyncio.current_task()
+                assert task is not None
                 self._reading.add(task)
                 try:
                     item = await anext(stream)
