@@ -3,7 +3,7 @@ several workers whose metrics are added up (prometheus_client's
 multiprocess mode).
 
 On SIGTERM or Ctrl-C uvicorn stops accepting connections and gives the open
-ones GRACEFUL_S to finish; a few seconds before that runs out, the streams
+ones `shutdown_grace_s` to finish; a few seconds before that runs out, the streams
 still open are ended with their terminal events (cortex/shutdown.py), so
 that none is cut off mid-frame and no traceback reaches the log. uvicorn's
 own loggers go through neuraxis's handler, in the configured format.
@@ -29,9 +29,8 @@ from neuraxis.core.logs import configure_logging
 log = logging.getLogger("neuraxis.cortex")
 
 _SETTINGS_ENV = "NEURAXIS_CORTEX_SETTINGS_JSON"
-# How long in-flight requests get to finish after SIGTERM, and how much of it
-# is kept for ending the streams still open with their terminal events.
-GRACEFUL_S = 30.0
+# How much of the graceful shutdown is kept for ending the streams still open
+# with their terminal events (at most half of it).
 CUT_MARGIN_S = 3.0
 
 
@@ -78,7 +77,7 @@ class Server(uvicorn.Server):
     ) -> None:
         super().__init__(config)
         self._cutoff = cutoff
-        self._cut_margin_s = cut_margin_s
+        self._cut_margin_s = min(cut_margin_s, (config.timeout_graceful_shutdown or 0) / 2)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         grace = self.config.timeout_graceful_shutdown or 0
@@ -110,7 +109,7 @@ class _QuietCancel(logging.Filter):
         return True
 
 
-def _options() -> dict[str, Any]:
+def _options(settings: CortexSettings) -> dict[str, Any]:
     logging.getLogger("uvicorn.error").addFilter(_QuietCancel())
     return {
         "loop": "uvloop",
@@ -121,7 +120,7 @@ def _options() -> dict[str, Any]:
         "log_level": "warning",
         # One log line per request already comes from cortex.metrics.
         "access_log": False,
-        "timeout_graceful_shutdown": int(GRACEFUL_S),
+        "timeout_graceful_shutdown": settings.shutdown_grace_s,
     }
 
 
@@ -140,12 +139,12 @@ def _serve(settings: CortexSettings) -> int:
             factory=True,
             workers=settings.workers,
             **where,
-            **_options(),
+            **_options(settings),
         )
         return 0
     from cortex.app import create_app
 
-    Server(uvicorn.Config(create_app(settings), **where, **_options())).run()
+    Server(uvicorn.Config(create_app(settings), **where, **_options(settings))).run()
     return 0
 
 
