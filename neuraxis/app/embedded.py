@@ -16,6 +16,7 @@ kernel to exit if the supervisor dies without cleaning up.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -255,6 +256,9 @@ class _ReplicaWatch:
             (_warn if line.level is Level.WARNING else _say)(line.text)
 
     def _connect(self, connect: Callable[[str], None]) -> None:
+        # Ray's own handler would print its INFO lines ("Connecting to
+        # existing Ray cluster") on the console.
+        logging.getLogger("ray").setLevel(logging.WARNING)
         # ray.init puts a SIGTERM handler of its own (sys.exit) in place of
         # the one that stops the children in order.
         handler = signal.getsignal(signal.SIGTERM)
