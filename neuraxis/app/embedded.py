@@ -295,12 +295,17 @@ def _run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
         # Pooling needs no room for generated tokens: the smallest KV cache.
         embed_cmd = _neuron_cmd(DEFAULT_EMBEDDING_MODEL, options.embedding_port, cache_dir)
         embed_cmd += ["--kv-cache-gib", "1", "--metrics-port", str(options.embedding_metrics_port)]
+        # The neurons' own lines (vLLM's among them) go to files, as replicas' do.
+        log_dir = (options.state_dir or default_state_dir()) / "neurons"
+        log_dir.mkdir(parents=True, exist_ok=True)
         _say(
             f"starting neurons on 127.0.0.1:{options.neuron_port} ({DEFAULT_CHAT_MODEL}) and "
-            f"127.0.0.1:{options.embedding_port} ({DEFAULT_EMBEDDING_MODEL}): vLLM CPU, ~40 s"
+            f"127.0.0.1:{options.embedding_port} ({DEFAULT_EMBEDDING_MODEL}): vLLM CPU, ~40 s; "
+            f"logs in {log_dir}"
         )
-        children.append(_spawn(chat_cmd))
-        children.append(_spawn(embed_cmd))
+        for model, cmd in ((DEFAULT_CHAT_MODEL, chat_cmd), (DEFAULT_EMBEDDING_MODEL, embed_cmd)):
+            with open(log_dir / f"{model}.log", "ab") as log:
+                children.append(_spawn(cmd, None, log))
         _say(f"starting cortex on {options.host}:{options.port}")
         cortex_cmd = ["cortex", "--host", options.host, "--port", str(options.port)]
         for port in (options.neuron_port, options.embedding_port):
