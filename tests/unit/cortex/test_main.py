@@ -97,3 +97,33 @@ async def test_a_stream_open_at_shutdown_ends_with_its_terminal_events(
     assert ended_at - stopped_at < grace
     assert not [r for r in caplog.records if r.exc_info]
     assert not [r for r in caplog.records if "timeout graceful shutdown" in r.getMessage()]
+
+
+def test_a_request_cancelled_at_the_timeout_is_one_warning_line() -> None:
+    """What is left for uvicorn to cancel (the cutoff ends every stream
+    before) is said in one line, without the CancelledError traceback."""
+    import sys
+
+    from cortex.main import _QuietCancel
+
+    try:
+        raise asyncio.CancelledError("Task cancelled, timeout graceful shutdown exceeded")
+    except asyncio.CancelledError:
+        exc_info = sys.exc_info()
+    record = logging.makeLogRecord(
+        {"name": "uvicorn.error", "levelno": logging.ERROR, "levelname": "ERROR"}
+    )
+    record.msg, record.exc_info = "Exception in ASGI application\n", exc_info
+    assert _QuietCancel().filter(record)
+    assert (record.levelname, record.getMessage(), record.exc_info) == (
+        "WARNING",
+        "a request was cancelled by the shutdown",
+        None,
+    )
+    other = logging.makeLogRecord({"msg": "Exception in ASGI application\n"})
+    try:
+        raise ValueError("a real bug")
+    except ValueError:
+        other.exc_info = sys.exc_info()
+    assert _QuietCancel().filter(other)
+    assert other.exc_info is not None
