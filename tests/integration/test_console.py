@@ -147,7 +147,7 @@ def test_ctrl_c_during_a_stream_ends_it_and_prints_no_traceback(console: Console
         timeout=60,
     )
     assert served.status_code == 200
-    started, lines = threading.Event(), []
+    started, lines = threading.Event(), list[str]()
     client = threading.Thread(target=_stream_lines, args=(console.base_url, started, lines))
     client.start()
     assert started.wait(timeout=60), lines

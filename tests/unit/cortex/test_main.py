@@ -115,11 +115,8 @@ def test_a_request_cancelled_at_the_timeout_is_one_warning_line() -> None:
     )
     record.msg, record.exc_info = "Exception in ASGI application\n", exc_info
     assert _QuietCancel().filter(record)
-    assert (record.levelname, record.getMessage(), record.exc_info) == (
-        "WARNING",
-        "a request was cancelled by the shutdown",
-        None,
-    )
+    assert record.levelname == "WARNING" and not record.exc_info
+    assert record.getMessage() == "a request was cancelled by the shutdown"
     other = logging.makeLogRecord({"msg": "Exception in ASGI application\n"})
     try:
         raise ValueError("a real bug")
