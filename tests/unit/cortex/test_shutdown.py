@@ -95,8 +95,12 @@ async def test_the_read_is_interrupted_in_whichever_task_makes_it() -> None:
     rest in the response's task."""
     cutoff, source = Cutoff(), Endless()
     stream = cutoff.guard(source.stream())
-    assert await asyncio.create_task(anext(stream)) == 1
-    second = asyncio.create_task(anext(stream))
+
+    async def read() -> int:
+        return await anext(stream)
+
+    assert await asyncio.create_task(read()) == 1
+    second = asyncio.create_task(read())
     await source.waiting.wait()
     assert cutoff.cut() == 1
     with pytest.raises(UnavailableError):
