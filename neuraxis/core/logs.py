@@ -128,6 +128,8 @@ def configure_logging(
         adopted = logging.getLogger(name)
         adopted.handlers[:] = []
         adopted.propagate = True
+        # Ray sets INFO on its logger: it would pass INFO past a quieter root.
+        adopted.setLevel(logging.NOTSET)
     for name, prefix in _SILENCED:
         silenced = logging.getLogger(name)
         if not any(isinstance(f, _Silence) for f in silenced.filters):

@@ -132,15 +132,18 @@ def test_configure_logging_writes_the_chosen_format_at_the_level(
     assert " WARNING neuraxis.test[" in line and line.endswith("shown request_id=r-1")
 
 
-def test_uvicorn_and_ray_log_through_the_same_handler() -> None:
+def test_uvicorn_and_ray_log_through_the_same_handler_at_its_level() -> None:
     for name in ("uvicorn.error", "ray"):
         # What they do on their own: a handler of their own, not propagating.
         logging.getLogger(name).addHandler(logging.StreamHandler(io.StringIO()))
         logging.getLogger(name).propagate = False
+        # Ray also sets its own level, INFO.
+        logging.getLogger(name).setLevel(logging.INFO)
     out = io.StringIO()
-    configure_logging("json", "info", out)
+    configure_logging("json", "warning", out)
     logging.getLogger("uvicorn.error").warning("from uvicorn")
     logging.getLogger("ray.util").warning("from ray")
+    logging.getLogger("ray._private.worker").info("Connecting to existing Ray cluster")
     loggers = [json.loads(line)["logger"] for line in out.getvalue().splitlines()]
     assert loggers == ["uvicorn.error", "ray.util"]
 
