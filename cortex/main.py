@@ -92,7 +92,9 @@ class Server(uvicorn.Server):
     def _cut_streams(self) -> None:
         ended = self._cutoff.cut()
         if ended:
-            log.warning("shutting down: %d requests still open were ended", ended)
+            log.warning(
+                "shutting down: ended %d open request(s) with an error (unavailable)", ended
+            )
 
 
 class _QuietCancel(logging.Filter):
