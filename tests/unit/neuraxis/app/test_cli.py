@@ -182,6 +182,8 @@ def test_up_keeps_its_defaults() -> None:
         "max_model_len": None,
         "static": False,
         "ray_port": 0,
+        "verbose": False,
+        "log_format": "auto",
     }
 
 
@@ -199,6 +201,8 @@ def test_up_keeps_its_flags() -> None:
         "--max-model-len=1024",
         "--static",
         "--ray-port=6390",
+        "--verbose",
+        "--log-format=json",
     ]
     assert _up(argv).model_dump() == {
         "host": "0.0.0.0",
@@ -213,4 +217,6 @@ def test_up_keeps_its_flags() -> None:
         "max_model_len": 1024,
         "static": True,
         "ray_port": 6390,
+        "verbose": True,
+        "log_format": "json",
     }
