@@ -112,7 +112,9 @@ class _QuietCancel(logging.Filter):
 
 
 def _options(settings: CortexSettings) -> dict[str, Any]:
-    logging.getLogger("uvicorn.error").addFilter(_QuietCancel())
+    uvicorn_error = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _QuietCancel) for f in uvicorn_error.filters):
+        uvicorn_error.addFilter(_QuietCancel())
     return {
         "loop": "uvloop",
         "http": "httptools",
