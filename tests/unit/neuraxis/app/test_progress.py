@@ -3,26 +3,27 @@ controller statuses: each transition once, the time to ready, problems."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from cortex.cluster.status import ClusterStatus, ModelStatus, ReplicaState, ReplicaStatus
 from neuraxis.app.progress import Level, StartProgress
+from neuraxis.core.generations import Generation
 
 
-def _status(*replicas: dict[str, Any], error: str | None = None) -> dict[str, Any]:
-    return {
-        "models": [
-            {
-                "id": "chat",
-                "unplaceable": None,
-                "last_start_error": error,
-                "replicas": list(replicas),
-            }
-        ]
-    }
+def _status(*replicas: ReplicaStatus, error: str | None = None) -> ClusterStatus:
+    model = ModelStatus(
+        id="chat",
+        desired=1,
+        generations=[Generation.CPU],
+        gpus_per_replica=0,
+        last_start_error=error,
+        replicas=list(replicas),
+    )
+    return ClusterStatus(models=[model])
 
 
-def _replica(state: str, address: str | None = None) -> dict[str, Any]:
-    return {"id": "chat-1", "state": state, "generation": "cpu", "address": address}
+def _replica(state: str, address: str | None = None) -> ReplicaStatus:
+    return ReplicaStatus(
+        id="chat-1", state=ReplicaState(state), generation=Generation.CPU, address=address
+    )
 
 
 def test_loading_then_ready_with_the_time_it_took() -> None:
