@@ -27,8 +27,8 @@ import httpx
 import pytest
 
 from neuraxis.core.process import stop_process_group
-from tests.integration.conftest import ENGINE_START_TIMEOUT_S, MODEL
 from tests.procs import REPO, child_env, free_port
+from tests.stacks import ENGINE_START_TIMEOUT_S, MODEL
 
 GRACE_S = 6
 

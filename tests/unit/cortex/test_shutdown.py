@@ -36,7 +36,7 @@ async def _read_all(stream: AsyncIterator[int], into: list[int]) -> None:
 
 
 async def test_a_waiting_read_ends_with_unavailable_and_the_stream_is_closed() -> None:
-    cutoff, source, got = Cutoff(), Endless(), []
+    cutoff, source, got = Cutoff(), Endless(), list[int]()
     reader = asyncio.create_task(_read_all(cutoff.guard(source.stream()), got))
     await source.waiting.wait()
     assert cutoff.cut() == 1
@@ -71,7 +71,7 @@ async def test_a_task_busy_elsewhere_is_not_interrupted_and_its_next_read_ends()
 
 
 async def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
-    cutoff, source, got = Cutoff(), Endless(), []
+    cutoff, source, got = Cutoff(), Endless(), list[int]()
     reader = asyncio.create_task(_read_all(cutoff.guard(source.stream()), got))
     await source.waiting.wait()
     reader.cancel()
