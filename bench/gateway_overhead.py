@@ -15,43 +15,16 @@ both paths generate the same tokens.
 
 from __future__ import annotations
 
-import asyncio
-import statistics
 import sys
 
 from bench.stack import RESULTS, Target, output_path, parser, running_stack, write_summary
-from bench.workload import Run, run
-
-Summary = dict[str, dict[str, float]]
+from bench.workload import Summary, compare
 
 
 def measure(target: Target, concurrency: list[int], rounds: int, max_tokens: int) -> Summary:
-    base, neuron = target.base_url, target.chat_neuron
-    # Warm both paths (first-request costs are not what is measured).
-    asyncio.run(run("cortex", 2, 2, 8, base, neuron))
-    asyncio.run(run("grpc", 2, 2, 8, base, neuron))
-    summary: Summary = {}
-    for c in concurrency:
-        requests = 5 if c == 1 else 2 * c
-        runs: dict[str, list[Run]] = {"cortex": [], "grpc": []}
-        for r in range(rounds):
-            order = ["cortex", "grpc"] if r % 2 == 0 else ["grpc", "cortex"]
-            for path in order + order[::-1]:
-                result = asyncio.run(run(path, c, requests, max_tokens, base, neuron))
-                runs[path].append(result)
-                ttft_ms = statistics.median(result.ttfts) * 1000
-                print(
-                    f"  c={c:<2} {path:<6} ttft p50 {ttft_ms:7.1f} ms  "
-                    f"{result.tokens_per_s:6.1f} tok/s  "
-                    f"({result.tokens} tokens, {result.wall_s:.1f} s)",
-                    flush=True,
-                )
-        for path, rs in runs.items():
-            summary[f"c{c}_{path}"] = {
-                "ttft_p50_ms": statistics.median(statistics.median(x.ttfts) for x in rs) * 1000,
-                "tokens_per_s": statistics.median(x.tokens_per_s for x in rs),
-            }
-    return summary
+    return compare(
+        ("cortex", "grpc"), target.base_url, target.chat_neuron, concurrency, rounds, max_tokens
+    )
 
 
 def report(summary: Summary, concurrency: list[int]) -> None:

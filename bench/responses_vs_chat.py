@@ -22,13 +22,11 @@ import time
 from pathlib import Path
 
 from bench.stack import RESULTS, Target, output_path, parser, running_stack, write_summary
-from bench.workload import Run, run
+from bench.workload import Summary, compare
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
 from tests.postgres import postgres_server
-
-Summary = dict[str, dict[str, float]]
 
 
 def _record(i: int) -> StoredResponse:
@@ -67,30 +65,14 @@ def store_latency(puts: int) -> dict[str, float]:
 
 
 def measure(target: Target, concurrency: list[int], rounds: int, max_tokens: int) -> Summary:
-    base, neuron = target.base_url, target.chat_neuron
-    for path in ("cortex", "responses"):  # warm-up
-        asyncio.run(run(path, 2, 2, 8, base, neuron))
-    summary: Summary = {}
-    for c in concurrency:
-        requests = 5 if c == 1 else 2 * c
-        runs: dict[str, list[Run]] = {"cortex": [], "responses": []}
-        for r in range(rounds):
-            order = ["cortex", "responses"] if r % 2 == 0 else ["responses", "cortex"]
-            for path in order + order[::-1]:
-                result = asyncio.run(run(path, c, requests, max_tokens, base, neuron))
-                runs[path].append(result)
-                ttft_ms = statistics.median(result.ttfts) * 1000
-                print(
-                    f"  c={c:<2} {path:<9} ttft p50 {ttft_ms:7.1f} ms  "
-                    f"{result.tokens_per_s:6.1f} tok/s",
-                    flush=True,
-                )
-        for path, rs in runs.items():
-            summary[f"c{c}_{path}"] = {
-                "ttft_p50_ms": statistics.median(statistics.median(x.ttfts) for x in rs) * 1000,
-                "tokens_per_s": statistics.median(x.tokens_per_s for x in rs),
-            }
-    return summary
+    return compare(
+        ("cortex", "responses"),
+        target.base_url,
+        target.chat_neuron,
+        concurrency,
+        rounds,
+        max_tokens,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

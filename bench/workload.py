@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
 import uuid
 from dataclasses import dataclass
@@ -133,3 +134,44 @@ async def run(
         wall = time.perf_counter() - started
         await channel.close()
     return Run([r[0] for r in results], sum(r[1] for r in results), wall)
+
+
+Summary = dict[str, dict[str, float]]
+
+
+def compare(
+    paths: tuple[str, str],
+    base: str,
+    neuron: str,
+    concurrency: list[int],
+    rounds: int,
+    max_tokens: int,
+) -> Summary:
+    """The same workload over two paths, after a warm-up of each, in
+    alternating order (A B B A, then B A A B, ...) so that drift on a shared
+    machine falls on both alike; per concurrency, each path's median TTFT and
+    output tokens/s over its runs (keys "c<concurrency>_<path>")."""
+    for path in paths:  # first-request costs are not what is measured
+        asyncio.run(run(path, 2, 2, 8, base, neuron))
+    summary: Summary = {}
+    for c in concurrency:
+        requests = 5 if c == 1 else 2 * c
+        runs: dict[str, list[Run]] = {path: [] for path in paths}
+        for r in range(rounds):
+            order = list(paths) if r % 2 == 0 else list(paths[::-1])
+            for path in order + order[::-1]:
+                result = asyncio.run(run(path, c, requests, max_tokens, base, neuron))
+                runs[path].append(result)
+                ttft_ms = statistics.median(result.ttfts) * 1000
+                print(
+                    f"  c={c:<2} {path:<9} ttft p50 {ttft_ms:7.1f} ms  "
+                    f"{result.tokens_per_s:6.1f} tok/s  "
+                    f"({result.tokens} tokens, {result.wall_s:.1f} s)",
+                    flush=True,
+                )
+        for path, rs in runs.items():
+            summary[f"c{c}_{path}"] = {
+                "ttft_p50_ms": statistics.median(statistics.median(x.ttfts) for x in rs) * 1000,
+                "tokens_per_s": statistics.median(x.tokens_per_s for x in rs),
+            }
+    return summary

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from cortex.routing.factory import DEFAULT_POLICY, PolicyName, PolicyOptions, PolicyTable
-from neuraxis.core.logs import LogFormat, LogLevel
+from neuraxis.core.logs import LogSettings
 from neuraxis.core.settings import Flag
 from neuraxis.core.tls import TlsFiles, tls_files
 
@@ -22,7 +22,7 @@ def default_state_dir() -> Path:
     return base / "neuraxis"
 
 
-class CortexSettings(BaseSettings):
+class CortexSettings(LogSettings):
     """Each field is one setting everywhere: TOML key, NEURAXIS_CORTEX_<NAME>
     and `neuraxis cortex --name-with-dashes` (neuraxis/app/options.py; `Flag`
     where the option is spelled otherwise), with its description as the help.
@@ -103,15 +103,6 @@ class CortexSettings(BaseSettings):
         gt=0,
         description="seconds in-flight requests get to finish when cortex stops; streams "
         "still open near the end are ended with their terminal events",
-    )
-    log_format: LogFormat = Field(
-        "auto",
-        description="log lines as text (for a terminal) or JSON objects; auto: text on a "
-        "terminal, JSON under systemd or into a file or pipe",
-    )
-    log_level: LogLevel = Field("info", description="the least severe log lines written")
-    json_logs: bool | None = Field(
-        None, description="deprecated: log_format = json (true) or text (false)"
     )
     state_dir: Path = Field(
         default_factory=default_state_dir,

@@ -22,8 +22,27 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal, TextIO
 
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
 LogFormat = Literal["auto", "text", "json"]
 LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class LogSettings(BaseSettings):
+    """The logging settings every service has; cortex's and the neuron's
+    settings classes derive from it (each with its own env prefix)."""
+
+    log_format: LogFormat = Field(
+        "auto",
+        description="log lines as text (for a terminal) or JSON objects; auto: text on a "
+        "terminal, JSON under systemd or into a file or pipe",
+    )
+    log_level: LogLevel = Field("info", description="the least severe log lines written")
+    json_logs: bool | None = Field(
+        None, description="deprecated: log_format = json (true) or text (false)"
+    )
+
 
 # Attributes every LogRecord has; anything else came in through `extra`.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}

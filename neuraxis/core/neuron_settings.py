@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from neuraxis.core.generations import Generation
-from neuraxis.core.logs import LogFormat, LogLevel
+from neuraxis.core.logs import LogSettings
 from neuraxis.core.tasks import ModelTask
 from neuraxis.core.tls import TlsFiles, tls_files
 
@@ -28,7 +28,7 @@ DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 
 
-class NeuronSettings(BaseSettings):
+class NeuronSettings(LogSettings):
     model_config = SettingsConfigDict(env_prefix="NEURAXIS_NEURON_", extra="forbid")
 
     host: str = Field("127.0.0.1", description="gRPC listen address")
@@ -90,15 +90,6 @@ class NeuronSettings(BaseSettings):
     )
     metrics_port: int = Field(
         9400, ge=0, le=65535, description="Prometheus metrics (vLLM's and the neuron's); 0: none"
-    )
-    log_format: LogFormat = Field(
-        "auto",
-        description="log lines as text (for a terminal) or JSON objects; auto: text on a "
-        "terminal, JSON under systemd or into a file or pipe",
-    )
-    log_level: LogLevel = Field("info", description="the least severe log lines written")
-    json_logs: bool | None = Field(
-        None, description="deprecated: log_format = json (true) or text (false)"
     )
     drain_timeout_s: float = Field(
         30.0, ge=0, description="seconds in-flight requests get to finish when stopped"
