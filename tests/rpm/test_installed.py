@@ -102,7 +102,7 @@ def test_the_environments_are_relocated_and_precompiled(scratch_root: Path) -> N
             shebang, *_ = (base / "bin" / script).read_text().splitlines()
             assert shebang == f"#!/opt/neuraxis/{env}/bin/python"
         assert "from neuraxis.app.cli import main" in (base / "bin/neuraxis").read_text()
-        pyc = base / "lib/python3.11/site-packages/neuraxis/__pycache__/cli.cpython-311.pyc"
+        pyc = base / "lib/python3.11/site-packages/neuraxis/app/__pycache__/cli.cpython-311.pyc"
         data = pyc.read_bytes()
         # flags 0b01: hash-based, not checked against the source (PEP 552).
         assert int.from_bytes(data[4:8], "little") == 0b01
@@ -196,6 +196,8 @@ def test_the_cpu_neuron_accepts_a_host_without_gpus(
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
         kill_processes_mentioning(ray_tmp)
 
 
