@@ -101,9 +101,9 @@ def create_app(
 async def _join_cluster(
     settings: CortexSettings, spec: DeploymentSpec, pool: NeuronPool
 ) -> asyncio.Task[None]:
-    """Join the Ray cluster, start or find the controller with the spec, and
-    follow its endpoint table in the background."""
-    from cortex.cluster.client import connect, ensure_controller, follow_table
+    """Join the Ray cluster, start or find the controller with the spec,
+    follow its endpoint table and report to it in the background."""
+    from cortex.cluster.client import connect, ensure_controller, follow_cluster
 
     assert settings.ray_address is not None
     await asyncio.to_thread(connect, settings.ray_address)
@@ -115,7 +115,7 @@ async def _join_cluster(
         settings.tls,
     )
     log.info("cluster mode: following the controller at %s", settings.ray_address)
-    return asyncio.create_task(follow_table(controller, pool))
+    return asyncio.create_task(follow_cluster(controller, pool))
 
 
 def _store_for(settings: CortexSettings) -> ResponseStore:

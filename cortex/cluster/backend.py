@@ -91,12 +91,13 @@ class Liveness(Enum):
 @dataclass(frozen=True)
 class Health:
     """One health check of a replica. `detail` says why when it is not
-    SERVING; `in_flight` is the neuron's running + waiting requests, when
-    it could be read."""
+    SERVING; `running` and `waiting` are the engine's requests, when they
+    could be read."""
 
     liveness: Liveness
     detail: str = ""
-    in_flight: int | None = None
+    running: int | None = None
+    waiting: int | None = None
 
 
 class ClusterBackend(Protocol):

@@ -1,5 +1,6 @@
 """cortex's side of cluster mode: joining the Ray cluster as a driver,
-starting or finding the controller, and following its endpoint table.
+starting or finding the controller, following its endpoint table and
+reporting back what this cortex has in flight (for `neuraxis status`).
 
 The table is long-polled from the controller in a background task and handed
 to the neuron pool; requests never wait on Ray. When the controller is lost
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +29,7 @@ from cortex.cluster.ray_backend import (
     kill_replicas,
 )
 from cortex.cluster.spec import DeploymentSpec, spec_to_dict
-from cortex.cluster.status import ClusterStatus
+from cortex.cluster.status import ClusterStatus, CortexReport
 from cortex.routing.pool import NeuronPool
 from neuraxis.core.tls import TlsFiles
 
@@ -38,6 +41,8 @@ POLL_S = 20.0
 APPLY_S = 60.0
 # Retries to reach a lost controller back off up to this long.
 MAX_RETRY_S = 10.0
+# How often cortex tells the controller what it has in flight.
+REPORT_S = 2.0
 
 
 class ClusterError(Exception):
@@ -172,7 +177,41 @@ def drain_cluster(address: str) -> None:
         log.warning("could not drain the replicas before stopping Ray: %s", e)
 
 
-async def follow_table(link: ControllerLink, pool: NeuronPool) -> None:
+@dataclass
+class Followed:
+    """The endpoint table cortex routes on, as far as the follower knows."""
+
+    version: int = 0
+    epoch: str | None = None
+
+
+async def follow_cluster(link: ControllerLink, pool: NeuronPool) -> None:
+    """Follow the endpoint table and report to the controller, for ever
+    (cancelling this cancels both)."""
+    followed = Followed()
+    await asyncio.gather(follow_table(link, pool, followed), report_forever(link, pool, followed))
+
+
+async def report_forever(
+    link: ControllerLink, pool: NeuronPool, followed: Followed, interval_s: float = REPORT_S
+) -> None:
+    """Every `interval_s`, tell the controller this process's requests in
+    flight per neuron. Best effort: a lost controller is the follower's to
+    find again, and a missed report only ages out of the status."""
+    host = socket.gethostname()
+    pid = os.getpid()
+    while True:
+        report = CortexReport(f"{host}:{pid}", host, pid, pool.in_flight(), followed.version)
+        try:
+            await asyncio.wait_for(_result(link.actor.report.remote(report.to_dict())), REPORT_S)
+        except (RayError, TimeoutError, AttributeError) as e:
+            log.debug("could not report to the controller: %s", type(e).__name__)
+        await asyncio.sleep(interval_s)
+
+
+async def follow_table(
+    link: ControllerLink, pool: NeuronPool, followed: Followed | None = None
+) -> None:
     """Hand each new version of the endpoint table to the pool, for ever.
     While the controller cannot be reached the pool keeps the last table
     (its own health polling still takes dead neurons out) and the follower
@@ -210,6 +249,8 @@ async def follow_table(link: ControllerLink, pool: NeuronPool) -> None:
         if (table.get("epoch"), table["version"]) != (epoch, version):
             epoch, version = table.get("epoch"), table["version"]
             await pool.update([r["address"] for r in table["replicas"]])
+            if followed is not None:
+                followed.epoch, followed.version = epoch, version
 
 
 def retry_delay(failures: int) -> float:

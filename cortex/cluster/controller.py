@@ -42,6 +42,8 @@ from cortex.cluster.replica_settings import replica_settings, settings_env
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
 from cortex.cluster.status import (
     ClusterStatus,
+    CortexReport,
+    CortexStatus,
     Failover,
     Failure,
     ModelStatus,
@@ -56,6 +58,9 @@ log = logging.getLogger("neuraxis.controller")
 
 # Failovers kept for the status.
 FAILOVERS_KEPT = 20
+# A cortex report older than this no longer counts (cortex reports every
+# REPORT_S, cortex/cluster/client.py; a few missed reports are tolerated).
+REPORT_TTL_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,7 @@ class Controller:
         self._adopting = asyncio.Lock()
         self.table = EndpointTable()
         self._passes = 0
+        self._reports: dict[str, tuple[CortexReport, float]] = {}
 
     # -- what the actor exposes ----------------------------------------------
 
@@ -107,8 +113,22 @@ class Controller:
         else:
             await self.tick()
 
+    def report(self, report: CortexReport) -> None:
+        """A cortex instance's periodic report (its requests in flight per
+        replica); kept for REPORT_TTL_S, so a cortex that stopped drops out."""
+        self._reports[report.instance] = (report, self._clock.monotonic())
+
+    def _fresh_reports(self) -> list[tuple[CortexReport, float]]:
+        """The reports younger than REPORT_TTL_S, each with its age."""
+        now = self._clock.monotonic()
+        for instance, (_, at) in list(self._reports.items()):
+            if now - at > REPORT_TTL_S:
+                del self._reports[instance]
+        return [(r, now - at) for r, at in self._reports.values()]
+
     def status(self) -> ClusterStatus:
         now = self._clock.time()
+        reports = self._fresh_reports()
         models = []
         for model in self._spec.models:
             backoff = self._backoff.get(model.id)
@@ -121,14 +141,27 @@ class Controller:
                     unplaceable=self._unplaceable.get(model.id),
                     last_start_error=backoff.last_error if backoff else None,
                     replicas=[
-                        self._describe(r, model, now)
+                        self._describe(r, model, now, reports)
                         for r in self._replicas.values()
                         if r.model == model.id
                     ],
                 )
             )
         nodes = [NodeStatus(n.node_id, n.host, n.generation, n.gpus, n.alive) for n in self._nodes]
-        return ClusterStatus(nodes, models, list(self._failovers), self.table.version, self._passes)
+        cortices = [
+            CortexStatus(
+                r.instance,
+                r.host,
+                r.pid,
+                sum(r.in_flight.values()),
+                r.table_version,
+                round(age, 1),
+            )
+            for r, age in sorted(reports, key=lambda item: item[0].instance)
+        ]
+        return ClusterStatus(
+            nodes, models, list(self._failovers), self.table.version, self._passes, cortices
+        )
 
     async def shutdown(self) -> None:
         """Drain and stop every replica (the embedded default's exit),
@@ -187,9 +220,9 @@ class Controller:
             metrics_port=running.metrics_port,
             pid=running.pid,
             log=running.log,
-            in_flight=health.in_flight,
             ready_at=running.started_at,
         )
+        self._record_load(self._replicas[running.replica_id], health)
         log.info(
             "adopted replica %s of %s at %s", running.replica_id, running.model, running.address
         )
@@ -244,8 +277,12 @@ class Controller:
                 log.info("replica %s at %s is healthy again", replica.id, replica.address)
         replica.state = verdict.state
         replica.failures = verdict.failures
-        if health.in_flight is not None:
-            replica.in_flight = health.in_flight
+        self._record_load(replica, health)
+
+    def _record_load(self, replica: ReplicaRecord, health: Health) -> None:
+        if health.running is not None and health.waiting is not None:
+            replica.engine_running, replica.engine_waiting = health.running, health.waiting
+            replica.load_at = self._clock.monotonic()
 
     def _lost(self, replica: ReplicaRecord, reason: str, node_suspect: bool) -> None:
         """A replica died: forget it (the next reconcile places a replacement)
@@ -446,7 +483,22 @@ class Controller:
             ]
         )
 
-    def _describe(self, replica: ReplicaRecord, model: ModelSpec, now: float) -> ReplicaStatus:
+    def _describe(
+        self,
+        replica: ReplicaRecord,
+        model: ModelSpec,
+        now: float,
+        reports: list[tuple[CortexReport, float]],
+    ) -> ReplicaStatus:
+        engine = None
+        if replica.engine_running is not None and replica.engine_waiting is not None:
+            engine = replica.engine_running + replica.engine_waiting
+        load_age = None
+        if replica.load_at is not None:
+            load_age = round(self._clock.monotonic() - replica.load_at, 1)
+        cortex_in_flight = None
+        if reports and replica.address:
+            cortex_in_flight = sum(r.in_flight.get(replica.address, 0) for r, _ in reports)
         return ReplicaStatus(
             id=replica.id,
             state=replica.state,
@@ -455,9 +507,13 @@ class Controller:
             host=replica.host,
             node_id=replica.node_id,
             generation=replica.generation,
-            in_flight=replica.in_flight,
+            in_flight=engine,
             pid=replica.pid,
             log=replica.log,
+            engine_running=replica.engine_running,
+            engine_waiting=replica.engine_waiting,
+            load_age_s=load_age,
+            cortex_in_flight=cortex_in_flight,
         )
 
 

@@ -63,7 +63,11 @@ class ReplicaRecord:
     pid: int | None = None
     log: str | None = None
     failures: int = 0  # consecutive failed health checks
-    in_flight: int | None = None
+    # The engine's running and waiting requests at the last health check
+    # that could read them, and when (the controller's clock).
+    engine_running: int | None = None
+    engine_waiting: int | None = None
+    load_at: float | None = None
     ready_at: float | None = None
     replaces: Failure | None = None  # the lost replica this one replaces
 

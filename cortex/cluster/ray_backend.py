@@ -37,6 +37,7 @@ from cortex.cluster.controller import Controller, ControllerConfig
 from cortex.cluster.placement import NodeView
 from cortex.cluster.replica import ReplicaActor
 from cortex.cluster.spec import DeploymentSpec
+from cortex.cluster.status import CortexReport
 from cortex.routing.client import NeuronClient, channel_credentials
 from neuraxis.core.errors import NeuraxisError
 from neuraxis.core.generations import GENERATION_LABEL, Generation
@@ -145,7 +146,7 @@ class RayBackend:
             load = await client.load(timeout=PROBE_TIMEOUT_S)
         except NeuraxisError:
             return Health(Liveness.SERVING)  # serving; its load is unknown this time
-        return Health(Liveness.SERVING, in_flight=load.running + load.waiting)
+        return Health(Liveness.SERVING, running=load.running, waiting=load.waiting)
 
     async def drain(self, replica_id: str, timeout_s: float) -> None:
         actor = self._actors.get(replica_id)
@@ -273,6 +274,9 @@ class ControllerShell:
     async def status(self) -> dict[str, Any]:
         await self._resume()
         return self._controller.status().to_dict()
+
+    async def report(self, report: dict[str, Any]) -> None:
+        self._controller.report(CortexReport.from_dict(report))
 
     async def shutdown(self) -> None:
         # Adopts what runs (to drain it) without placing anything new.

@@ -75,9 +75,19 @@ class ReplicaStatus:
     host: str | None = None
     node_id: str | None = None
     generation: Generation | None = None
+    # The engine's running + waiting requests at the last health check.
     in_flight: int | None = None
     pid: int | None = None  # the neuron process, on its node
     log: str | None = None  # the neuron's log file, on its node
+    # The engine's own counts at the last health check, and how old they are
+    # (seconds) when the status is read: a figure without its age would pass
+    # a stale count off as the current one.
+    engine_running: int | None = None
+    engine_waiting: int | None = None
+    load_age_s: float | None = None
+    # Requests the cortex instances that reported lately have in flight on
+    # this replica (None: no cortex reported).
+    cortex_in_flight: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +101,10 @@ class ReplicaStatus:
             "in_flight": self.in_flight,
             "pid": self.pid,
             "log": self.log,
+            "engine_running": self.engine_running,
+            "engine_waiting": self.engine_waiting,
+            "load_age_s": self.load_age_s,
+            "cortex_in_flight": self.cortex_in_flight,
         }
 
     @classmethod
@@ -103,6 +117,59 @@ class ReplicaStatus:
                 "generation": _generation(data["generation"]),
             }
         )
+
+
+@dataclass(frozen=True)
+class CortexReport:
+    """What one cortex instance tells the controller every few seconds: who
+    it is and the requests it has in flight per neuron address. Several
+    instances route to the same replicas, so only their sum is the
+    gateway's view of a replica."""
+
+    instance: str  # host:pid, unique per process (each --workers worker too)
+    host: str
+    pid: int
+    in_flight: dict[str, int]  # neuron address -> requests in flight
+    table_version: int  # the endpoint table it routes on
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance": self.instance,
+            "host": self.host,
+            "pid": self.pid,
+            "in_flight": dict(self.in_flight),
+            "table_version": self.table_version,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CortexReport:
+        return cls(**_exact(cls, data))
+
+
+@dataclass(frozen=True)
+class CortexStatus:
+    """A cortex instance as the status shows it: its report and its age."""
+
+    instance: str
+    host: str
+    pid: int
+    in_flight: int  # its requests in flight, over every replica
+    table_version: int
+    reported_s_ago: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance": self.instance,
+            "host": self.host,
+            "pid": self.pid,
+            "in_flight": self.in_flight,
+            "table_version": self.table_version,
+            "reported_s_ago": self.reported_s_ago,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CortexStatus:
+        return cls(**_exact(cls, data))
 
 
 @dataclass(frozen=True)
@@ -207,6 +274,8 @@ class ClusterStatus:
     # Passes the controller has completed: a watcher waits on it to know that
     # the controller has looked again (rather than sleeping).
     passes: int = 0
+    # The cortex instances that reported within the last REPORT_TTL_S.
+    cortices: list[CortexStatus] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -215,6 +284,7 @@ class ClusterStatus:
             "failovers": [f.to_dict() for f in self.failovers],
             "version": self.version,
             "passes": self.passes,
+            "cortices": [c.to_dict() for c in self.cortices],
         }
 
     @classmethod
@@ -226,5 +296,6 @@ class ClusterStatus:
                 "nodes": [NodeStatus.from_dict(n) for n in data["nodes"]],
                 "models": [ModelStatus.from_dict(m) for m in data["models"]],
                 "failovers": [Failover.from_dict(f) for f in data["failovers"]],
+                "cortices": [CortexStatus.from_dict(c) for c in data["cortices"]],
             }
         )

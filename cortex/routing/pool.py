@@ -166,6 +166,14 @@ class NeuronPool:
         """Each configured neuron's address and its last Info (None: never answered)."""
         return [(s.client.address, s.info) for s in self._states]
 
+    def in_flight(self) -> dict[str, int]:
+        """Requests this pool has in flight per neuron address (for the
+        controller's status; several states may share an address)."""
+        counts: dict[str, int] = {}
+        for s in self._states:
+            counts[s.client.address] = counts.get(s.client.address, 0) + s.outstanding
+        return counts
+
     def missing_models(self) -> list[str]:
         """Expected models with no ready neuron (all of them if none is ready)."""
         served = self.served_models()

@@ -79,11 +79,21 @@ def build_parser() -> argparse.ArgumentParser:
         "status",
         help="show the cluster: nodes, models, replicas",
         description="Nodes (host, generation, GPUs), models and their replicas (state, "
-        "address, generation, in-flight requests) and unplaceable replicas with the reason.",
+        "address, generation; requests in flight through cortex, and the engine's running "
+        "and waiting requests with the age of that count), the cortex instances that "
+        "report to the controller, and unplaceable replicas with the reason.",
     )
     status.add_argument("--address", help="the Ray head's host:port (default: from --config)")
     status.add_argument("--config", type=Path, help="cortex's TOML settings file")
     status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C",
+    )
 
     cluster = sub.add_parser("cluster", help="manage the cluster", description="Cluster commands.")
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="COMMAND")
@@ -176,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 return print_engine_args(settings, load_nvml(), sys.stdout)
             return run_neuron(settings)
         if args.command == "status":
-            return _status(args.address, args.config, args.json)
+            return _status(args.address, args.config, args.json, args.watch)
         if args.command == "cluster":
             return _cluster(args)
         if args.command == "config":
@@ -223,10 +233,10 @@ def _cluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(address: str | None, config: Path | None, as_json: bool) -> int:
+def _status(address: str | None, config: Path | None, as_json: bool, every: float | None) -> int:
     import os
 
-    from neuraxis.app.status import render, render_json
+    from neuraxis.app.status import render, render_json, watch
 
     if address is None and config is not None:
         settings = load_settings(CortexSettings, config, {})
@@ -244,12 +254,20 @@ def _status(address: str | None, config: Path | None, as_json: bool) -> int:
     # reads its authentication settings when it is first imported.
     from cortex.cluster.client import ClusterError, connect, status
 
+    if every is not None and (as_json or every <= 0):
+        print("neuraxis: --watch takes a positive interval and no --json", file=sys.stderr)
+        return 2
     try:
         connect(address)
+        if every is not None:
+            watch(status, sys.stdout, every)
+            return 0
         current = status()
     except ClusterError as e:
         print(f"neuraxis: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 0
     sys.stdout.write(render_json(current) if as_json else render(current))
     return 0
 

@@ -1,10 +1,13 @@
 """`neuraxis status`: the cluster as the controller sees it, as tables or
-JSON. The status itself (typed, with its JSON form) is
-cortex/cluster/status.py; this module only renders it."""
+JSON, once or refreshed (`--watch`). The status itself (typed, with its JSON
+form) is cortex/cluster/status.py; this module only renders it."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
+from typing import TextIO
 
 from cortex.cluster.status import ClusterStatus, ReplicaState
 
@@ -31,23 +34,81 @@ def render(status: ClusterStatus) -> str:
         gens = ",".join(g.value for g in model.generations) or "-"
         models.append([model.id, f"{ready}/{model.desired}", gens, str(model.gpus_per_replica)])
         for r in model.replicas:
-            in_flight = "-" if r.in_flight is None else str(r.in_flight)
             state = r.state.value + (f" ({r.waiting})" if r.waiting else "")
             generation = r.generation.value if r.generation else "-"
-            replicas.append([model.id, r.id, state, r.address or "-", generation, in_flight])
+            age = "-" if r.load_age_s is None else f"{r.load_age_s:.1f}s"
+            replicas.append(
+                [
+                    model.id,
+                    r.id,
+                    state,
+                    r.address or "-",
+                    generation,
+                    _count(r.cortex_in_flight),
+                    _count(r.engine_running),
+                    _count(r.engine_waiting),
+                    age,
+                ]
+            )
         if model.unplaceable:
             unplaceable.append([model.id, model.unplaceable])
         elif model.last_start_error and ready < model.desired:
             unplaceable.append([model.id, "failed to start: " + model.last_start_error])
     out += _table("MODELS", ["MODEL", "READY", "GENERATIONS", "GPUS/REPLICA"], models)
+    # IN-FLIGHT is what the cortex instances have sent and not yet seen end;
+    # RUNNING and WAITING are the engine's own counts, AGE how old they are.
     out += _table(
         "REPLICAS",
-        ["MODEL", "REPLICA", "STATE", "ADDRESS", "GENERATION", "IN-FLIGHT"],
+        [
+            "MODEL",
+            "REPLICA",
+            "STATE",
+            "ADDRESS",
+            "GENERATION",
+            "IN-FLIGHT",
+            "RUNNING",
+            "WAITING",
+            "AGE",
+        ],
         replicas,
     )
     if unplaceable:
         out += _table("UNPLACEABLE", ["MODEL", "REASON"], unplaceable)
+    cortices = [
+        [c.instance, str(c.in_flight), str(c.table_version), f"{c.reported_s_ago:.1f}s ago"]
+        for c in status.cortices
+    ]
+    out += _table("CORTEX", ["INSTANCE", "IN-FLIGHT", "TABLE", "REPORTED"], cortices)
     return "\n".join(out).rstrip() + "\n"
+
+
+def watch(
+    fetch: Callable[[], ClusterStatus],
+    out: TextIO,
+    interval_s: float,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], float] = time.time,
+    rounds: int | None = None,
+) -> None:
+    """Print the status every `interval_s` until interrupted (or `rounds`
+    times), each time over the last one when `out` is a terminal."""
+    done = 0
+    while rounds is None or done < rounds:
+        text = render(fetch())
+        stamp = time.strftime("%H:%M:%S", time.localtime(now()))
+        header = f"neuraxis status, every {interval_s:g}s ({stamp}; Ctrl-C to stop)\n\n"
+        # Home and clear-screen on a terminal; a plain separator in a file.
+        lead = "\x1b[H\x1b[2J" if out.isatty() else ("\n" if done else "")
+        out.write(lead + header + text)
+        out.flush()
+        done += 1
+        if rounds is None or done < rounds:
+            sleep(interval_s)
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def render_json(status: ClusterStatus) -> str:

@@ -163,6 +163,60 @@ def test_status_command_shows_nodes_models_replicas_and_reasons(
     assert {n["generation"] for n in data["nodes"]} >= {"ampere", "ada", "blackwell"}
 
 
+def test_status_shows_current_in_flight_counts_and_watch_refreshes(
+    ray_cluster: SimCluster, logs_dir: Path
+) -> None:
+    """A long stream shows in cortex's count (reported to the controller)
+    and in the engine's running count; `--watch` prints fresh rounds until
+    interrupted, and exits 0 on Ctrl-C."""
+    results: list[Outcome] = []
+
+    def one() -> None:
+        with httpx.Client(base_url=ray_cluster.base_url, timeout=60) as client:
+            results.append(stream_once(client, MODEL, max_tokens=600))  # ~12 s
+
+    streamer = threading.Thread(target=one)
+    streamer.start()
+    deadline = time.monotonic() + 15
+    seen: tuple[int, int] = (0, 0)
+    while time.monotonic() < deadline and seen < (1, 1):
+        status = ray_cluster.status()
+        replicas = next(m for m in status["models"] if m["id"] == MODEL)["replicas"]
+        seen = (
+            sum(r["cortex_in_flight"] or 0 for r in replicas),
+            sum(r["engine_running"] or 0 for r in replicas),
+        )
+        time.sleep(0.2)
+    assert seen >= (1, 1), status
+    assert [c["in_flight"] for c in status["cortices"]] == [1]
+    watcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "neuraxis.app.cli",
+            "status",
+            "--address",
+            ray_cluster.address,
+            "--watch",
+            "0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(4)  # Ray's driver start-up, then a few rounds
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=30)
+    (logs_dir / "cluster-status-watch.txt").write_text(out)
+    assert watcher.returncode == 0, err[-2000:]
+    assert out.count("neuraxis status, every 0.5s") >= 2, out
+    assert "CORTEX" in out and "Traceback" not in err, err[-2000:]
+    streamer.join(timeout=60)
+    assert results and results[0].finished, results
+
+
 def _failover_under_load(
     cluster: SimCluster,
     figures: dict[str, Any],

@@ -162,7 +162,7 @@ class FakeBackend:
             await self.check_gate.wait()
         if replica_id not in self.actors:
             return Health(Liveness.GONE, "RayActorError")
-        return self.health.get(replica_id, Health(Liveness.SERVING, in_flight=0))
+        return self.health.get(replica_id, Health(Liveness.SERVING, running=0, waiting=0))
 
     async def drain(self, replica_id: str, timeout_s: float) -> None:
         self.drained.append(replica_id)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from ray.exceptions import RayActorError
 
-from cortex.cluster.client import follow_table, retry_delay
+from cortex.cluster.client import Followed, follow_table, report_forever, retry_delay
 from cortex.cluster.table import Endpoint, EndpointTable
 
 A = Endpoint("chat-1", "chat", "127.0.0.1:50051", "ada", 9400)
@@ -106,3 +106,47 @@ async def test_the_follower_keeps_the_last_table_until_a_new_controller_publishe
 
 def test_retries_to_reach_the_controller_back_off_to_10_s() -> None:
     assert [retry_delay(n) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 10, 10]
+
+
+class ReportingController(FakeController):
+    """Records reports; the first one fails as a lost controller's call does."""
+
+    def __init__(self) -> None:
+        super().__init__("e1")
+        self.reports: list[dict[str, Any]] = []
+        self.two = asyncio.Event()
+        self.report = FakeMethod(self._report)
+
+    async def _report(self, report: dict[str, Any]) -> None:
+        if not self.reports and not self.died.is_set():
+            self.died.set()  # one failure, then reports get through
+            raise RayActorError()
+        self.reports.append(report)
+        if len(self.reports) == 2:
+            self.two.set()
+
+
+class CountingPool(FakePool):
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts = iter([{"a:1": 1}, {"a:1": 2}, {"a:1": 3}, {"a:1": 4}])
+
+    def in_flight(self) -> dict[str, int]:
+        return next(self.counts)
+
+
+async def test_cortex_reports_its_requests_in_flight_and_survives_a_failed_report() -> None:
+    controller = ReportingController()
+    followed = Followed(version=3, epoch="e1")
+    task = asyncio.create_task(
+        report_forever(FakeLink(controller), CountingPool(), followed, interval_s=0.01)  # type: ignore[arg-type]
+    )
+    try:
+        await asyncio.wait_for(controller.two.wait(), 5.0)
+    finally:
+        task.cancel()
+    first, second = controller.reports[:2]
+    # The first report was lost; the next ones carry the current counts.
+    assert (first["in_flight"], second["in_flight"]) == ({"a:1": 2}, {"a:1": 3})
+    assert first["table_version"] == 3
+    assert first["instance"] == f"{first['host']}:{first['pid']}"

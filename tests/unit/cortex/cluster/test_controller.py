@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from cortex.cluster.backend import Health, Liveness, ReplicaRequest
-from cortex.cluster.controller import Controller, ControllerConfig
+from cortex.cluster.controller import REPORT_TTL_S, Controller, ControllerConfig
 from cortex.cluster.placement import NodeView
 from cortex.cluster.spec import DeploymentSpec
-from cortex.cluster.status import ClusterStatus, ModelStatus, ReplicaState
+from cortex.cluster.status import ClusterStatus, CortexReport, ModelStatus, ReplicaState
 from neuraxis.core.generations import Generation
 from tests.unit.cortex.cluster.fakes import FakeBackend, FakeClock, node, settle
 
@@ -368,3 +368,42 @@ async def test_a_controller_that_comes_back_to_stop_drains_what_it_finds() -> No
     await stopping
     assert sorted(backend.drained) == ["chat-1", "chat-2"]
     assert backend.actors == {}
+
+
+async def test_the_status_shows_each_replicas_engine_load_with_its_age() -> None:
+    controller, backend, clock = await started([ADA], spec(chat()))
+    [first] = table(controller)
+    backend.health[first] = Health(Liveness.SERVING, running=3, waiting=2)
+    await tick(controller, clock)
+    await clock.advance(0.5)
+    [replica] = model(controller).replicas
+    assert (replica.engine_running, replica.engine_waiting, replica.in_flight) == (3, 2, 5)
+    assert replica.load_age_s == 0.5
+    # A check that cannot read the load keeps the last figures, which age.
+    backend.health[first] = Health(Liveness.SERVING)
+    await tick(controller, clock, 2.0)
+    [replica] = model(controller).replicas
+    assert (replica.engine_running, replica.engine_waiting) == (3, 2)
+    assert replica.load_age_s == 2.5
+
+
+async def test_cortex_reports_add_up_per_replica_and_age_out() -> None:
+    controller, _backend, clock = await started([ADA], spec(chat()))
+    [replica] = model(controller).replicas
+    assert replica.address is not None
+    assert replica.cortex_in_flight is None  # no cortex has reported
+    controller.report(CortexReport("gw-1:10", "gw-1", 10, {replica.address: 2}, 1))
+    await clock.advance(10.0)
+    controller.report(CortexReport("gw-2:20", "gw-2", 20, {replica.address: 3, "x:1": 7}, 1))
+    status = controller.status()
+    [replica] = status.models[0].replicas
+    assert replica.cortex_in_flight == 5
+    assert [(c.instance, c.in_flight, c.reported_s_ago) for c in status.cortices] == [
+        ("gw-1:10", 2, 10.0),
+        ("gw-2:20", 10, 0.0),
+    ]
+    # gw-1 stopped reporting: past the TTL it no longer counts.
+    await clock.advance(REPORT_TTL_S - 9.0)
+    status = controller.status()
+    assert [c.instance for c in status.cortices] == ["gw-2:20"]
+    assert status.models[0].replicas[0].cortex_in_flight == 3

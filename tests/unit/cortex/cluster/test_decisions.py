@@ -33,7 +33,7 @@ def test_failed_checks_make_a_replica_unhealthy_at_3_and_lost_at_10() -> None:
 
 
 def test_a_serving_check_clears_the_count() -> None:
-    verdict = health_verdict(UNHEALTHY, 7, Health(Liveness.SERVING, in_flight=2))
+    verdict = health_verdict(UNHEALTHY, 7, Health(Liveness.SERVING, running=1, waiting=1))
     assert (verdict.state, verdict.failures, verdict.lost) == (READY, 0, None)
 
 
@@ -86,7 +86,7 @@ def _running(serial: int, address: str | None = "127.0.0.1:50051") -> RunningRep
 
 
 def test_only_a_replica_whose_neuron_serves_is_adopted() -> None:
-    serving = Health(Liveness.SERVING, in_flight=2)
+    serving = Health(Liveness.SERVING, running=1, waiting=1)
     assert adoption_refusal(_running(1), serving) is None
     assert adoption_refusal(_running(1), FAILED) == "not_serving (not SERVING)"
     assert adoption_refusal(_running(1), Health(Liveness.EXITED, "137")) == "exited (137)"

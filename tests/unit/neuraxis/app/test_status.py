@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from typing import Any
 
@@ -8,13 +9,14 @@ import pytest
 
 from cortex.cluster.status import (
     ClusterStatus,
+    CortexStatus,
     Failover,
     ModelStatus,
     NodeStatus,
     ReplicaState,
     ReplicaStatus,
 )
-from neuraxis.app.status import render, render_json
+from neuraxis.app.status import render, render_json, watch
 from neuraxis.core.generations import Generation
 
 ADA = Generation.ADA
@@ -37,6 +39,10 @@ STATUS = ClusterStatus(
                     address="10.0.0.21:4000",
                     generation=ADA,
                     in_flight=3,
+                    engine_running=2,
+                    engine_waiting=1,
+                    load_age_s=0.4,
+                    cortex_in_flight=4,
                 ),
                 ReplicaStatus(
                     id="chat-2", state=ReplicaState.PENDING, waiting="waiting for 1 free GPU"
@@ -78,6 +84,10 @@ FULL = ClusterStatus(
                     in_flight=5,
                     pid=4242,
                     log="/var/lib/neuraxis/replicas/chat-3.log",
+                    engine_running=4,
+                    engine_waiting=1,
+                    load_age_s=1.5,
+                    cortex_in_flight=6,
                 )
             ],
         )
@@ -97,6 +107,7 @@ FULL = ClusterStatus(
     ],
     version=7,
     passes=12,
+    cortices=[CortexStatus("gw-1:4711", "gw-1", 4711, 6, 7, 0.8)],
 )
 
 # The JSON `neuraxis status --json` prints for FULL, written out by hand:
@@ -125,6 +136,10 @@ FULL_JSON: dict[str, Any] = {
                     "in_flight": 5,
                     "pid": 4242,
                     "log": "/var/lib/neuraxis/replicas/chat-3.log",
+                    "engine_running": 4,
+                    "engine_waiting": 1,
+                    "load_age_s": 1.5,
+                    "cortex_in_flight": 6,
                 }
             ],
         }
@@ -144,6 +159,16 @@ FULL_JSON: dict[str, Any] = {
     ],
     "version": 7,
     "passes": 12,
+    "cortices": [
+        {
+            "instance": "gw-1:4711",
+            "host": "gw-1",
+            "pid": 4711,
+            "in_flight": 6,
+            "table_version": 7,
+            "reported_s_ago": 0.8,
+        }
+    ],
 }
 
 
@@ -167,7 +192,8 @@ def test_tables_show_nodes_replicas_and_unplaceable_models() -> None:
     assert "  10.0.0.22  -           0     dead   bbbbbbbbbbbb" in lines
     assert any(line.split()[:3] == ["chat", "1/2", "ada,blackwell"] for line in lines)
     ready = next(line for line in lines if "chat-1" in line).split()
-    assert ready == ["chat", "chat-1", "ready", "10.0.0.21:4000", "ada", "3"]
+    # cortex's count, then the engine's running and waiting with their age.
+    assert ready == ["chat", "chat-1", "ready", "10.0.0.21:4000", "ada", "4", "2", "1", "0.4s"]
     assert "pending (waiting for 1 free GPU)" in next(line for line in lines if "chat-2" in line)
     assert lines[lines.index("UNPLACEABLE") + 2].split(None, 1) == [
         "big",
@@ -200,7 +226,46 @@ def test_json_reads_back_as_the_same_status() -> None:
     assert ClusterStatus.from_dict(json.loads(render_json(STATUS))) == STATUS
 
 
-@pytest.mark.parametrize("where", ["status", "nodes", "models", "replicas", "failovers"])
+def test_the_cortex_table_lists_each_reporting_instance() -> None:
+    lines = render(FULL).splitlines()
+    assert lines[lines.index("CORTEX") + 2].split() == ["gw-1:4711", "6", "7", "0.8s", "ago"]
+    lines = render(STATUS).splitlines()
+    assert lines[lines.index("CORTEX") + 2 :] == ["  (none)"]
+
+
+class _Screen(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self._tty = tty
+
+    def isatty(self) -> bool:
+        return self._tty
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_watch_fetches_and_prints_a_fresh_status_each_round(tty: bool) -> None:
+    counts = iter([1, 2, 3])
+    slept: list[float] = []
+
+    def fetch() -> ClusterStatus:
+        replica = dataclasses.replace(STATUS.models[0].replicas[0], cortex_in_flight=next(counts))
+        model = dataclasses.replace(STATUS.models[0], replicas=[replica])
+        return dataclasses.replace(STATUS, models=[model])
+
+    screen = _Screen(tty)
+    watch(fetch, screen, 1.5, sleep=slept.append, now=lambda: 0.0, rounds=3)
+    text = screen.getvalue()
+    rounds = text.split("neuraxis status, every 1.5s")[1:]
+    assert len(rounds) == 3
+    shown = [next(ln for ln in r.splitlines() if "chat-1" in ln).split()[5] for r in rounds]
+    assert shown == ["1", "2", "3"]
+    assert slept == [1.5, 1.5]  # between rounds, not after the last
+    assert (text.count("\x1b[2J") == 3) is tty
+
+
+@pytest.mark.parametrize(
+    "where", ["status", "nodes", "models", "replicas", "failovers", "cortices"]
+)
 def test_reading_json_refuses_a_missing_or_unknown_field(where: str) -> None:
     data = json.loads(render_json(FULL))
     item = {
@@ -209,6 +274,7 @@ def test_reading_json_refuses_a_missing_or_unknown_field(where: str) -> None:
         "models": data["models"][0],
         "replicas": data["models"][0]["replicas"][0],
         "failovers": data["failovers"][0],
+        "cortices": data["cortices"][0],
     }[where]
     item["surprise"] = 1
     with pytest.raises(TypeError):
