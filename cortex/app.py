@@ -26,10 +26,12 @@ from cortex.api.responses.run import fail_orphans
 from cortex.cluster.spec import DeploymentSpec, load_spec
 from cortex.config import CortexSettings
 from cortex.middleware import BodyLimit
+from cortex.readiness import Readiness, watchdog
 from cortex.routing.client import NeuronClient, channel_credentials
 from cortex.routing.pool import NeuronPool
 from cortex.store.base import ResponseStore
 from cortex.store.sqlite import SqliteResponseStore
+from neuraxis.core.sdnotify import notify
 
 log = logging.getLogger("neuraxis.cortex")
 
@@ -55,17 +57,25 @@ def create_app(
     )
 
     store = store or _store_for(settings)
+    readiness = Readiness(needs_table=spec is not None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.start()
-        follower = await _join_cluster(settings, spec, pool) if spec is not None else None
+        follower = (
+            await _join_cluster(settings, spec, pool, readiness.table) if spec is not None else None
+        )
         orphans = await fail_orphans(store, app.state.instance)
         if orphans:
             log.warning("%d background responses were cut off by a restart: failed", orphans)
+        readiness.store_open.set()
+        systemd = [asyncio.create_task(readiness.announce()), asyncio.create_task(watchdog())]
         try:
             yield
         finally:
+            notify("STOPPING=1")
+            for task in systemd:
+                task.cancel()
             # Background responses still running end as failed (and stored).
             tasks = [run.task for run in app.state.background.values() if run.task]
             for task in tasks:
@@ -80,6 +90,7 @@ def create_app(
     app = FastAPI(title="neuraxis cortex", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.pool = pool
     app.state.store = store
+    app.state.readiness = readiness
     metrics.touch_store(store.backend)
     # Background responses running in this process, by id (for cancel), and
     # the name under which this instance owns them in a shared store.
@@ -99,11 +110,12 @@ def create_app(
 
 
 async def _join_cluster(
-    settings: CortexSettings, spec: DeploymentSpec, pool: NeuronPool
+    settings: CortexSettings, spec: DeploymentSpec, pool: NeuronPool, received: asyncio.Event
 ) -> asyncio.Task[None]:
     """Join the Ray cluster, start or find the controller with the spec,
-    follow its endpoint table and report to it in the background."""
-    from cortex.cluster.client import connect, ensure_controller, follow_cluster
+    follow its endpoint table and report to it in the background
+    (`received` is set once the first table has reached the pool)."""
+    from cortex.cluster.client import Followed, connect, ensure_controller, follow_cluster
 
     assert settings.ray_address is not None
     await asyncio.to_thread(connect, settings.ray_address)
@@ -115,7 +127,8 @@ async def _join_cluster(
         settings.tls,
     )
     log.info("cluster mode: following the controller at %s", settings.ray_address)
-    return asyncio.create_task(follow_cluster(controller, pool))
+    followed = Followed(received=received)
+    return asyncio.create_task(follow_cluster(controller, pool, followed))
 
 
 def _store_for(settings: CortexSettings) -> ResponseStore:

@@ -79,6 +79,11 @@ class Server(uvicorn.Server):
         self._cutoff = cutoff
         self._cut_margin_s = min(cut_margin_s, (config.timeout_graceful_shutdown or 0) / 2)
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            _listening(self.config.loaded_app)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         grace = self.config.timeout_graceful_shutdown or 0
         timer = asyncio.get_running_loop().call_later(
@@ -158,4 +163,17 @@ def app_from_env() -> Any:
 
     settings = CortexSettings.model_validate_json(os.environ[_SETTINGS_ENV])
     configure_logging(settings.log_format, settings.log_level)
-    return create_app(settings)
+    app = create_app(settings)
+    # uvicorn's supervisor bound the socket before it started the workers.
+    _listening(app)
+    return app
+
+
+def _listening(app: Any) -> None:
+    """Tell the app's readiness that its socket is bound. uvicorn may have
+    wrapped the app in middleware: find the FastAPI app inside."""
+    while app is not None and not hasattr(app, "state"):
+        app = getattr(app, "app", None)
+    readiness = getattr(getattr(app, "state", None), "readiness", None)
+    if readiness is not None:
+        readiness.listening.set()

@@ -39,7 +39,9 @@ def child_env() -> dict[str, str]:
 class Proc:
     """A `neuraxis ...` child in its own process group, logging to a file."""
 
-    def __init__(self, args: list[str], log_path: Path) -> None:
+    def __init__(
+        self, args: list[str], log_path: Path, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.log_path = log_path
         # The child writes through its own copy of the descriptor; ours is
         # closed at once, so no open file outlives a Proc that is never stopped.
@@ -48,7 +50,7 @@ class Proc:
                 [sys.executable, "-m", "neuraxis.app.cli", *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=child_env(),
+                env={**child_env(), **(extra_env or {})},
                 cwd=REPO,
                 start_new_session=True,
             )

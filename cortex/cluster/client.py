@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -183,12 +183,13 @@ class Followed:
 
     version: int = 0
     epoch: str | None = None
+    # Set once the first table has reached the pool (cortex's readiness).
+    received: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-async def follow_cluster(link: ControllerLink, pool: NeuronPool) -> None:
+async def follow_cluster(link: ControllerLink, pool: NeuronPool, followed: Followed) -> None:
     """Follow the endpoint table and report to the controller, for ever
     (cancelling this cancels both)."""
-    followed = Followed()
     await asyncio.gather(follow_table(link, pool, followed), report_forever(link, pool, followed))
 
 
@@ -251,6 +252,7 @@ async def follow_table(
             await pool.update([r["address"] for r in table["replicas"]])
             if followed is not None:
                 followed.epoch, followed.version = epoch, version
+                followed.received.set()
 
 
 def retry_delay(failures: int) -> float:

@@ -1,5 +1,5 @@
-"""The `neuraxis` command: up, cortex, neuron serve|agent, status, config
-check, model prepare, tls init.
+"""The `neuraxis` command: up, cortex, head, neuron serve|agent, status,
+config check, model prepare, tls init.
 
 The options of `cortex`, `neuron serve` and `neuron agent` are generated from
 their settings classes, and those of `up` from EmbeddedOptions
@@ -16,6 +16,7 @@ from pathlib import Path
 from cortex.cluster.spec import SpecError
 from cortex.config import CortexSettings
 from neuraxis.app.embedded import EmbeddedOptions
+from neuraxis.app.head import HeadSettings
 from neuraxis.app.options import add_settings_options, overrides
 from neuraxis.core.neuron_settings import AGENT_SETTINGS, NeuronSettings
 from neuraxis.core.settings import S, SettingsError, load_settings
@@ -48,6 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cortex.add_argument("--config", type=Path, help="TOML settings file")
     add_settings_options(cortex, CortexSettings)
+
+    head = sub.add_parser(
+        "head",
+        help="run the Ray head (the cluster's control state) as a service of its own",
+        description="Run the Ray head with token authentication and fixed ports, until "
+        "SIGTERM or Ctrl-C. cortex joins it as a client (ray_address) and never stops it.",
+    )
+    head.add_argument("--config", type=Path, help="TOML settings file (head.toml)")
+    add_settings_options(head, HeadSettings)
 
     neuron = sub.add_parser("neuron", help="run a neuron", description="Neuron commands.")
     neuron_sub = neuron.add_subparsers(dest="neuron_command", required=True, metavar="COMMAND")
@@ -171,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             from cortex.main import run as run_cortex
 
             return run_cortex(_settings(args, CortexSettings))
+        if args.command == "head":
+            from neuraxis.app.head import run_head
+
+            return run_head(_settings(args, HeadSettings))
         if args.command == "neuron" and args.neuron_command == "agent":
             from neuron.agent import run_agent
 

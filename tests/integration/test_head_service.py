@@ -1,0 +1,205 @@
+"""The head as a service of its own (`neuraxis head`), cortex joining it as a
+client, and both telling systemd when they are ready (sd_notify), with real
+processes: a head, a labelled Ray worker node with simulated replicas, and
+cortex in cluster mode.
+
+Each service runs with a NOTIFY_SOCKET of the test's own, as systemd would
+give it under `Type=notify`; the test reads READY=1 from it. Then cortex is
+SIGKILLed and started again: the replicas, detached and owned by the head's
+cluster, keep running (same replica, same neuron process: nothing reloads),
+and the new cortex serves again once it has the controller's table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.sim_cluster import GENERATION_LABEL, free_port
+from neuraxis.core.process import ray_binary, stop_process_group
+from tests.procs import Proc, child_env
+
+MODEL = "sim-head-service"
+SPEC = f"""
+[[models]]
+id = "{MODEL}"
+source = "sim"
+replicas = 1
+min_generation = "ada"
+[models.engine]
+kind = "sim"
+sim_ttft_s = 0.05
+sim_itl_s = 0.02
+"""
+
+pytestmark = pytest.mark.integration
+
+
+class NotifySocket:
+    """A datagram socket standing in for systemd's notify socket."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.messages: list[str] = []
+
+    def wait_for(self, state: str, proc: Proc, timeout: float) -> float:
+        """Seconds until `state` arrives (the process must stay alive)."""
+        started = time.monotonic()
+        while state not in self.messages:
+            left = timeout - (time.monotonic() - started)
+            assert left > 0 and proc.alive(), f"no {state}: {self.messages}\n{proc.log_tail()}"
+            self.sock.settimeout(min(left, 1.0))
+            with contextlib.suppress(TimeoutError):
+                self.messages += self.sock.recv(4096).decode().splitlines()
+        return time.monotonic() - started
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _status(ray_address: str) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-m", "neuraxis.app.cli", "status", "--json", "--address", ray_address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    data: dict[str, object] = json.loads(out.stdout)
+    return data
+
+
+def _replicas(ray_address: str) -> list[dict[str, object]]:
+    models = _status(ray_address)["models"]
+    assert isinstance(models, list)
+    model = next(m for m in models if m["id"] == MODEL)
+    return [r for r in model["replicas"] if r["state"] == "ready"]
+
+
+def _chat(base_url: str) -> httpx.Response:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    return httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """`neuraxis head` under a notify socket, and a GPU node joined to it."""
+    work = tmp_path_factory.mktemp("head-service")
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    notify = NotifySocket(work / "head.notify")
+    head = Proc(
+        ["head", "--ray-port", str(port), "--log-format", "text"],
+        work / "head.log",
+        {"NOTIFY_SOCKET": str(notify.path)},
+    )
+    node: subprocess.Popen[bytes] | None = None
+    try:
+        seconds = notify.wait_for("READY=1", head, 90)
+        print(f"head READY after {seconds:.1f} s")
+        env = {**child_env(), "NEURAXIS_REPLICA_HOST": "127.0.0.1"}
+        with open(work / "node.log", "wb") as log:
+            node = subprocess.Popen(
+                [
+                    ray_binary(),
+                    "start",
+                    "--address",
+                    address,
+                    "--block",
+                    "--num-cpus",
+                    "1",
+                    "--num-gpus",
+                    "2",
+                    "--labels",
+                    f"{GENERATION_LABEL}=ada",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        yield address, work
+    finally:
+        notify.close()
+        if node is not None:
+            stop_process_group(node, timeout_s=30)
+        head.stop()
+        # `neuraxis head` stops the head's whole process group on SIGTERM.
+        assert not head.alive()
+
+
+def _start_cortex(address: str, work: Path, port: int, name: str) -> tuple[Proc, NotifySocket]:
+    spec = work / "deployment.toml"
+    spec.write_text(SPEC)
+    notify = NotifySocket(work / f"{name}.notify")
+    cortex = Proc(
+        [
+            "cortex",
+            "--port",
+            str(port),
+            "--ray-address",
+            address,
+            "--deployment",
+            str(spec),
+            "--state-dir",
+            str(work / "state"),
+            "--health-interval-s",
+            "0.5",
+        ],
+        work / f"{name}.log",
+        {"NOTIFY_SOCKET": str(notify.path)},
+    )
+    return cortex, notify
+
+
+def test_cortex_is_ready_with_a_table_and_a_restart_reloads_no_replica(
+    head: tuple[str, Path],
+) -> None:
+    address, work = head
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    cortex, notify = _start_cortex(address, work, port, "cortex-1")
+    try:
+        seconds = notify.wait_for("READY=1", cortex, 120)
+        print(f"cortex READY after {seconds:.1f} s")
+        deadline = time.monotonic() + 120
+        while not _replicas(address):
+            assert time.monotonic() < deadline, cortex.log_tail()
+            time.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while _chat(base_url).status_code != 200:
+            assert time.monotonic() < deadline, cortex.log_tail()
+            time.sleep(0.2)
+        [before] = _replicas(address)
+        # A crash: no drain, no goodbye to the controller.
+        cortex.stop(signal.SIGKILL)
+        notify.close()
+        [still] = _replicas(address)
+        assert (still["id"], still["pid"]) == (before["id"], before["pid"])
+
+        restarted = time.monotonic()
+        cortex, notify = _start_cortex(address, work, port, "cortex-2")
+        notify.wait_for("READY=1", cortex, 120)
+        while _chat(base_url).status_code != 200:
+            assert time.monotonic() - restarted < 120, cortex.log_tail()
+            time.sleep(0.1)
+        print(f"cortex serving again {time.monotonic() - restarted:.1f} s after its restart")
+        [after] = _replicas(address)
+        # The same replica and neuron process: nothing was reloaded.
+        assert (after["id"], after["pid"]) == (before["id"], before["pid"])
+    finally:
+        notify.close()
+        cortex.stop()
