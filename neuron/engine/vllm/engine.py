@@ -3,8 +3,8 @@
 This package is the only place that imports vLLM. It starts the engine with
 the arguments args.py derives from the model and the GPU generation, renders
 prompts with the model's tokenizer (prompt.py), shapes each choice's text by
-tool mode (shaping.py), and translates vLLM's outputs and exceptions into
-neuraxis's types and errors.
+tool mode (shaping.py; the model's tool parser through tool_parsers.py), and
+translates vLLM's outputs and exceptions into neuraxis's types and errors.
 
 Rendering and tokenising a prompt run on a small thread pool, never on the
 event loop: a conversation of thousands of messages takes seconds to prepare,
@@ -45,8 +45,9 @@ from neuron.engine.base import (
     wrong_task,
 )
 from neuron.engine.vllm.args import VllmOptions, engine_launch
-from neuron.engine.vllm.prompt import openai_tool, render_fitting, sampling_params
-from neuron.engine.vllm.shaping import AutoParser, ChoiceShaper, ParsedCalls, ReasoningSplit
+from neuron.engine.vllm.prompt import render_fitting, sampling_params
+from neuron.engine.vllm.shaping import ChoiceShaper, ReasoningSplit
+from neuron.engine.vllm.tool_parsers import auto_tools
 
 _T = TypeVar("_T")
 
@@ -266,9 +267,10 @@ class VllmEngine(Engine):
                 "available; use 'required' or name a function.",
                 param="tool_choice",
             )
-        return ChoiceShaper(
-            index, mode, request.tool_choice.name, self._auto_parser(request), reasoning
-        )
+        auto = None
+        if mode is ToolChoiceMode.AUTO:
+            auto = auto_tools(self._parser_class, self._tokenizer, request.model, request.tools)
+        return ChoiceShaper(index, mode, request.tool_choice.name, auto, reasoning)
 
     def _reasoning_split(self) -> ReasoningSplit | None:
         if self._reasoning_class is None:
@@ -289,30 +291,6 @@ class VllmEngine(Engine):
             return message.reasoning or "", message.content or ""
 
         return split
-
-    def _auto_parser(self, request: EngineRequest) -> AutoParser | None:
-        if self._parser_class is None:
-            return None
-        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-
-        vllm_request = ChatCompletionRequest.model_validate(
-            {
-                "model": request.model,
-                "messages": [{"role": "user", "content": ""}],
-                "tools": [openai_tool(t) for t in request.tools],
-                "tool_choice": "auto",
-            }
-        )
-        parser = self._parser_class(self._tokenizer, vllm_request.tools)
-
-        def parse(text: str) -> ParsedCalls | None:
-            info = parser.extract_tool_calls(text, vllm_request)
-            if not info.tools_called:
-                return None
-            calls = [(c.function.name, c.function.arguments) for c in info.tool_calls]
-            return ParsedCalls(content=info.content or "", calls=calls)
-
-        return parse
 
 
 def _dead() -> UnavailableError:
