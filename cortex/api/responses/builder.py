@@ -225,6 +225,9 @@ class ResponseBuilder:
         if state is None:
             events += self._close_reasoning()
             events += self._close_message()
+            # A new call means the model has finished the one before it:
+            # close it now rather than when the whole response ends.
+            events += self._close_calls()
             item = {
                 "type": "function_call",
                 "id": new_id("fc"),
@@ -266,7 +269,10 @@ class ResponseBuilder:
         ]
 
     def _close_all(self, status: str = "completed") -> list[ResponseEvent]:
-        events = self._close_reasoning() + self._close_message(status)
+        return self._close_reasoning() + self._close_message(status) + self._close_calls(status)
+
+    def _close_calls(self, status: str = "completed") -> list[ResponseEvent]:
+        events: list[ResponseEvent] = []
         for state in sorted(self._calls.values(), key=lambda c: c.output_index):
             arguments = "".join(state.arguments)
             state.item["arguments"] = arguments

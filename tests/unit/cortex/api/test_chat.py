@@ -184,3 +184,71 @@ def test_unsupported_field_over_http_is_a_400_naming_it(client: TestClient) -> N
     assert error["param"] == "logit_bias" and "not supported" in error["message"]
     typo = _chat(client, temprature=1)
     assert typo.status_code == 400 and typo.json()["error"]["param"] == "temprature"
+
+
+def _calls(*calls: pb.ToolCallDelta, text: str = "") -> pb.GenerateResponse:
+    return pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text=text, tool_calls=calls)])
+
+
+# tool_choice auto as the neuron streams it: text, then each call's id and
+# name as soon as the model has written the name, then argument fragments.
+AUTO_CALLS: Script = [
+    _text("Checking. "),
+    _calls(pb.ToolCallDelta(index=0, id="call_a", name="get_weather", arguments='{"city":')),
+    _calls(pb.ToolCallDelta(index=0, arguments=' "Rome"}')),
+    _calls(pb.ToolCallDelta(index=1, id="call_b", name="get_time", arguments="{}")),
+    pb.GenerateResponse(
+        choices=[pb.ChoiceDelta(index=0, finish_reason=pb.FINISH_REASON_TOOL_CALLS)],
+        usage=pb.Usage(prompt_tokens=3, completion_tokens=9),
+    ),
+]
+
+
+def test_streamed_tool_calls_come_as_deltas_in_the_order_the_neuron_sends_them() -> None:
+    c, _ = _client(AUTO_CALLS)
+    with c:
+        chunks = [json.loads(e) for e in _events(_chat(c, stream=True).text)[:-1]]
+    assert [(ch["choices"][0]["delta"], ch["choices"][0]["finish_reason"]) for ch in chunks] == [
+        ({"role": "assistant", "content": ""}, None),
+        ({"content": "Checking. "}, None),
+        (
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_a",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ]
+            },
+            None,
+        ),
+        ({"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]}, None),
+        ({"tool_calls": [{"index": 0, "function": {"arguments": ' "Rome"}'}}]}, None),
+        (
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "call_b",
+                        "type": "function",
+                        "function": {"name": "get_time", "arguments": ""},
+                    }
+                ]
+            },
+            None,
+        ),
+        ({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}, None),
+        ({}, "tool_calls"),
+    ]
+
+
+def test_streamed_tool_calls_add_up_to_the_non_streamed_message() -> None:
+    c, _ = _client(AUTO_CALLS)
+    with c:
+        message = _chat(c).json()["choices"][0]["message"]
+    assert message["content"] == "Checking. "
+    assert [
+        (t["id"], t["function"]["name"], t["function"]["arguments"]) for t in message["tool_calls"]
+    ] == [("call_a", "get_weather", '{"city": "Rome"}'), ("call_b", "get_time", "{}")]

@@ -121,3 +121,59 @@ def test_resume_reopens_what_was_open_and_fails_like_a_running_one() -> None:
     assert message["status"] == "completed"  # closed by the call, before the crash
     assert function_call["status"] == "incomplete" and function_call["arguments"] == '{"a"'
     assert resumed.snapshot()["model"] == "m" and resumed.snapshot()["status"] == "failed"
+
+
+def test_text_then_a_streamed_call_each_in_its_own_item() -> None:
+    named = pb.ToolCallDelta(index=0, id="call_1", name="f")
+    builder, kinds = _run(
+        _msg(text="Let me look. "),
+        _msg(tool_calls=[named]),
+        _msg(tool_calls=[pb.ToolCallDelta(index=0, arguments='{"a":')]),
+        _msg(tool_calls=[pb.ToolCallDelta(index=0, arguments=" 1}")]),
+        _end(pb.FINISH_REASON_TOOL_CALLS),
+    )
+    assert kinds[2:] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        # The call's item opens as soon as its name is known; the text
+        # before it is closed first.
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    message, call = builder.output
+    assert message["content"][0]["text"] == "Let me look. "
+    assert (call["name"], call["arguments"], call["status"]) == ("f", '{"a": 1}', "completed")
+
+
+def test_a_second_call_closes_the_first_as_it_starts() -> None:
+    builder = ResponseBuilder("resp_1", 1, {})
+    builder.start()
+    builder.feed(_msg(tool_calls=[pb.ToolCallDelta(index=0, id="call_a", name="a")]))
+    builder.feed(_msg(tool_calls=[pb.ToolCallDelta(index=0, arguments="{}")]))
+    second = builder.feed(
+        _msg(tool_calls=[pb.ToolCallDelta(index=1, id="call_b", name="b", arguments='{"k": 2}')])
+    )
+    assert [(e.type, getattr(e, "output_index", None)) for e in second] == [
+        ("response.function_call_arguments.done", 0),
+        ("response.output_item.done", 0),
+        ("response.output_item.added", 1),
+        ("response.function_call_arguments.delta", 1),
+    ]
+    ends = builder.feed(_end(pb.FINISH_REASON_TOOL_CALLS)) + builder.finish()
+    assert [(e.type, getattr(e, "output_index", None)) for e in ends] == [
+        ("response.function_call_arguments.done", 1),
+        ("response.output_item.done", 1),
+        ("response.completed", None),
+    ]
+    assert [(i["call_id"], i["arguments"]) for i in builder.output] == [
+        ("call_a", "{}"),
+        ("call_b", '{"k": 2}'),
+    ]
