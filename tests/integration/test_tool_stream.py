@@ -1,0 +1,233 @@
+"""tool_choice auto streamed through the real stack (SmolLM2 on vLLM's CPU
+backend, its calls read by vLLM's hermes parser as they are written): a
+call's id and name arrive while the model is still writing its arguments,
+the argument fragments arrive over several steps and add up to the call's
+arguments, for chat completions and for the Responses API.
+
+Greedy decoding makes SmolLM2's choice fixed for a given conversation, so
+each case is driven by its own history: after one worked call and its
+result, the same question about another city is answered with a call; after
+a worked turn that said what it would do before calling, with text and then
+a call; after a worked turn with two calls, with two calls. (The same cases
+with scripted output, model-independent, are in
+tests/unit/neuron/engine/vllm/test_tool_parsers.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+
+from tests.stacks import MODEL, Stack
+
+WEATHER: Any = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+    "required": ["city"],
+}
+CHAT_TOOLS: Any = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather for a city",
+            "parameters": WEATHER,
+        },
+    }
+]
+ASK = "What is the weather in Paris?"
+PARIS_ARGUMENTS = '{"city": "Paris"}'
+ANSWER = "It is sunny and 21 degrees in Paris."
+AGAIN = "What is the weather in Rome?"
+CHAT_ASKED_AGAIN: Any = [
+    {"role": "user", "content": ASK},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_paris",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": PARIS_ARGUMENTS},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_paris", "content": "Sunny and 21 degrees."},
+    {"role": "assistant", "content": ANSWER},
+    {"role": "user", "content": AGAIN},
+]
+RESPONSES_ASKED_AGAIN: Any = [
+    {"role": "user", "content": ASK},
+    {
+        "type": "function_call",
+        "call_id": "call_paris",
+        "name": "get_weather",
+        "arguments": PARIS_ARGUMENTS,
+    },
+    {"type": "function_call_output", "call_id": "call_paris", "output": "Sunny and 21 degrees."},
+    {"role": "assistant", "content": ANSWER},
+    {"role": "user", "content": AGAIN},
+]
+
+
+def _hermes_call(city: str) -> str:
+    """A call as SmolLM2 writes them (the hermes convention)."""
+    body = json.dumps({"name": "get_weather", "arguments": {"city": city}})
+    return f"<tool_call>\n{body}\n</tool_call>"
+
+
+# Worked turns given as the model's own text, so that it copies their shape.
+SAYS_THEN_CALLS: Any = [
+    {"role": "user", "content": ASK},
+    {
+        "role": "assistant",
+        "content": "I will look up the weather in Paris.\n" + _hermes_call("Paris"),
+    },
+    {"role": "tool", "tool_call_id": "call_paris", "content": "Sunny and 21 degrees."},
+    {"role": "assistant", "content": ANSWER},
+    {"role": "user", "content": AGAIN},
+]
+CALLS_TWICE: Any = [
+    {"role": "user", "content": "What is the weather in Paris and in London?"},
+    {"role": "assistant", "content": _hermes_call("Paris") + "\n" + _hermes_call("London")},
+    {"role": "tool", "tool_call_id": "call_paris", "content": "Paris: sunny. London: rain."},
+    {"role": "assistant", "content": "Paris is sunny and London is rainy."},
+    {"role": "user", "content": "What is the weather in Rome and in Berlin?"},
+]
+
+
+def _timed_sse(url: str, body: dict[str, Any]) -> list[tuple[float, dict[str, Any]]]:
+    """Each SSE data object with the time it arrived, from the request's start."""
+    started = time.monotonic()
+    out: list[tuple[float, dict[str, Any]]] = []
+    with httpx.stream("POST", url, json=body, timeout=300) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                out.append((time.monotonic() - started, json.loads(line[6:])))
+    return out
+
+
+def _spread(times: list[float]) -> int:
+    """How many distinct milliseconds the pieces arrived in: pieces sent in
+    one go (the whole call at the end) arrive in one or two."""
+    return len({round(t, 3) for t in times})
+
+
+def test_chat_streams_the_call_while_the_model_writes_it(stack: Stack) -> None:
+    body = {
+        "model": MODEL,
+        "messages": CHAT_ASKED_AGAIN,
+        "tools": CHAT_TOOLS,
+        "tool_choice": "auto",
+        "temperature": 0,
+        "max_tokens": 100,
+    }
+    chunks = _timed_sse(f"{stack.base_url}/v1/chat/completions", {**body, "stream": True})
+    deltas = [(t, c["choices"][0]) for t, c in chunks if c["choices"]]
+    calls = [(t, call) for t, choice in deltas for call in choice["delta"].get("tool_calls") or []]
+    named = [(t, call) for t, call in calls if call.get("id")]
+    assert [call["function"]["name"] for _, call in named] == ["get_weather"], deltas
+    fragments = [(t, call["function"]["arguments"]) for t, call in calls if not call.get("id")]
+    ends = [t for t, choice in deltas if choice["finish_reason"]]
+    assert [choice["finish_reason"] for _, choice in deltas if choice["finish_reason"]] == [
+        "tool_calls"
+    ]
+    # The name first, then the arguments over several engine steps, all
+    # before the stream's end.
+    assert named[0][0] < fragments[-1][0] <= ends[0]
+    assert _spread([t for t, _ in fragments]) >= 3, fragments
+
+    arguments = "".join(fragment for _, fragment in fragments)
+    whole = httpx.post(f"{stack.base_url}/v1/chat/completions", json=body, timeout=300).json()
+    (call,) = whole["choices"][0]["message"]["tool_calls"]
+    assert arguments == call["function"]["arguments"]
+    assert json.loads(arguments)["city"] == "Rome"
+
+
+def test_responses_streams_the_call_item_while_the_model_writes_it(stack: Stack) -> None:
+    events = _timed_sse(
+        f"{stack.base_url}/v1/responses",
+        {
+            "model": MODEL,
+            "input": RESPONSES_ASKED_AGAIN,
+            "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER}],
+            "tool_choice": "auto",
+            "temperature": 0,
+            "max_output_tokens": 100,
+            "stream": True,
+        },
+    )
+    kinds = [e["type"] for _, e in events]
+    calls = [e for _, e in events if e["type"].startswith("response.output_item")]
+    assert [(e["type"], e["item"]["type"]) for e in calls] == [
+        ("response.output_item.added", "function_call"),
+        ("response.output_item.done", "function_call"),
+    ]
+    added = kinds.index("response.output_item.added")
+    done = kinds.index("response.output_item.done")
+    assert set(kinds[added + 1 : done - 1]) == {"response.function_call_arguments.delta"}
+    assert kinds[done - 1] == "response.function_call_arguments.done"
+    assert kinds[-1] == "response.completed"
+
+    fragments = [(t, e["delta"]) for t, e in events if e["type"].endswith("arguments.delta")]
+    opened = events[added][0]
+    assert opened < fragments[-1][0] <= events[-1][0]
+    assert _spread([t for t, _ in fragments]) >= 3, fragments
+    arguments = "".join(delta for _, delta in fragments)
+    assert events[done - 1][1]["arguments"] == arguments == calls[1]["item"]["arguments"]
+    assert json.loads(arguments)["city"] == "Rome"
+
+
+def _chat(stack: Stack, messages: Any) -> list[tuple[float, dict[str, Any]]]:
+    """The streamed choice's deltas with their arrival times; the last one
+    carries the finish reason."""
+    body = {
+        "model": MODEL,
+        "messages": messages,
+        "tools": CHAT_TOOLS,
+        "tool_choice": "auto",
+        "temperature": 0,
+        "max_tokens": 150,
+        "stream": True,
+    }
+    chunks = _timed_sse(f"{stack.base_url}/v1/chat/completions", body)
+    return [(t, c["choices"][0]) for t, c in chunks if c["choices"]]
+
+
+def test_chat_streams_text_before_a_call_as_content_first(stack: Stack) -> None:
+    deltas = _chat(stack, SAYS_THEN_CALLS)
+    texts = [(t, d["delta"]["content"]) for t, d in deltas if d["delta"].get("content")]
+    calls = [(t, c) for t, d in deltas for c in d["delta"].get("tool_calls") or []]
+    assert texts and calls, deltas
+    # The sentence arrives in pieces, all before the call starts.
+    assert len(texts) > 3 and texts[-1][0] <= calls[0][0]
+    assert "Rome" in "".join(text for _, text in texts)
+    assert calls[0][1]["function"]["name"] == "get_weather"
+    arguments = "".join(c["function"]["arguments"] for _, c in calls)
+    assert json.loads(arguments) == {"city": "Rome"}
+    assert deltas[-1][1]["finish_reason"] == "tool_calls"
+
+
+def test_chat_streams_two_parallel_calls_one_after_the_other(stack: Stack) -> None:
+    deltas = _chat(stack, CALLS_TWICE)
+    calls = [(t, c) for t, d in deltas for c in d["delta"].get("tool_calls") or []]
+    named = [(t, c) for t, c in calls if c.get("id")]
+    assert [(c["index"], c["function"]["name"]) for _, c in named] == [
+        (0, "get_weather"),
+        (1, "get_weather"),
+    ], deltas
+    assert named[0][1]["id"] != named[1][1]["id"]
+    arguments = [
+        json.loads("".join(c["function"]["arguments"] for _, c in calls if c["index"] == i))
+        for i in (0, 1)
+    ]
+    assert arguments == [{"city": "Rome"}, {"city": "Berlin"}]
+    # The first call is out whole before the second one is named, and the
+    # second one's arguments are still to come then.
+    first_done = max(t for t, c in calls if c["index"] == 0)
+    assert named[0][0] < first_done <= named[1][0] < max(t for t, c in calls if c["index"] == 1)
+    assert deltas[-1][1]["finish_reason"] == "tool_calls"
