@@ -231,3 +231,43 @@ def test_chat_streams_two_parallel_calls_one_after_the_other(stack: Stack) -> No
     first_done = max(t for t, c in calls if c["index"] == 0)
     assert named[0][0] < first_done <= named[1][0] < max(t for t, c in calls if c["index"] == 1)
     assert deltas[-1][1]["finish_reason"] == "tool_calls"
+
+
+def test_responses_streams_text_before_a_call_in_its_own_message(stack: Stack) -> None:
+    # The worked turn as the model's own text again; its result as a user
+    # turn (a function_call_output must answer a function_call item, and
+    # that item would be rendered without the text before it).
+    history = [
+        *SAYS_THEN_CALLS[:2],
+        {"role": "user", "content": "Result: Sunny and 21 degrees."},
+        *SAYS_THEN_CALLS[3:],
+    ]
+    events = _timed_sse(
+        f"{stack.base_url}/v1/responses",
+        {
+            "model": MODEL,
+            "input": history,
+            "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER}],
+            "tool_choice": "auto",
+            "temperature": 0,
+            "max_output_tokens": 150,
+            "stream": True,
+        },
+    )
+    items = [
+        (e["type"], e["item"]["type"])
+        for _, e in events
+        if e["type"].startswith("response.output_item")
+    ]
+    assert items == [
+        ("response.output_item.added", "message"),
+        ("response.output_item.done", "message"),
+        ("response.output_item.added", "function_call"),
+        ("response.output_item.done", "function_call"),
+    ]
+    texts = [(t, e["delta"]) for t, e in events if e["type"] == "response.output_text.delta"]
+    fragments = [(t, e["delta"]) for t, e in events if e["type"].endswith("arguments.delta")]
+    assert len(texts) > 3 and texts[-1][0] <= fragments[0][0]
+    assert "Rome" in "".join(text for _, text in texts)
+    assert json.loads("".join(delta for _, delta in fragments)) == {"city": "Rome"}
+    assert events[-1][1]["type"] == "response.completed"
