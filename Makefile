@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-failover install clean
+.PHONY: run test unit lint typecheck proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover install clean
 
 install: $(STAMP)
 
@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(PY) -m bench.metrics_cost
 	$(PY) -m bench.responses_vs_chat
 	$(PY) -m bench.failover
+	$(PY) -m bench.tool_stream
 
 bench-smoke: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/bench
@@ -77,6 +78,9 @@ bench-metrics: $(STAMP)
 
 bench-responses: $(STAMP)
 	$(PY) -m bench.responses_vs_chat
+
+bench-tool-stream: $(STAMP)
+	$(PY) -m bench.tool_stream
 
 clean:
 	rm -rf $(VENV)

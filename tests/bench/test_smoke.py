@@ -41,6 +41,7 @@ def _smoke(module: str, *args: str) -> str:
         ("bench.embeddings_throughput", "| batch | direct gRPC (inputs/s) |"),
         ("bench.metrics_cost", "| cortex (concurrency 2) | TTFT p50 (ms) | output tokens/s |"),
         ("bench.responses_vs_chat", "| concurrency | API | TTFT p50 (ms) | output tokens/s |"),
+        ("bench.tool_stream", "| case | first text (ms) | first tool-call delta (ms) |"),
     ],
 )
 def test_benchmark_against_the_stack_runs(stack: Stack, module: str, table: str) -> None:

@@ -4,111 +4,29 @@ call's id and name arrive while the model is still writing its arguments,
 the argument fragments arrive over several steps and add up to the call's
 arguments, for chat completions and for the Responses API.
 
-Greedy decoding makes SmolLM2's choice fixed for a given conversation, so
-each case is driven by its own history: after one worked call and its
-result, the same question about another city is answered with a call; after
-a worked turn that said what it would do before calling, with text and then
-a call; after a worked turn with two calls, with two calls. (The same cases
-with scripted output, model-independent, are in
-tests/unit/neuron/engine/vllm/test_tool_parsers.py.)
+Each case is driven by a conversation that makes the greedy SmolLM2 answer
+with it (tests/toolcalls.py, shared with bench/tool_stream.py). The same
+cases with scripted output, model-independent, are in
+tests/unit/neuron/engine/vllm/test_tool_parsers.py.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import httpx
 
 from tests.stacks import MODEL, Stack
-
-WEATHER: Any = {
-    "type": "object",
-    "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
-    "required": ["city"],
-}
-CHAT_TOOLS: Any = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Get the current weather for a city",
-            "parameters": WEATHER,
-        },
-    }
-]
-ASK = "What is the weather in Paris?"
-PARIS_ARGUMENTS = '{"city": "Paris"}'
-ANSWER = "It is sunny and 21 degrees in Paris."
-AGAIN = "What is the weather in Rome?"
-CHAT_ASKED_AGAIN: Any = [
-    {"role": "user", "content": ASK},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call_paris",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": PARIS_ARGUMENTS},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call_paris", "content": "Sunny and 21 degrees."},
-    {"role": "assistant", "content": ANSWER},
-    {"role": "user", "content": AGAIN},
-]
-RESPONSES_ASKED_AGAIN: Any = [
-    {"role": "user", "content": ASK},
-    {
-        "type": "function_call",
-        "call_id": "call_paris",
-        "name": "get_weather",
-        "arguments": PARIS_ARGUMENTS,
-    },
-    {"type": "function_call_output", "call_id": "call_paris", "output": "Sunny and 21 degrees."},
-    {"role": "assistant", "content": ANSWER},
-    {"role": "user", "content": AGAIN},
-]
-
-
-def _hermes_call(city: str) -> str:
-    """A call as SmolLM2 writes them (the hermes convention)."""
-    body = json.dumps({"name": "get_weather", "arguments": {"city": city}})
-    return f"<tool_call>\n{body}\n</tool_call>"
-
-
-# Worked turns given as the model's own text, so that it copies their shape.
-SAYS_THEN_CALLS: Any = [
-    {"role": "user", "content": ASK},
-    {
-        "role": "assistant",
-        "content": "I will look up the weather in Paris.\n" + _hermes_call("Paris"),
-    },
-    {"role": "tool", "tool_call_id": "call_paris", "content": "Sunny and 21 degrees."},
-    {"role": "assistant", "content": ANSWER},
-    {"role": "user", "content": AGAIN},
-]
-CALLS_TWICE: Any = [
-    {"role": "user", "content": "What is the weather in Paris and in London?"},
-    {"role": "assistant", "content": _hermes_call("Paris") + "\n" + _hermes_call("London")},
-    {"role": "tool", "tool_call_id": "call_paris", "content": "Paris: sunny. London: rain."},
-    {"role": "assistant", "content": "Paris is sunny and London is rainy."},
-    {"role": "user", "content": "What is the weather in Rome and in Berlin?"},
-]
-
-
-def _timed_sse(url: str, body: dict[str, Any]) -> list[tuple[float, dict[str, Any]]]:
-    """Each SSE data object with the time it arrived, from the request's start."""
-    started = time.monotonic()
-    out: list[tuple[float, dict[str, Any]]] = []
-    with httpx.stream("POST", url, json=body, timeout=300) as r:
-        assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                out.append((time.monotonic() - started, json.loads(line[6:])))
-    return out
+from tests.toolcalls import (
+    CALLS_TWICE,
+    CHAT_ASKED_AGAIN,
+    CHAT_TOOLS,
+    RESPONSES_ASKED_AGAIN,
+    RESPONSES_TOOLS,
+    SAYS_THEN_CALLS,
+    timed_sse,
+)
 
 
 def _spread(times: list[float]) -> int:
@@ -126,7 +44,7 @@ def test_chat_streams_the_call_while_the_model_writes_it(stack: Stack) -> None:
         "temperature": 0,
         "max_tokens": 100,
     }
-    chunks = _timed_sse(f"{stack.base_url}/v1/chat/completions", {**body, "stream": True})
+    chunks = timed_sse(f"{stack.base_url}/v1/chat/completions", {**body, "stream": True})
     deltas = [(t, c["choices"][0]) for t, c in chunks if c["choices"]]
     calls = [(t, call) for t, choice in deltas for call in choice["delta"].get("tool_calls") or []]
     named = [(t, call) for t, call in calls if call.get("id")]
@@ -149,12 +67,12 @@ def test_chat_streams_the_call_while_the_model_writes_it(stack: Stack) -> None:
 
 
 def test_responses_streams_the_call_item_while_the_model_writes_it(stack: Stack) -> None:
-    events = _timed_sse(
+    events = timed_sse(
         f"{stack.base_url}/v1/responses",
         {
             "model": MODEL,
             "input": RESPONSES_ASKED_AGAIN,
-            "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER}],
+            "tools": RESPONSES_TOOLS,
             "tool_choice": "auto",
             "temperature": 0,
             "max_output_tokens": 100,
@@ -194,7 +112,7 @@ def _chat(stack: Stack, messages: Any) -> list[tuple[float, dict[str, Any]]]:
         "max_tokens": 150,
         "stream": True,
     }
-    chunks = _timed_sse(f"{stack.base_url}/v1/chat/completions", body)
+    chunks = timed_sse(f"{stack.base_url}/v1/chat/completions", body)
     return [(t, c["choices"][0]) for t, c in chunks if c["choices"]]
 
 
@@ -242,12 +160,12 @@ def test_responses_streams_text_before_a_call_in_its_own_message(stack: Stack) -
         {"role": "user", "content": "Result: Sunny and 21 degrees."},
         *SAYS_THEN_CALLS[3:],
     ]
-    events = _timed_sse(
+    events = timed_sse(
         f"{stack.base_url}/v1/responses",
         {
             "model": MODEL,
             "input": history,
-            "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER}],
+            "tools": RESPONSES_TOOLS,
             "tool_choice": "auto",
             "temperature": 0,
             "max_output_tokens": 150,
