@@ -35,6 +35,8 @@ def auto_tools(
         }
     )
     parser = parser_class(tokenizer, request.tools)
+    # A parser without streaming support keeps the base class's method,
+    # which only raises NotImplementedError.
     if parser_class.extract_tool_calls_streaming is ToolParser.extract_tool_calls_streaming:
         return _held(parser, request)
     return VllmToolStream(parser, request)
