@@ -12,6 +12,7 @@ own loggers go through neuraxis's handler, in the configured format.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
@@ -35,6 +36,9 @@ CUT_MARGIN_S = 3.0
 
 
 def run(settings: CortexSettings) -> int:
+    # A stuck event loop killed by systemd's watchdog (SIGABRT) leaves every
+    # thread's stack in the log.
+    faulthandler.enable()
     if settings.cluster_mode:
         # Ray sets up its loggers when it is first imported; imported before
         # the logging set-up, they are routed through neuraxis's handler.

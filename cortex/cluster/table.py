@@ -43,8 +43,11 @@ class EndpointTable:
         self._changed = asyncio.Condition()
 
     async def publish(self, endpoints: list[Endpoint]) -> None:
-        """A new table; the version moves (and waiters wake) only when it differs."""
-        if endpoints == self.endpoints:
+        """A new table; the version moves (and waiters wake) only when it
+        differs, or on the first publication: an empty first table still tells
+        cortex that the controller has adopted what runs (cortex is ready
+        with it, before any replica is)."""
+        if endpoints == self.endpoints and self.version > 0:
             return
         async with self._changed:
             self.endpoints = endpoints

@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--cortex", type=Path, help="cortex.toml")
     check.add_argument("--neuron", type=Path, help="neuron.toml")
     check.add_argument("--deployment", type=Path, help="the deployment spec")
+    check.add_argument("--head", type=Path, help="head.toml")
 
     model = sub.add_parser("model", help="manage models", description="Model commands.")
     model_sub = model.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
@@ -206,10 +207,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "config":
             from neuraxis.app.configcheck import check as check_config
 
-            if not (args.cortex or args.neuron or args.deployment):
-                print("neuraxis: name a file: --cortex, --neuron or --deployment", file=sys.stderr)
+            if not (args.cortex or args.neuron or args.deployment or args.head):
+                print(
+                    "neuraxis: name a file: --cortex, --neuron, --deployment or --head",
+                    file=sys.stderr,
+                )
                 return 2
-            lines = check_config(args.cortex, args.neuron, args.deployment)
+            lines = check_config(args.cortex, args.neuron, args.deployment, args.head)
             for line in lines:
                 print(line, file=sys.stderr if line.startswith("error") else sys.stdout)
             return 1 if any(line.startswith("error") for line in lines) else 0

@@ -8,7 +8,9 @@ from pathlib import Path
 from neuraxis.core.settings import SettingsError, load_settings
 
 
-def check(cortex: Path | None, neuron: Path | None, deployment: Path | None) -> list[str]:
+def check(
+    cortex: Path | None, neuron: Path | None, deployment: Path | None, head: Path | None = None
+) -> list[str]:
     """One line per file: '<path>: ok', or the problem. Raises nothing."""
     from cortex.cluster.spec import SpecError, load_spec
     from cortex.config import CortexSettings
@@ -39,5 +41,13 @@ def check(cortex: Path | None, neuron: Path | None, deployment: Path | None) -> 
             models = ", ".join(f"{m.id}×{m.replicas}" for m in spec.models) or "no models"
             results.append(f"{deployment}: ok ({models})")
         except SpecError as e:
+            results.append(f"error: {e}")
+    if head is not None:
+        from neuraxis.app.head import HeadSettings
+
+        try:
+            load_settings(HeadSettings, head, {})
+            results.append(f"{head}: ok")
+        except SettingsError as e:
             results.append(f"error: {e}")
     return results

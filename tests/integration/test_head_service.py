@@ -12,10 +12,8 @@ and the new cortex serves again once it has the controller's table.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +25,7 @@ import pytest
 
 from bench.sim_cluster import GENERATION_LABEL, free_port
 from neuraxis.core.process import ray_binary, stop_process_group
+from tests.notify import NotifySocket
 from tests.procs import Proc, child_env
 
 MODEL = "sim-head-service"
@@ -43,30 +42,6 @@ sim_itl_s = 0.02
 """
 
 pytestmark = pytest.mark.integration
-
-
-class NotifySocket:
-    """A datagram socket standing in for systemd's notify socket."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.messages: list[str] = []
-
-    def wait_for(self, state: str, proc: Proc, timeout: float) -> float:
-        """Seconds until `state` arrives (the process must stay alive)."""
-        started = time.monotonic()
-        while state not in self.messages:
-            left = timeout - (time.monotonic() - started)
-            assert left > 0 and proc.alive(), f"no {state}: {self.messages}\n{proc.log_tail()}"
-            self.sock.settimeout(min(left, 1.0))
-            with contextlib.suppress(TimeoutError):
-                self.messages += self.sock.recv(4096).decode().splitlines()
-        return time.monotonic() - started
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def _status(ray_address: str) -> dict[str, object]:
@@ -108,7 +83,7 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
     )
     node: subprocess.Popen[bytes] | None = None
     try:
-        seconds = notify.wait_for("READY=1", head, 90)
+        seconds = notify.wait_for("READY=1", head.alive, 90, head.log_tail)
         print(f"head READY after {seconds:.1f} s")
         env = {**child_env(), "NEURAXIS_REPLICA_HOST": "127.0.0.1"}
         with open(work / "node.log", "wb") as log:
@@ -173,7 +148,7 @@ def test_cortex_is_ready_with_a_table_and_a_restart_reloads_no_replica(
     base_url = f"http://127.0.0.1:{port}"
     cortex, notify = _start_cortex(address, work, port, "cortex-1")
     try:
-        seconds = notify.wait_for("READY=1", cortex, 120)
+        seconds = notify.wait_for("READY=1", cortex.alive, 120, cortex.log_tail)
         print(f"cortex READY after {seconds:.1f} s")
         deadline = time.monotonic() + 120
         while not _replicas(address):
@@ -192,7 +167,7 @@ def test_cortex_is_ready_with_a_table_and_a_restart_reloads_no_replica(
 
         restarted = time.monotonic()
         cortex, notify = _start_cortex(address, work, port, "cortex-2")
-        notify.wait_for("READY=1", cortex, 120)
+        notify.wait_for("READY=1", cortex.alive, 120, cortex.log_tail)
         while _chat(base_url).status_code != 200:
             assert time.monotonic() - restarted < 120, cortex.log_tail()
             time.sleep(0.1)

@@ -1,7 +1,7 @@
 """The packages installed into a scratch root (`rpm -i --root DIR --nodeps`),
 run from there with the host's /usr/bin/python3.11, as the units would run
 them: the command, the config check, the neuron's refusal of another GPU
-generation (NVML faked), the engine imports, and cortex with its Ray head
+generation (NVML faked), the engine imports, and the head and cortex
 under the cortex unit's MemoryDenyWriteExecute and Ray token settings. The
 units' commands run in a mount namespace where the packages are at their
 installed paths (conftest.as_installed), so that they run verbatim."""
@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from tests.fake_nvml import fake_nvml_env
-from tests.rpm.conftest import VERSION, as_installed
+from tests.notify import NotifySocket
+from tests.rpm.conftest import VERSION, Packages, as_installed
 from tests.rpm.test_units import unit_settings
 
 HERE = Path(__file__).resolve().parent
@@ -72,12 +73,14 @@ def test_the_installed_configs_check(scratch_root: Path, tmp_path: Path) -> None
         str(etc / "neuron.toml"),
         "--deployment",
         str(etc / "deployment.toml"),
+        "--head",
+        str(etc / "head.toml"),
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(": ")[0] for line in lines] == [
-        str(etc / name) for name in ("cortex.toml", "neuron.toml", "deployment.toml")
+        str(etc / name) for name in ("cortex.toml", "neuron.toml", "deployment.toml", "head.toml")
     ]
     assert all(": ok" in line for line in lines), lines
     # The cpu flavour's neuron.toml names its generation.
@@ -278,53 +281,100 @@ def wait_http(url: str, timeout_s: float, proc: subprocess.Popen[str], log: Path
 
 
 @dataclass
-class Cortex:
+class Service:
     proc: subprocess.Popen[str]
-    env: dict[str, str]
+    log: Path
+    notify: NotifySocket
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+@dataclass
+class Services:
+    head: Service
+    cortex: Service
     http_port: int
     ray_port: int
     ray_tmp: str
-    log: Path
 
 
-@pytest.fixture
-def cortex_service(scratch_root: Path, tmp_path: Path, ray_tmp: str) -> Iterator[Cortex]:
-    """neuraxis-cortex.service's command and environment, with the packaged
-    cortex.toml (cluster mode: a Ray head beside cortex, the packaged
-    deployment spec), under the unit's MemoryDenyWriteExecute (systemd's
-    seccomp filter); loopback ports instead of the example's address."""
-    unit = "neuraxis-cortex.service"
-    http_port, ray_port = free_port(), free_port()
-    env = unit_env(scratch_root, unit)
-    env.update(
-        NEURAXIS_CORTEX_HOST="127.0.0.1",
-        NEURAXIS_CORTEX_PORT=str(http_port),
-        NEURAXIS_CORTEX_RAY_NODE_IP="127.0.0.1",
-        NEURAXIS_CORTEX_RAY_PORT=str(ray_port),
-        RAY_TMPDIR=ray_tmp,
-    )
+def _start_service(
+    scratch_root: Path, tmp_path: Path, unit: str, name: str, settings: dict[str, str]
+) -> Service:
+    """The unit's command and environment (plus `settings`) under the unit's
+    MemoryDenyWriteExecute (systemd's seccomp filter), with a notify socket
+    of the test's own as NOTIFY_SOCKET."""
+    notify = NotifySocket(tmp_path / f"{name}.notify")
+    env = unit_env(scratch_root, unit) | settings | {"NOTIFY_SOCKET": str(notify.path)}
     command = ["/usr/bin/python3", str(HERE / "mdwe_exec.py"), *unit_command(scratch_root, unit)]
-    log_path = tmp_path / "cortex.log"
+    log_path = tmp_path / f"{name}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            as_installed(scratch_root, tmp_path / "ns", command),
+            as_installed(scratch_root, tmp_path / f"ns-{name}", command),
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
             cwd=tmp_path,
         )
+    return Service(proc, log_path, notify)
+
+
+@pytest.fixture
+def services(scratch_root: Path, tmp_path: Path, ray_tmp: str) -> Iterator[Services]:
+    """neuraxis-head.service and neuraxis-cortex.service as the units run them,
+    with the packaged head.toml and cortex.toml (cluster mode, the packaged
+    deployment spec), on loopback ports instead of the example's address.
+    Each is waited for as systemd would under Type=notify: until READY=1."""
+    http_port, ray_port = free_port(), free_port()
+    started: list[Service] = []
     try:
-        yield Cortex(proc, env, http_port, ray_port, ray_tmp, log_path)
+        head = _start_service(
+            scratch_root,
+            tmp_path,
+            "neuraxis-head.service",
+            "head",
+            {
+                "NEURAXIS_HEAD_RAY_NODE_IP": "127.0.0.1",
+                "NEURAXIS_HEAD_RAY_PORT": str(ray_port),
+                "RAY_TMPDIR": ray_tmp,
+            },
+        )
+        started.append(head)
+        seconds = head.notify.wait_for("READY=1", head.alive, 120, head.log_tail)
+        print(f"neuraxis-head: READY after {seconds:.1f} s")
+        cortex = _start_service(
+            scratch_root,
+            tmp_path,
+            "neuraxis-cortex.service",
+            "cortex",
+            {
+                "NEURAXIS_CORTEX_HOST": "127.0.0.1",
+                "NEURAXIS_CORTEX_PORT": str(http_port),
+                "NEURAXIS_CORTEX_RAY_ADDRESS": f"127.0.0.1:{ray_port}",
+                "RAY_TMPDIR": ray_tmp,
+            },
+        )
+        started.append(cortex)
+        # Ready with the controller's first table, though no replica can be
+        # placed here (no GPU host): cortex must not wait for the models.
+        seconds = cortex.notify.wait_for("READY=1", cortex.alive, 300, cortex.log_tail)
+        print(f"neuraxis-cortex: READY after {seconds:.1f} s")
+        yield Services(head, cortex, http_port, ray_port, ray_tmp)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        for service in reversed(started):
+            if service.alive():
+                service.proc.kill()
+            service.proc.wait()
+            service.notify.close()
         kill_processes_mentioning(ray_tmp)
 
 
 def test_the_filter_refuses_writable_executable_memory(tmp_path: Path) -> None:
-    """The control for the test below: the filter is in force."""
     code = "import mmap; mmap.mmap(-1, 4096, prot=mmap.PROT_WRITE | mmap.PROT_EXEC)"
     result = subprocess.run(
         ["/usr/bin/python3", str(HERE / "mdwe_exec.py"), "/usr/bin/python3", "-c", code],
@@ -335,11 +385,11 @@ def test_the_filter_refuses_writable_executable_memory(tmp_path: Path) -> None:
     assert result.returncode != 0 and "Operation not permitted" in result.stderr
 
 
-def test_cortex_and_its_ray_head_run_as_the_unit_says(
-    scratch_root: Path, cortex_service: Cortex, tmp_path: Path
+def test_the_head_and_cortex_run_as_their_units_say(
+    scratch_root: Path, services: Services, tmp_path: Path
 ) -> None:
-    c = cortex_service
-    body = wait_http(f"http://127.0.0.1:{c.http_port}/healthz", 120, c.proc, c.log)
+    c = services
+    body = wait_http(f"http://127.0.0.1:{c.http_port}/healthz", 120, c.cortex.proc, c.cortex.log)
     assert json.loads(body) == {"status": "ok"}
 
     # The controller on the token-authenticated head answers `neuraxis status`
@@ -372,15 +422,53 @@ def test_cortex_and_its_ray_head_run_as_the_unit_says(
     assert re.search(r"(?i)authenticat|token", refused.stderr), refused.stderr[-2000:]
 
     # SIGTERM (KillSignal, to the main process only: KillMode=mixed) stops
-    # cortex and the Ray head it started, within the unit's TimeoutStopSec.
+    # cortex within the unit's TimeoutStopSec, and only cortex: the head, and
+    # so the cluster, stays.
     stop_s = int(unit_settings(scratch_root, "neuraxis-cortex.service")["TimeoutStopSec"][0])
-    started = time.monotonic()
-    c.proc.send_signal(signal.SIGTERM)
-    c.proc.wait(timeout=stop_s)
+    c.cortex.proc.send_signal(signal.SIGTERM)
+    c.cortex.proc.wait(timeout=stop_s)
     # uvicorn re-raises the SIGTERM once it has shut down; systemd counts death
-    # by SIGTERM as a clean stop (no restart). The head goes with its parent.
-    assert c.proc.returncode in (0, -signal.SIGTERM), c.log.read_text()[-3000:]
+    # by SIGTERM as a clean stop.
+    assert c.cortex.proc.returncode in (0, -signal.SIGTERM), c.cortex.log_tail()
+    c.cortex.notify.wait_for("STOPPING=1", lambda: True, 5, c.cortex.log_tail)
+    assert c.head.alive(), c.head.log_tail()
+    result = subprocess.run(status, capture_output=True, text=True, env=clean, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+    # The head's SIGTERM stops it and every Ray process it started.
+    stop_s = int(unit_settings(scratch_root, "neuraxis-head.service")["TimeoutStopSec"][0])
+    started = time.monotonic()
+    c.head.proc.send_signal(signal.SIGTERM)
+    c.head.proc.wait(timeout=stop_s)
+    assert c.head.proc.returncode == 0, c.head.log_tail()
     while processes_mentioning(c.ray_tmp) and time.monotonic() - started < stop_s:
         time.sleep(0.5)
-    print(f"cortex and its Ray head stopped in {time.monotonic() - started:.1f} s")
+    print(f"the head and its Ray processes stopped in {time.monotonic() - started:.1f} s")
     assert processes_mentioning(c.ray_tmp) == []
+
+
+def test_the_ray_token_outlives_removing_and_reinstalling_cortex(
+    packages: Packages, tmp_path: Path
+) -> None:
+    """Removing neuraxis-cortex leaves the token (no package owns it), and a
+    reinstall keeps it: the copies on the neuron hosts stay valid."""
+    root = tmp_path / "root"
+    (root / "dev").mkdir(parents=True)
+    (root / "dev" / "urandom").write_bytes(os.urandom(64))
+    token = root / "etc/neuraxis/ray-auth-token"
+
+    def rpm(*args: str) -> None:
+        result = subprocess.run(
+            ["rpm", "--root", str(root), "--nodeps", *args], capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+
+    rpm("-i", str(packages.common), str(packages.cortex))
+    made = token.read_text()
+    assert re.fullmatch(r"[0-9a-f]{64}", made)
+    rpm("-e", "neuraxis-cortex")
+    assert not (root / "usr/lib/systemd/system/neuraxis-cortex.service").exists()
+    assert token.read_text() == made
+    (root / "dev" / "urandom").write_bytes(os.urandom(64))  # a reinstall would draw anew
+    rpm("-i", str(packages.cortex))
+    assert token.read_text() == made

@@ -15,10 +15,14 @@ import pytest
 
 from tests.rpm.conftest import ROOT, Packages, rpm_query
 
-UNITS = ("neuraxis-cortex.service", "neuraxis-neuron.service")
+UNITS = ("neuraxis-cortex.service", "neuraxis-head.service", "neuraxis-neuron.service")
 # The exposure score systemd-analyze gives each unit (0 best, 10 worst; an
-# unhardened service scores ~9.6). Measured: cortex 1.4, neuron 1.8.
-MAX_EXPOSURE = {"neuraxis-cortex.service": 1.5, "neuraxis-neuron.service": 2.0}
+# unhardened service scores ~9.6). Measured: cortex 1.4, head 1.4, neuron 1.8.
+MAX_EXPOSURE = {
+    "neuraxis-cortex.service": 1.5,
+    "neuraxis-head.service": 1.5,
+    "neuraxis-neuron.service": 2.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +84,10 @@ def test_exposure_score(unit_root: Path, unit: str) -> None:
             "/opt/neuraxis/cortex/bin/neuraxis cortex --config /etc/neuraxis/cortex.toml",
         ),
         (
+            "neuraxis-head.service",
+            "/opt/neuraxis/cortex/bin/neuraxis head --config /etc/neuraxis/head.toml",
+        ),
+        (
             "neuraxis-neuron.service",
             "/opt/neuraxis/neuron/bin/neuraxis neuron agent --config /etc/neuraxis/neuron.toml",
         ),
@@ -89,8 +97,18 @@ def test_the_service_settings(scratch_root: Path, unit: str, exec_start: str) ->
     s = unit_settings(scratch_root, unit)
     assert s["ExecStart"] == [exec_start]
     assert s["User"] == ["neuraxis"]
-    assert s["Restart"] == ["on-failure"]
-    assert int(s["StartLimitBurst"][0]) >= 1 and s["StartLimitIntervalSec"]
+    # Restart for ever, without a start rate limit: a database or a head that
+    # is down at boot comes back some time.
+    assert s["Restart"] == ["always"]
+    assert s["StartLimitIntervalSec"] == ["0"] and "StartLimitBurst" not in s
+    assert int(s["LimitNOFILE"][0]) >= 65536
+    if unit != "neuraxis-neuron.service":
+        # READY=1 when the service can do its job (a test sees it: test_installed).
+        assert s["Type"] == ["notify"]
+        assert int(s["TasksMax"][0]) >= 1024 and s["MemoryMax"]
+    if unit == "neuraxis-cortex.service":
+        assert s["NotifyAccess"] == ["all"]  # uvicorn's workers notify
+        assert s["WatchdogSec"] == ["60s"]
     # SIGTERM starts the drain; only the main process gets it, and it stops its
     # children (Ray, the engines) itself.
     assert s["KillSignal"] == ["SIGTERM"]
@@ -136,9 +154,10 @@ def test_the_neuron_reaches_the_gpus_and_nothing_else(scratch_root: Path) -> Non
     assert "NEURAXIS_CACHE_DIR=/var/lib/neuraxis/models" in " ".join(s["Environment"])
 
 
-def test_cortex_denies_writable_executable_memory(scratch_root: Path) -> None:
-    # test_installed runs cortex and its Ray head under the same filter.
-    s = unit_settings(scratch_root, "neuraxis-cortex.service")
+@pytest.mark.parametrize("unit", ["neuraxis-cortex.service", "neuraxis-head.service"])
+def test_cortex_and_the_head_deny_writable_executable_memory(scratch_root: Path, unit: str) -> None:
+    # test_installed runs cortex and the Ray head under the same filter.
+    s = unit_settings(scratch_root, unit)
     assert s["MemoryDenyWriteExecute"] == ["yes"]
     assert s["PrivateDevices"] == ["yes"]
 

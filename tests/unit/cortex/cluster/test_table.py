@@ -38,3 +38,15 @@ async def test_a_follower_of_the_same_epoch_waits_for_a_newer_version() -> None:
     assert not waiting.done()
     await table.publish([])
     assert (await asyncio.wait_for(waiting, 1.0))["version"] == 2
+
+
+async def test_the_first_table_is_published_even_when_empty() -> None:
+    # cortex is ready once it has a table: a cluster whose replicas are all
+    # still loading (or unplaceable) must still give it one.
+    table = EndpointTable("e")
+    await table.publish([])
+    assert table.version == 1
+    await table.publish([])
+    assert table.version == 1  # no change after the first: no new version
+    answer = await table.wait(0, 0.01, "e")
+    assert (answer["version"], answer["replicas"]) == (1, [])

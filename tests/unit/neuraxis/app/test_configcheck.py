@@ -14,12 +14,22 @@ ETC = Path(__file__).resolve().parents[4] / "deploy" / "etc" / "neuraxis"
 
 
 def test_the_shipped_configs_parse() -> None:
-    results = check(ETC / "cortex.toml", ETC / "neuron.toml", ETC / "deployment.toml")
+    results = check(
+        ETC / "cortex.toml", ETC / "neuron.toml", ETC / "deployment.toml", ETC / "head.toml"
+    )
     assert results == [
         f"{ETC / 'cortex.toml'}: ok",
         f"{ETC / 'neuron.toml'}: ok",
         f"{ETC / 'deployment.toml'}: ok (smollm2-135m-instruct×2, all-minilm-l6-v2×1)",
+        f"{ETC / 'head.toml'}: ok",
     ]
+
+
+def test_a_bad_head_setting_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "head.toml"
+    bad.write_text("ray_port = 0\n")
+    (line,) = check(None, None, None, bad)
+    assert line.startswith(f"error: invalid configuration in {bad}: ray_port"), line
 
 
 def test_the_command_names_the_bad_setting(
