@@ -24,6 +24,7 @@ from typing import Any
 import uvicorn
 
 from cortex.config import CortexSettings
+from cortex.notify_relay import NotifyRelay
 from cortex.shutdown import CUTOFF, Cutoff
 from neuraxis.core.logs import configure_logging
 
@@ -145,15 +146,24 @@ def _serve(settings: CortexSettings) -> int:
             "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="neuraxis-metrics-")
         )
         os.environ[_SETTINGS_ENV] = settings.model_dump_json()
+        relay = None
+        if target := os.environ.get("NOTIFY_SOCKET"):
+            relay = NotifyRelay(target)
+            relay.start()
+            os.environ["NOTIFY_SOCKET"] = str(relay.path)  # what the workers inherit
         # uvicorn's supervisor makes each worker's server itself: workers get
         # the quiet cancel, not the cutoff.
-        uvicorn.run(
-            "cortex.main:app_from_env",
-            factory=True,
-            workers=settings.workers,
-            **where,
-            **_options(settings),
-        )
+        try:
+            uvicorn.run(
+                "cortex.main:app_from_env",
+                factory=True,
+                workers=settings.workers,
+                **where,
+                **_options(settings),
+            )
+        finally:
+            if relay is not None:
+                relay.close()
         return 0
     from cortex.app import create_app
 

@@ -25,11 +25,16 @@ def notify(*states: str) -> bool:
     target = os.environ.get("NOTIFY_SOCKET")
     if not target or not states:
         return False
+    return send(target, "\n".join(states).encode())
+
+
+def send(target: str, message: bytes) -> bool:
+    """One datagram to the notify socket `target` (a path, or "@name")."""
     address = "\0" + target[1:] if target.startswith("@") else target
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             sock.connect(address)
-            sock.sendall("\n".join(states).encode())
+            sock.sendall(message)
     except OSError:
         return False
     return True

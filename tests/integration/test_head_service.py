@@ -5,7 +5,8 @@ cortex in cluster mode.
 
 Each service runs with a NOTIFY_SOCKET of the test's own, as systemd would
 give it under `Type=notify`; the test reads READY=1 from it. Then cortex is
-SIGKILLed and started again: the replicas, detached and owned by the head's
+SIGKILLed and started again (with two workers, whose notifications the
+main process passes on): the replicas, detached and owned by the head's
 cluster, keep running (same replica, same neuron process: nothing reloads),
 and the new cortex serves again once it has the controller's table.
 """
@@ -116,7 +117,9 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
         assert not head.alive()
 
 
-def _start_cortex(address: str, work: Path, port: int, name: str) -> tuple[Proc, NotifySocket]:
+def _start_cortex(
+    address: str, work: Path, port: int, name: str, workers: int = 1
+) -> tuple[Proc, NotifySocket]:
     spec = work / "deployment.toml"
     spec.write_text(SPEC)
     notify = NotifySocket(work / f"{name}.notify")
@@ -133,6 +136,8 @@ def _start_cortex(address: str, work: Path, port: int, name: str) -> tuple[Proc,
             str(work / "state"),
             "--health-interval-s",
             "0.5",
+            "--workers",
+            str(workers),
         ],
         work / f"{name}.log",
         {"NOTIFY_SOCKET": str(notify.path)},
@@ -166,7 +171,9 @@ def test_cortex_is_ready_with_a_table_and_a_restart_reloads_no_replica(
         assert (still["id"], still["pid"]) == (before["id"], before["pid"])
 
         restarted = time.monotonic()
-        cortex, notify = _start_cortex(address, work, port, "cortex-2")
+        # Started again with two workers: their READY reaches the notify
+        # socket through the main process (cortex/notify_relay.py).
+        cortex, notify = _start_cortex(address, work, port, "cortex-2", workers=2)
         notify.wait_for("READY=1", cortex.alive, 120, cortex.log_tail)
         while _chat(base_url).status_code != 200:
             assert time.monotonic() - restarted < 120, cortex.log_tail()

@@ -87,7 +87,8 @@ def test_files_stay_in_their_places(packages: Packages) -> None:
         "common": r"^/(usr/bin/neuraxis|etc/neuraxis|opt/neuraxis|var/(lib|cache)/neuraxis|"
         r"run/neuraxis|usr/lib/(sysusers|tmpfiles)\.d/|usr/lib/firewalld/services/|"
         r"usr/share/(doc/neuraxis-common|neuraxis))",
-        "cortex": r"^/(etc/neuraxis/|opt/neuraxis/cortex|usr/lib/systemd/system/neuraxis-cortex)",
+        "cortex": r"^/(etc/neuraxis/|opt/neuraxis/cortex|"
+        r"usr/lib/systemd/system/neuraxis-(cortex|head)\.service)",
         "neuron_cpu": r"^/(etc/neuraxis/neuron\.toml|opt/neuraxis/neuron|"
         r"usr/lib/systemd/system/neuraxis-neuron\.service|"
         r"usr/lib/sysusers\.d/neuraxis-neuron\.conf)",

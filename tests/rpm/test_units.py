@@ -107,7 +107,8 @@ def test_the_service_settings(scratch_root: Path, unit: str, exec_start: str) ->
         assert s["Type"] == ["notify"]
         assert int(s["TasksMax"][0]) >= 1024 and s["MemoryMax"]
     if unit == "neuraxis-cortex.service":
-        assert s["NotifyAccess"] == ["all"]  # uvicorn's workers notify
+        # uvicorn's workers notify through the main process (notify_relay.py).
+        assert s["NotifyAccess"] == ["main"]
         assert s["WatchdogSec"] == ["60s"]
     # SIGTERM starts the drain; only the main process gets it, and it stops its
     # children (Ray, the engines) itself.

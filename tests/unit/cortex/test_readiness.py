@@ -4,13 +4,16 @@ in cluster mode, it has a table; and its watchdog pings from the loop."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cortex.notify_relay import NotifyRelay
 from cortex.readiness import Readiness, watchdog
+from neuraxis.core.sdnotify import notify
 
 
 @pytest.fixture
@@ -60,3 +63,20 @@ async def test_without_a_watchdog_period_there_is_no_pinging(
 ) -> None:
     monkeypatch.delenv("WATCHDOG_USEC", raising=False)
     await asyncio.wait_for(watchdog(), 1.0)  # returns at once
+
+
+def test_the_relay_passes_workers_notifications_on(
+    systemd: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    relay = NotifyRelay(os.environ["NOTIFY_SOCKET"])
+    relay.start()
+    try:
+        # A worker, which sees the relay's socket as its NOTIFY_SOCKET.
+        monkeypatch.setenv("NOTIFY_SOCKET", str(relay.path))
+        assert notify("READY=1")
+        systemd.settimeout(5)
+        systemd.setblocking(True)
+        assert systemd.recv(4096) == b"READY=1"
+    finally:
+        relay.close()
+    assert not relay.path.exists()
