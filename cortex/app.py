@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from cortex import metrics
 from cortex.api import (
@@ -23,6 +24,9 @@ from cortex.api import (
 )
 from cortex.api.errors import install_error_handlers
 from cortex.api.responses.run import fail_orphans
+from cortex.auth.authenticator import Authenticator, authenticate
+from cortex.auth.headers import RateLimitHeaders
+from cortex.auth.limiter import Limiter
 from cortex.cluster.spec import DeploymentSpec, load_spec
 from cortex.config import CortexSettings
 from cortex.middleware import BodyLimit
@@ -30,6 +34,7 @@ from cortex.readiness import Readiness, watchdog
 from cortex.routing.client import NeuronClient, channel_credentials
 from cortex.routing.pool import NeuronPool
 from cortex.store.base import ResponseStore
+from cortex.store.keys import KeyStore, open_key_store
 from cortex.store.sqlite import SqliteResponseStore
 from neuraxis.core.sdnotify import notify
 
@@ -37,10 +42,14 @@ log = logging.getLogger("neuraxis.cortex")
 
 
 def create_app(
-    settings: CortexSettings, pool: NeuronPool | None = None, store: ResponseStore | None = None
+    settings: CortexSettings,
+    pool: NeuronPool | None = None,
+    store: ResponseStore | None = None,
+    keys: KeyStore | None = None,
 ) -> FastAPI:
     """Build the app. A pool may be passed in (tests); otherwise one is made
-    from the configured neuron addresses and started with the app."""
+    from the configured neuron addresses and started with the app. With
+    `auth = required` the key store is `keys` or the configured store's."""
     spec = load_spec(settings.deployment) if settings.cluster_mode and settings.deployment else None
     expected = settings.models or ([m.id for m in spec.models if m.replicas] if spec else [])
     credentials = channel_credentials(settings.tls) if settings.tls else None
@@ -58,6 +67,10 @@ def create_app(
 
     store = store or _store_for(settings)
     readiness = Readiness(needs_table=spec is not None)
+    if settings.auth == "required":
+        keys = keys or open_key_store(settings.state_dir, settings.postgres_dsn)
+    else:
+        keys = None  # one anonymous tenant: no lookups, no limits
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -85,6 +98,9 @@ def create_app(
                 follower.cancel()
             await pool.stop()
             await store.close()
+            if keys is not None:
+                await limiter.drain()
+                await keys.close()
 
     metrics.configure(settings.metrics_enabled)
     app = FastAPI(title="neuraxis cortex", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -97,14 +113,26 @@ def create_app(
     app.state.background = {}
     app.state.instance = f"{socket.gethostname()}:{settings.port}"
     app.state.settings = settings
+    # Who is calling: every /v1 route depends on `authenticate`; with auth
+    # off it attaches nothing and the anonymous principal applies.
+    app.state.authenticator = None
+    app.state.limiter = None
+    if keys is not None:
+        app.state.authenticator = Authenticator(keys, time.time, settings.auth_cache_s)
+        # A lease outlives the longest generation, then frees its slot.
+        limiter = Limiter(keys, time.time, lease_s=settings.request_timeout_s + 60)
+        app.state.limiter = limiter
     install_error_handlers(app)
-    app.include_router(chat.router)
-    app.include_router(completions.router)
-    app.include_router(embeddings.router)
-    app.include_router(responses.router)
-    app.include_router(models.router)
+    api = [Depends(authenticate)]
+    app.include_router(chat.router, dependencies=api)
+    app.include_router(completions.router, dependencies=api)
+    app.include_router(embeddings.router, dependencies=api)
+    app.include_router(responses.router, dependencies=api)
+    app.include_router(models.router, dependencies=api)
     app.include_router(health.router)
     app.include_router(observability.router)
+    if keys is not None:
+        app.add_middleware(RateLimitHeaders, limiter=limiter)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -113,6 +113,23 @@ class CortexSettings(LogSettings):
         None,
         description="keep stored responses in this PostgreSQL database instead, shared by "
         "every cortex instance that uses it",
+    )
+    auth: Literal["off", "required"] = Field(
+        "off",
+        description="required: every /v1 request needs `Authorization: Bearer <key>` "
+        "(keys: `neuraxis keys create`, kept in the same store as stored responses); off: "
+        "one anonymous tenant, allowed on a loopback address only (see allow_unauthenticated)",
+    )
+    allow_unauthenticated: bool = Field(
+        False,
+        description="serve with auth = off on a non-loopback address (only behind a proxy "
+        "that authenticates clients itself)",
+    )
+    auth_cache_s: float = Field(
+        2.0,
+        gt=0,
+        description="how long a looked-up API key is trusted before it is read again: a "
+        "revocation takes effect within this many seconds",
     )
 
     # Cluster mode: cortex starts or finds the controller in the Ray cluster

@@ -17,12 +17,14 @@ import logging
 import os
 import signal
 import socket
+import sys
 import tempfile
 from types import FrameType
 from typing import Any
 
 import uvicorn
 
+from cortex.auth.exposure import exposure_problem
 from cortex.config import CortexSettings
 from cortex.notify_relay import NotifyRelay
 from cortex.shutdown import CUTOFF, Cutoff
@@ -40,6 +42,10 @@ def run(settings: CortexSettings) -> int:
     # A stuck event loop killed by systemd's watchdog (SIGABRT) leaves every
     # thread's stack in the log.
     faulthandler.enable()
+    problem = exposure_problem(settings.host, settings.auth, settings.allow_unauthenticated)
+    if problem is not None:
+        print(f"neuraxis cortex: {problem}", file=sys.stderr)
+        return 2
     if settings.cluster_mode:
         # Ray sets up its loggers when it is first imported; imported before
         # the logging set-up, they are routed through neuraxis's handler.

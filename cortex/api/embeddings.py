@@ -39,6 +39,7 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
     pool: NeuronPool = request.app.state.pool
     request_id = dispatch.new_request_id("embd")
     internal = to_embed_request(body, request_id)
+    dispatch.check_model(request, body.model)  # before anything tells the model exists
     pool.check_task(body.model, pb.MODEL_TASK_EMBED, "/v1/embeddings")
     if body.dimensions is not None:
         info = pool.served_models().get(body.model)

@@ -23,6 +23,7 @@ from neuraxis.core.errors import (
     InvalidRequestError,
     NeuraxisError,
     NotFoundError,
+    RateLimitError,
     UnavailableError,
     mapping_for,
 )
@@ -54,6 +55,10 @@ def error_response(error: NeuraxisError) -> JSONResponse:
     headers = {}
     if isinstance(error, UnavailableError):
         headers["Retry-After"] = str(error.retry_after)
+    elif isinstance(error, RateLimitError):
+        # The openai SDK prefers the milliseconds; others read Retry-After.
+        headers["Retry-After"] = str(max(1, -(-error.retry_after_ms // 1000)))
+        headers["retry-after-ms"] = str(error.retry_after_ms)
     return JSONResponse(
         error_envelope(error).model_dump(),
         status_code=mapping_for(error).http_status,

@@ -1,9 +1,11 @@
-"""GET /v1/models and /v1/models/{id}: what is servable right now."""
+"""GET /v1/models and /v1/models/{id}: what is servable right now (for the
+caller's key: a model outside its list is not there)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from cortex.auth.principal import principal_of
 from cortex.routing.pool import NeuronPool
 from cortex.schemas.models import ModelCard, ModelList
 from neuraxis.core.errors import ModelNotFoundError
@@ -30,13 +32,15 @@ def _card(info: pb.ModelInfo) -> ModelCard:
 @router.get("/v1/models")
 async def list_models(request: Request) -> ModelList:
     pool: NeuronPool = request.app.state.pool
-    return ModelList(data=[_card(info) for info in pool.served_models().values()])
+    principal = principal_of(request)
+    served = pool.served_models().values()
+    return ModelList(data=[_card(info) for info in served if principal.may_use(info.id)])
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> ModelCard:
     pool: NeuronPool = request.app.state.pool
     info = pool.served_models().get(model_id)
-    if info is None:
+    if info is None or not principal_of(request).may_use(model_id):
         raise ModelNotFoundError(f"The model '{model_id}' does not exist.")
     return _card(info)

@@ -3,8 +3,8 @@ interface every backend implements (sqlite.py, postgres.py; both held to
 the same contract by tests/unit/cortex/store/test_contract.py).
 
 A stored response keeps the response object as sent to the client, the
-input items of its request (normalised, with ids) and the id of the response
-it continued. `previous_response_id` chains are rebuilt from these.
+input items of its request (normalised, with ids), the id of the response
+it continued and the tenant it belongs to. `previous_response_id` chains are rebuilt from these.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class StoredResponse:
     events: list[dict[str, Any]] = field(default_factory=list)
     # The cortex instance running it (background responses), e.g. "host:port".
     owner: str = ""
+    # The tenant whose API key made it ("" with auth off: the one anonymous
+    # tenant). Nobody else can read, continue, cancel or delete it.
+    tenant: str = ""
 
     @property
     def status(self) -> str:
@@ -44,6 +47,7 @@ class StoredResponse:
             json.dumps(self.response),
             json.dumps(self.input_items),
             json.dumps(self.events),
+            self.tenant,
         )
 
     @classmethod
@@ -58,6 +62,7 @@ class StoredResponse:
             response=json.loads(row[5]),
             input_items=json.loads(row[6]),
             events=json.loads(row[7]),
+            tenant=row[8],
         )
 
 
@@ -71,6 +76,7 @@ COLUMNS = (
     "response",
     "input_items",
     "events",
+    "tenant",
 )
 
 

@@ -22,11 +22,13 @@ CREATE TABLE IF NOT EXISTS neuraxis_responses (
     owner TEXT NOT NULL DEFAULT '',
     response JSONB NOT NULL,
     input_items JSONB NOT NULL,
-    events JSONB NOT NULL DEFAULT '[]'
+    events JSONB NOT NULL DEFAULT '[]',
+    tenant TEXT NOT NULL DEFAULT ''
 );
 ALTER TABLE neuraxis_responses ADD COLUMN IF NOT EXISTS status TEXT NOT NULL DEFAULT '';
 ALTER TABLE neuraxis_responses ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
 ALTER TABLE neuraxis_responses ADD COLUMN IF NOT EXISTS events JSONB NOT NULL DEFAULT '[]';
+ALTER TABLE neuraxis_responses ADD COLUMN IF NOT EXISTS tenant TEXT NOT NULL DEFAULT '';
 """
 # JSONB read back as text, so that both backends' rows decode alike.
 _JSON = {"response", "input_items", "events"}

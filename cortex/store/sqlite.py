@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS responses (
     owner TEXT NOT NULL DEFAULT '',
     response TEXT NOT NULL,
     input_items TEXT NOT NULL,
-    events TEXT NOT NULL DEFAULT '[]'
+    events TEXT NOT NULL DEFAULT '[]',
+    tenant TEXT NOT NULL DEFAULT ''
 )
 """
 # Columns added after the first layout, for files written by older versions.
@@ -31,7 +32,14 @@ _ADDED = {
     "status": "TEXT NOT NULL DEFAULT ''",
     "owner": "TEXT NOT NULL DEFAULT ''",
     "events": "TEXT NOT NULL DEFAULT '[]'",
+    "tenant": "TEXT NOT NULL DEFAULT ''",
 }
+
+
+_INSERT = (
+    f"INSERT OR REPLACE INTO responses ({', '.join(COLUMNS)}) "
+    f"VALUES ({','.join('?' * len(COLUMNS))})"
+)
 
 
 class SqliteResponseStore(ResponseStore):
@@ -51,7 +59,7 @@ class SqliteResponseStore(ResponseStore):
 
     async def put(self, record: StoredResponse) -> None:
         row = record.to_row()
-        sql = f"INSERT OR REPLACE INTO responses ({', '.join(COLUMNS)}) VALUES (?,?,?,?,?,?,?,?)"
+        sql = _INSERT
         async with self._lock:
             await asyncio.to_thread(self._db.execute, sql, row)
 

@@ -4,6 +4,9 @@
     ├── InvalidRequestError        400 invalid_request_error          INVALID_ARGUMENT
     │   ├── ContextLengthExceeded  400 ... context_length_exceeded    INVALID_ARGUMENT
     │   └── RequestTooLargeError   413 ... request_too_large          RESOURCE_EXHAUSTED
+    ├── AuthenticationError        401 ... invalid_api_key            UNAUTHENTICATED
+    ├── RateLimitError             429 requests rate_limit_exceeded   RESOURCE_EXHAUSTED
+    │   └── TokenRateLimitError    429 tokens rate_limit_exceeded     RESOURCE_EXHAUSTED
     ├── NotFoundError              404 invalid_request_error          NOT_FOUND
     │   └── ModelNotFoundError     404 ... model_not_found            NOT_FOUND
     ├── UnavailableError           503 server_error, Retry-After      UNAVAILABLE
@@ -52,6 +55,31 @@ class ContextLengthExceededError(InvalidRequestError):
 
 class RequestTooLargeError(InvalidRequestError):
     kind = "request_too_large"
+
+
+class AuthenticationError(NeuraxisError):
+    """No API key, or one that is unknown, revoked or expired."""
+
+    kind = "invalid_api_key"
+
+
+class RateLimitError(NeuraxisError):
+    """A key over its requests-per-minute or concurrency limit; retrying
+    after `retry_after_ms` may work (Retry-After and retry-after-ms)."""
+
+    kind = "rate_limit_exceeded"
+
+    def __init__(
+        self, message: str, *, retry_after_ms: int = 1000, param: str | None = None
+    ) -> None:
+        super().__init__(message, param=param)
+        self.retry_after_ms = retry_after_ms
+
+
+class TokenRateLimitError(RateLimitError):
+    """A key over its tokens-per-minute limit (OpenAI's type "tokens")."""
+
+    kind = "token_rate_limit_exceeded"
 
 
 class NotFoundError(NeuraxisError):
@@ -107,6 +135,15 @@ ERROR_TABLE: dict[type[NeuraxisError], ErrorMapping] = {
     ),
     RequestTooLargeError: ErrorMapping(
         413, "invalid_request_error", "request_too_large", "RESOURCE_EXHAUSTED", "invalid_prompt"
+    ),
+    AuthenticationError: ErrorMapping(
+        401, "invalid_request_error", "invalid_api_key", "UNAUTHENTICATED", "invalid_prompt"
+    ),
+    RateLimitError: ErrorMapping(
+        429, "requests", "rate_limit_exceeded", "RESOURCE_EXHAUSTED", "rate_limit_exceeded"
+    ),
+    TokenRateLimitError: ErrorMapping(
+        429, "tokens", "rate_limit_exceeded", "RESOURCE_EXHAUSTED", "rate_limit_exceeded"
     ),
     NotFoundError: ErrorMapping(404, "invalid_request_error", None, "NOT_FOUND", "invalid_prompt"),
     ModelNotFoundError: ErrorMapping(

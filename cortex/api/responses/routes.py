@@ -3,6 +3,10 @@ retrieve (or replay its events), delete, input_items and cancel.
 
 Only the HTTP side lives here: translation is in translate.py, the run of a
 response (and how every run ends and is stored) in run.py.
+
+A stored response belongs to the caller's tenant (cortex/auth/principal.py);
+to every other tenant each route answers 404, as for an id that does not
+exist.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import TERMINAL
 from cortex.api.responses.items import new_id, normalise, parse_items, request_fields
 from cortex.api.responses.translate import generation_params, history, to_generate_request
+from cortex.auth.principal import principal_of
 from cortex.schemas.responses import ResponsesRequest
 from cortex.sse import event_frame
 from cortex.store.base import ResponseStore, StoredResponse
@@ -43,7 +48,9 @@ async def create_response(
     store = _store(request)
     response_id = new_id("resp")
     items = [normalise(i) for i in body.items()]
-    earlier = await history(store, body.previous_response_id) if body.previous_response_id else []
+    tenant = principal_of(request).tenant
+    previous = body.previous_response_id
+    earlier = await history(store, previous, tenant) if previous else []
     internal = to_generate_request(
         shared, body.instructions, earlier + parse_items(items), response_id
     )
@@ -54,10 +61,11 @@ async def create_response(
         input_items=items,
         stored=body.store,
         owner=request.app.state.instance if body.background else "",
+        tenant=tenant,
     )
     headers = {"X-Request-Id": response_id}
     if body.background:
-        (stream,) = dispatch.route(request, "responses", body.model, response_id, [internal])
+        (stream,) = await dispatch.route(request, "responses", body.model, response_id, [internal])
         await runs.start_background(run, stream, request.app.state.background)
         return JSONResponse(run.builder.snapshot(), headers=headers)
     started = await dispatch.start(request, "responses", body.model, response_id, [internal])
@@ -71,7 +79,7 @@ async def create_response(
 
 async def _stored(request: Request, response_id: str) -> StoredResponse:
     record = await _store(request).get(response_id)
-    if record is None:
+    if record is None or record.tenant != principal_of(request).tenant:
         raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
     return record
 
@@ -112,6 +120,7 @@ async def _replay(request: Request, record: StoredResponse, after: int) -> Async
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, request: Request) -> JSONResponse:
+    await _stored(request, response_id)  # another tenant's: 404 before anything is deleted
     if not await _store(request).delete(response_id):
         raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})

@@ -46,11 +46,13 @@ class ResponseRun:
         input_items: list[dict[str, Any]],
         stored: bool,
         owner: str = "",
+        tenant: str = "",
         events: Sequence[ResponseEvent] = (),
     ) -> None:
         self._store, self.builder = store, builder
         self._previous, self._items, self._stored = previous_response_id, input_items, stored
         self.owner = owner  # set for background responses: the instance running it
+        self.tenant = tenant  # whose key made it: nobody else sees it
         self.events: list[ResponseEvent] = list(events)
         self.task: asyncio.Task[None] | None = None
         self.cancel_requested = False
@@ -65,6 +67,7 @@ class ResponseRun:
             input_items=record.input_items,
             stored=True,
             owner=record.owner,
+            tenant=record.tenant,
             events=[parse_event(e) for e in record.events],
         )
 
@@ -92,6 +95,7 @@ class ResponseRun:
                 input_items=self._items,
                 events=[e.model_dump() for e in self.events],
                 owner=self.owner,
+                tenant=self.tenant,
             )
         )
         metrics.record_store_write(self._store.backend, time.perf_counter() - started)

@@ -66,14 +66,15 @@ def check_call_outputs(conversation: list[Item]) -> None:
             )
 
 
-async def history(store: ResponseStore, previous_id: str) -> list[Item]:
+async def history(store: ResponseStore, previous_id: str, tenant: str = "") -> list[Item]:
     """Earlier inputs and outputs of the chain ending at previous_id, oldest
-    first. Instructions are not carried over, as in OpenAI's API."""
+    first. Instructions are not carried over, as in OpenAI's API. Another
+    tenant's response is not found, as if it did not exist."""
     chain: list[StoredResponse] = []
     next_id: str | None = previous_id
     while next_id is not None and len(chain) < _MAX_CHAIN:
         record = await store.get(next_id)
-        if record is None:
+        if record is None or record.tenant != tenant:
             raise NotFoundError(
                 f"Previous response with id '{next_id}' not found.", param="previous_response_id"
             )

@@ -1,0 +1,1 @@
+"""API keys, tenants and per-key rate limits (`auth` = off | required)."""

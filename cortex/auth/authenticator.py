@@ -1,0 +1,103 @@
+"""Who is calling: the bearer key of a `/v1/...` request checked against the
+key store, turned into a `Principal`, and the FastAPI dependency that does
+it for every API route.
+
+Keys are looked up in the store, so a key made by `neuraxis keys create`
+works on its next request with no restart. A found key is cached for
+`cache_s` (2 s by default): a revocation takes effect within that bound on
+every instance. Unknown keys are not cached (a new key must work at once).
+A cache refresh also records the key's last use, so `last used` is exact
+to within `cache_s` and costs one write per key per `cache_s`, not one per
+request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from cortex.auth.keys import hash_key, matches
+from cortex.auth.limits import Limits
+from cortex.auth.principal import Principal
+from cortex.store.keys import ApiKey, KeyStore
+from neuraxis.core.errors import AuthenticationError
+
+DEFAULT_CACHE_S = 2.0
+
+_MISSING = (
+    "You didn't provide an API key. You need to provide your API key in an "
+    "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+)
+
+
+@dataclass(frozen=True)
+class _Cached:
+    fetched_at: float
+    record: ApiKey
+    principal: Principal
+
+
+def principal_for(record: ApiKey) -> Principal:
+    return Principal(
+        tenant=record.tenant,
+        key_id=record.id,
+        models=frozenset(record.models),
+        limits=Limits(rpm=record.rpm, tpm=record.tpm, max_concurrent=record.max_concurrent),
+    )
+
+
+def bearer(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+class Authenticator:
+    def __init__(
+        self, store: KeyStore, clock: Callable[[], float], cache_s: float = DEFAULT_CACHE_S
+    ) -> None:
+        self._store, self._clock, self._cache_s = store, clock, cache_s
+        self._cache: dict[str, _Cached] = {}
+
+    async def principal(self, authorization: str | None) -> Principal:
+        secret = bearer(authorization)
+        if secret is None:
+            raise AuthenticationError(_MISSING)
+        now = self._clock()
+        key_hash = hash_key(secret)
+        cached = self._cache.get(key_hash)
+        if cached is None or now - cached.fetched_at >= self._cache_s:
+            cached = await self._fetch(key_hash, now)
+        record = cached.record if cached is not None else None
+        if record is None or not matches(record, secret):
+            raise AuthenticationError("Incorrect API key provided.")
+        if record.revoked_at is not None:
+            raise AuthenticationError("This API key has been revoked.")
+        if record.expires_at is not None and now >= record.expires_at:
+            raise AuthenticationError("This API key has expired.")
+        return cached.principal if cached is not None else principal_for(record)
+
+    async def _fetch(self, key_hash: str, now: float) -> _Cached | None:
+        record = await self._store.by_hash(key_hash)
+        if record is None:
+            self._cache.pop(key_hash, None)
+            return None
+        if record.revoked_at is None:
+            await self._store.touch(record.id, int(now))
+        cached = _Cached(now, record, principal_for(record))
+        self._cache[key_hash] = cached
+        return cached
+
+
+async def authenticate(request: Request) -> None:
+    """The dependency of every `/v1/...` route: attaches the caller's
+    principal to the request (nothing with auth off: the anonymous one)."""
+    authenticator: Authenticator | None = request.app.state.authenticator
+    if authenticator is not None:
+        request.state.principal = await authenticator.principal(
+            request.headers.get("authorization")
+        )

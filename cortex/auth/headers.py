@@ -1,0 +1,49 @@
+"""The x-ratelimit-* headers on every response of a rate-limited key: an
+ASGI middleware that adds them when the response starts (streams too).
+
+A request that reserved something carries the headers of its admission
+(`request.state.ratelimit`, set by dispatch); any other response of a
+limited key (a 429, a GET of a stored response, /v1/models) reads where the
+key stands from the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cortex.auth.limiter import Limiter
+from cortex.auth.principal import Principal
+
+
+class RateLimitHeaders:
+    def __init__(self, app: ASGIApp, limiter: Limiter) -> None:
+        self.app = app
+        self.limiter = limiter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                extra = await self._headers(scope.get("state", {}))
+                if extra:
+                    message["headers"] = [
+                        *message.get("headers", []),
+                        *((k.encode(), v.encode()) for k, v in extra.items()),
+                    ]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+    async def _headers(self, state: dict[str, Any]) -> dict[str, str]:
+        principal: Principal | None = state.get("principal")
+        if principal is None or principal.key_id is None:
+            return {}
+        if principal.limits.rpm is None and principal.limits.tpm is None:
+            return {}
+        ready: dict[str, str] | None = state.get("ratelimit")
+        return ready if ready is not None else await self.limiter.headers(principal)

@@ -1,0 +1,168 @@
+"""Per-key rate limits applied to requests: the token estimate, the
+reservation at admission (a 429 `rate_limit_exceeded` when over) and its
+settlement when the request ends. The arithmetic is limits.py's; the
+atomic read-decide-write is the key store's (cortex/store/sqlite_keys.py,
+postgres_keys.py, whose docstrings say how exact each is across workers and
+instances).
+
+cortex does not tokenize (the neuron owns the tokenizer), so the prompt is
+estimated as its serialized request size in bytes / 4 (about 4 characters
+per token for English text and code; tools and schemas count, since the
+template renders them into the prompt). The output cap is the request's
+max_tokens, or the model's context length when it sets none, times n.
+The real usage replaces the estimate at settlement.
+
+A request that fails gives its tokens back (it still counts as a request);
+one dropped before its usage arrived (the client left) is charged its
+whole reservation, since the engine may have spent it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from cortex.auth import limits
+from cortex.auth.principal import Principal
+from cortex.store.keys import KeyStore, Usage
+from neuraxis.core.errors import RateLimitError, TokenRateLimitError
+from neuraxis.core.v1 import neuron_pb2 as pb
+
+log = logging.getLogger("neuraxis.cortex")
+
+BYTES_PER_TOKEN = 4
+
+Stream = AsyncIterator[pb.GenerateResponse]
+
+
+def estimate_generate(request: pb.GenerateRequest, max_context: int) -> int:
+    """Tokens a generation may use: prompt estimate + output cap, per choice."""
+    prompt = math.ceil(int(request.ByteSize()) / BYTES_PER_TOKEN)
+    sampling = request.sampling
+    cap = int(sampling.max_tokens) if sampling.HasField("max_tokens") else max_context
+    n = int(sampling.n) if sampling.HasField("n") else 1
+    return prompt + cap * max(1, n)
+
+
+def estimate_embed(request: pb.EmbedRequest) -> int:
+    return math.ceil(int(request.ByteSize()) / BYTES_PER_TOKEN)
+
+
+class Limiter:
+    def __init__(self, store: KeyStore, clock: Callable[[], float], lease_s: float) -> None:
+        self._store, self._clock, self._lease_s = store, clock, lease_s
+        # Settlements run after the response (not on its path); kept here
+        # so that they are not garbage-collected mid-flight.
+        self._settling: set[asyncio.Task[None]] = set()
+
+    async def admit(self, principal: Principal, tokens: int, parts: int = 1) -> Admission:
+        """Reserve one request and `tokens` for the principal's key, or raise
+        429. `parts`: how many streams report into the admission."""
+        assert principal.key_id is not None
+        key_limits, now = principal.limits, self._clock()
+
+        def decide(usage: Usage) -> Usage | None:
+            decision = limits.admit(key_limits, usage, now, tokens)
+            return decision.usage if decision.admitted else None
+
+        lease_id = uuid.uuid4().hex
+        seen = await self._store.admit(principal.key_id, lease_id, now, now + self._lease_s, decide)
+        # The same pure function on the same inputs: the decision the store applied.
+        decision = limits.admit(key_limits, seen, now, tokens)
+        if not decision.admitted:
+            error = TokenRateLimitError if decision.limit == "tokens" else RateLimitError
+            raise error(decision.message, retry_after_ms=math.ceil(decision.retry_after_s * 1000))
+        return Admission(
+            self,
+            principal,
+            lease_id,
+            decision.usage.window,
+            tokens,
+            parts,
+            limits.headers(key_limits, decision.usage, now),
+        )
+
+    async def headers(self, principal: Principal) -> dict[str, str]:
+        """Where the key stands now (for responses that reserve nothing)."""
+        assert principal.key_id is not None
+        now = self._clock()
+        usage = await self._store.usage(principal.key_id, now)
+        return limits.headers(principal.limits, usage, now)
+
+    def settle_later(self, admission: Admission, used: int) -> None:
+        task = asyncio.create_task(self._settle(admission, used))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settle(self, admission: Admission, used: int) -> None:
+        assert admission.principal.key_id is not None
+        window, reserved = admission.window, admission.reserved
+        now = self._clock()
+        try:
+            await self._store.settle(
+                admission.principal.key_id,
+                admission.lease_id,
+                now,
+                lambda usage: limits.settle(usage, now, window, reserved, used),
+            )
+        except Exception:
+            # The lease expires on its own; the window's tokens stay reserved.
+            log.exception("settling a rate-limit reservation failed")
+
+    async def drain(self) -> None:
+        """Wait for the settlements under way (at shutdown)."""
+        await asyncio.gather(*self._settling, return_exceptions=True)
+
+
+@dataclass
+class Admission:
+    """One admitted request's reservation, settled exactly once, when every
+    one of its `parts` (streams) has ended, or at once by `release`."""
+
+    limiter: Limiter
+    principal: Principal
+    lease_id: str
+    window: int
+    reserved: int
+    parts: int
+    headers: dict[str, str]
+    used: int = 0
+    settled: bool = False
+
+    def __post_init__(self) -> None:
+        self.share = self.reserved // max(1, self.parts)  # one part's reservation
+
+    def part_ended(self, used: int) -> None:
+        self.used += used
+        self.parts -= 1
+        if self.parts <= 0:
+            self._settle(self.used)
+
+    def release(self) -> None:
+        """The request failed before its streams ran: give it all back."""
+        self._settle(0)
+
+    def _settle(self, used: int) -> None:
+        if not self.settled:
+            self.settled = True
+            self.limiter.settle_later(self, used)
+
+
+async def metered(stream: Stream, admission: Admission) -> Stream:
+    """A neuron stream that reports its real usage into the admission."""
+    used: int | None = None
+    try:
+        async for response in stream:
+            if response.HasField("usage"):
+                used = response.usage.prompt_tokens + response.usage.completion_tokens
+            yield response
+    except Exception:
+        used = 0 if used is None else used  # failed: what it did not use goes back
+        raise
+    finally:
+        # Dropped before its usage arrived: charged the share reserved for it.
+        admission.part_ended(used if used is not None else admission.share)

@@ -1,0 +1,137 @@
+"""The rate-limit arithmetic, pure: given a key's limits, its usage and the
+time, admit or refuse a request, settle it when it ends, and the headers
+that say where the key stands. No I/O: the limiter (limiter.py) runs these
+inside the store's atomic update, and the tests run them on a fake clock.
+
+Requests and tokens are counted per fixed one-minute window (aligned to the
+epoch minute, so every instance and worker agrees on the window without
+talking): a key's `rpm` requests and `tpm` tokens per window. Tokens are
+reserved at admission (the prompt estimate plus the output cap) and
+settled to the real usage when the request ends, so concurrent requests
+can never together pass the budget; what a request did not use is given
+back to the window it was reserved in (a settlement after the window
+turned changes nothing: the new window never held it). `max_concurrent`
+counts requests in flight, whatever the window.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cortex.store.keys import Usage
+
+WINDOW_S = 60
+# A request refused for concurrency is told to retry after this: the slot
+# frees when some request ends, which cannot be known in advance.
+CONCURRENCY_RETRY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrent: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.rpm is not None or self.tpm is not None or self.max_concurrent is not None
+
+
+def window_of(now: float) -> int:
+    return int(now // WINDOW_S) * WINDOW_S
+
+
+def current(usage: Usage, now: float) -> Usage:
+    """The usage as of `now`: a window that has passed counts nothing."""
+    window = window_of(now)
+    if usage.window == window:
+        return usage
+    return Usage(window=window, requests=0, tokens=0, in_flight=usage.in_flight)
+
+
+@dataclass(frozen=True)
+class Decision:
+    admitted: bool
+    usage: Usage  # after the decision (what was stored when admitted)
+    retry_after_s: float = 0.0
+    limit: str | None = None  # what refused it: "requests", "tokens", "concurrency"
+    message: str = ""
+
+
+def admit(limits: Limits, usage: Usage, now: float, tokens: int) -> Decision:
+    """Admit a request that may use `tokens`, or say which limit refuses it
+    and when to retry."""
+    seen = current(usage, now)
+    until_reset = seen.window + WINDOW_S - now
+    if limits.max_concurrent is not None and seen.in_flight >= limits.max_concurrent:
+        return Decision(
+            False,
+            seen,
+            CONCURRENCY_RETRY_S,
+            "concurrency",
+            f"Too many concurrent requests for this key: limit {limits.max_concurrent}.",
+        )
+    if limits.rpm is not None and seen.requests + 1 > limits.rpm:
+        return Decision(
+            False,
+            seen,
+            until_reset,
+            "requests",
+            f"Rate limit reached for requests per minute: limit {limits.rpm}, "
+            f"used {seen.requests}.",
+        )
+    if limits.tpm is not None and seen.tokens + tokens > limits.tpm:
+        return Decision(
+            False,
+            seen,
+            until_reset,
+            "tokens",
+            f"Rate limit reached for tokens per minute: limit {limits.tpm}, used "
+            f"{seen.tokens}, requested {tokens}.",
+        )
+    after = Usage(seen.window, seen.requests + 1, seen.tokens + tokens, seen.in_flight + 1)
+    return Decision(True, after)
+
+
+def settle(usage: Usage, now: float, window: int, reserved: int, used: int) -> Usage:
+    """The usage once a request reserved `reserved` tokens in `window` and
+    used `used`: the difference goes back to that window, if still current."""
+    seen = current(usage, now)
+    if seen.window != window:
+        return seen
+    return Usage(seen.window, seen.requests, max(0, seen.tokens - reserved + used), seen.in_flight)
+
+
+def _duration(seconds: float) -> str:
+    # OpenAI's spelling: "1s", "6m0s", "20ms".
+    if seconds < 1:
+        return f"{max(0, math.ceil(seconds * 1000))}ms"
+    whole = math.ceil(seconds)
+    minutes, rest = divmod(whole, 60)
+    return f"{minutes}m{rest}s" if minutes else f"{rest}s"
+
+
+def headers(limits: Limits, usage: Usage, now: float) -> dict[str, str]:
+    """OpenAI's x-ratelimit-* headers for the limits the key has."""
+    seen = current(usage, now)
+    reset = _duration(seen.window + WINDOW_S - now)
+    out: dict[str, str] = {}
+    if limits.rpm is not None:
+        out["x-ratelimit-limit-requests"] = str(limits.rpm)
+        out["x-ratelimit-remaining-requests"] = str(max(0, limits.rpm - seen.requests))
+        out["x-ratelimit-reset-requests"] = reset if seen.requests else "0s"
+    if limits.tpm is not None:
+        out["x-ratelimit-limit-tokens"] = str(limits.tpm)
+        out["x-ratelimit-remaining-tokens"] = str(max(0, limits.tpm - seen.tokens))
+        out["x-ratelimit-reset-tokens"] = reset if seen.tokens else "0s"
+    return out
+
+
+def retry_headers(retry_after_s: float) -> dict[str, str]:
+    """Retry-After (whole seconds, rounded up) and retry-after-ms, which the
+    openai SDK prefers."""
+    return {
+        "Retry-After": str(max(1, math.ceil(retry_after_s))),
+        "retry-after-ms": str(max(1, math.ceil(retry_after_s * 1000))),
+    }
