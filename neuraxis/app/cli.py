@@ -1,5 +1,5 @@
 """The `neuraxis` command: up, cortex, head, neuron serve|agent, status,
-config check, model prepare, tls init.
+config check, model prepare, tls init, keys create|list|revoke.
 
 The options of `cortex`, `neuron serve` and `neuron agent` are generated from
 their settings classes, and those of `up` from EmbeddedOptions
@@ -17,6 +17,7 @@ from cortex.cluster.spec import SpecError
 from cortex.config import CortexSettings
 from neuraxis.app.embedded import EmbeddedOptions
 from neuraxis.app.head import HeadSettings
+from neuraxis.app.keys import add_keys_parser
 from neuraxis.app.options import add_settings_options, overrides
 from neuraxis.core.neuron_settings import AGENT_SETTINGS, NeuronSettings
 from neuraxis.core.settings import S, SettingsError, load_settings
@@ -168,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="another host name or IP address for the neuron certificate, for clients other "
         "than cortex (repeatable; cortex checks the name neuraxis-neuron)",
     )
+    add_keys_parser(sub)
     return parser
 
 
@@ -221,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
             return _prepare_models(args.models, args.cache_dir)
         if args.command == "tls":
             return _tls_init(args.directory, args.san)
+        if args.command == "keys":
+            from neuraxis.app.keys import run_keys
+
+            return run_keys(args)
     except (SettingsError, SpecError) as e:
         print(f"neuraxis: {e}", file=sys.stderr)
         return 2

@@ -31,7 +31,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -57,6 +57,12 @@ class EmbeddedOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str = Field("127.0.0.1", description="cortex HTTP address")
+    auth: Literal["off", "required"] = Field(
+        "off",
+        description="required: API keys (`neuraxis keys create` with the same --state-dir) "
+        "on every /v1 request; off: anyone who reaches cortex may use it, so it stays on a "
+        "loopback address",
+    )
     port: int = Field(8080, description="cortex HTTP port")
     neuron_port: int = Field(50051, description="chat neuron gRPC port")
     embedding_port: int = Field(50052, description="embedding neuron gRPC port")
@@ -153,7 +159,9 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
             f"and {DEFAULT_EMBEDDING_MODEL} on Ray (vLLM CPU; neuron logs in "
             f"{state_dir / 'replicas'})"
         )
+        _say(_auth_line(options))
         cortex_cmd = ["cortex", "--host", options.host, "--port", str(options.port)]
+        cortex_cmd += ["--auth", options.auth]
         cortex_cmd += ["--ray-address", address, "--deployment", str(spec)]
         if options.state_dir is not None:
             cortex_cmd += ["--state-dir", str(options.state_dir)]
@@ -163,7 +171,7 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
             watch.poll(now=True)  # the last replica's "ready" line
         finally:
             watch.close()
-        return _serve(f"http://{options.host}:{options.port}", children)
+        return _serve(f"http://{options.host}:{options.port}", children, options.auth)
 
     def stop() -> None:
         # cortex first (no new requests), then the replicas drain, then Ray.
@@ -307,7 +315,9 @@ def _run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
             with open(log_dir / f"{model}.log", "ab") as log:
                 children.append(_spawn(cmd, None, log))
         _say(f"starting cortex on {options.host}:{options.port}")
+        _say(_auth_line(options))
         cortex_cmd = ["cortex", "--host", options.host, "--port", str(options.port)]
+        cortex_cmd += ["--auth", options.auth]
         for port in (options.neuron_port, options.embedding_port):
             cortex_cmd += ["--neuron", f"127.0.0.1:{port}"]
         for model in (DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL):
@@ -316,7 +326,7 @@ def _run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
             cortex_cmd += ["--state-dir", str(options.state_dir)]
         children.append(_spawn(cortex_cmd, dict(os.environ, **_child_logging(options))))
         _wait_ready(f"http://{options.host}:{options.port}", children)
-        return _serve(f"http://{options.host}:{options.port}", children)
+        return _serve(f"http://{options.host}:{options.port}", children, options.auth)
 
     def stop() -> None:
         # cortex first, so that it stops taking requests before the neuron goes.
@@ -341,10 +351,10 @@ def _run_until_stopped(run: Callable[[], int], stop: Callable[[], None]) -> int:
         _say("stopped")
 
 
-def _serve(base: str, children: list[subprocess.Popen[bytes]]) -> int:
+def _serve(base: str, children: list[subprocess.Popen[bytes]], auth: str = "off") -> int:
     """Once cortex is ready: say how to call it, and watch the children: when
     one exits, everything stops (exit code 1)."""
-    _print_banner(base)
+    _print_banner(base, auth)
     while all(c.poll() is None for c in children):
         time.sleep(0.5)
     dead = next(c for c in children if c.poll() is not None)
@@ -402,16 +412,30 @@ def _wait_ready(
     raise SystemExit(f"neuraxis: not ready after {READY_TIMEOUT_S:.0f} s")
 
 
-def _print_banner(base: str) -> None:
+def _auth_line(options: EmbeddedOptions) -> str:
+    if options.auth == "required":
+        return (
+            f"auth required: every /v1 request needs a key (neuraxis keys create --tenant "
+            f"NAME{' --state-dir ' + str(options.state_dir) if options.state_dir else ''})"
+        )
+    return (
+        f"auth off: cortex listens on {options.host} only, for this machine's users "
+        "(--auth required to use API keys)"
+    )
+
+
+def _print_banner(base: str, auth: str = "off") -> None:
     question = "What is the capital of France?"
     message = f'{{"role": "user", "content": "{question}"}}'
     body = f'{{"model": "{DEFAULT_CHAT_MODEL}", "temperature": 0, "messages": [{message}]}}'
     _say(f"ready: {base}")
+    # With auth required the example needs a key (neuraxis keys create).
+    key = '\n    -H "Authorization: Bearer $NEURAXIS_API_KEY" \\' if auth == "required" else ""
     print(
         f"""
 An OpenAI-compatible API at {base}/v1 (model {DEFAULT_CHAT_MODEL}):
 
-  curl {base}/v1/chat/completions -H 'Content-Type: application/json' \\
+  curl {base}/v1/chat/completions -H 'Content-Type: application/json' \\{key}
     -d '{body}'
 
 Press Ctrl-C to stop.

@@ -171,6 +171,7 @@ def _up(argv: list[str]) -> EmbeddedOptions:
 def test_up_keeps_its_defaults() -> None:
     assert _up([]).model_dump() == {
         "host": "127.0.0.1",
+        "auth": "off",
         "port": 8080,
         "neuron_port": 50051,
         "embedding_port": 50052,
@@ -206,6 +207,7 @@ def test_up_keeps_its_flags() -> None:
     ]
     assert _up(argv).model_dump() == {
         "host": "0.0.0.0",
+        "auth": "off",
         "port": 8090,
         "neuron_port": 50061,
         "embedding_port": 50062,
