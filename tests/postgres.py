@@ -9,9 +9,12 @@ import os
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import asyncpg
 
 from tests.procs import free_port
 
@@ -85,3 +88,13 @@ def postgres_server() -> Iterator[str]:
             capture_output=True,
         )
         shutil.rmtree(data, ignore_errors=True)
+
+
+async def fresh_database(server_dsn: str) -> str:
+    name = f"contract_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        await conn.execute(f"CREATE DATABASE {name}")
+    finally:
+        await conn.close()
+    return server_dsn.rsplit("/", 1)[0] + f"/{name}"

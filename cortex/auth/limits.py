@@ -126,12 +126,3 @@ def headers(limits: Limits, usage: Usage, now: float) -> dict[str, str]:
         out["x-ratelimit-remaining-tokens"] = str(max(0, limits.tpm - seen.tokens))
         out["x-ratelimit-reset-tokens"] = reset if seen.tokens else "0s"
     return out
-
-
-def retry_headers(retry_after_s: float) -> dict[str, str]:
-    """Retry-After (whole seconds, rounded up) and retry-after-ms, which the
-    openai SDK prefers."""
-    return {
-        "Retry-After": str(max(1, math.ceil(retry_after_s))),
-        "retry-after-ms": str(max(1, math.ceil(retry_after_s * 1000))),
-    }

@@ -12,6 +12,7 @@ the leases run out.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import asyncpg
@@ -46,6 +47,7 @@ CREATE TABLE IF NOT EXISTS neuraxis_api_key_leases (
 CREATE INDEX IF NOT EXISTS neuraxis_api_key_leases_key
     ON neuraxis_api_key_leases (key_id, expires_at);
 """
+_SCHEMA_LOCK = 0x6E78_6B65_7973  # "nxkeys": any constant other code does not use
 _SELECT = f"SELECT {', '.join(KEY_COLUMNS)} FROM neuraxis_api_keys "
 _LOCK_USAGE = (
     "SELECT window_start, requests, tokens FROM neuraxis_api_key_usage WHERE key_id = $1 FOR UPDATE"
@@ -61,13 +63,20 @@ class PostgresKeyStore(KeyStore):
     def __init__(self, dsn: str) -> None:
         self._dsn = dsn
         self._pool: Any = None
+        self._opening = asyncio.Lock()
 
     async def _connection_pool(self) -> Any:
-        # Created on first use, inside the server's event loop.
-        if self._pool is None:
-            self._pool = await asyncpg.create_pool(self._dsn, min_size=1, max_size=8)
-            async with self._pool.acquire() as conn:
-                await conn.execute(_SCHEMA)
+        # Created on first use, inside the server's event loop; once, however
+        # many requests arrive together.
+        async with self._opening:
+            if self._pool is None:
+                pool = await asyncpg.create_pool(self._dsn, min_size=1, max_size=8)
+                async with pool.acquire() as conn, conn.transaction():
+                    # Instances starting together would race on CREATE TABLE
+                    # IF NOT EXISTS (a unique violation in pg_type).
+                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                    await conn.execute(_SCHEMA)
+                self._pool = pool
         return self._pool
 
     async def add(self, key: ApiKey) -> None:

@@ -9,38 +9,20 @@ test_responses.py) and the write latency (bench/responses_vs_chat.py).
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
-from tests.postgres import postgres_server
+from tests.postgres import fresh_database
 
 # A factory opening the backend under test; calling it again opens the same
 # data (a restarted cortex).
 Opener = Callable[[], ResponseStore]
-
-
-@pytest.fixture(scope="module")
-def postgres_dsn() -> Iterator[str]:
-    with postgres_server() as dsn:
-        yield dsn
-
-
-async def _fresh_database(server_dsn: str) -> str:
-    name = f"contract_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(server_dsn)
-    try:
-        await conn.execute(f"CREATE DATABASE {name}")
-    finally:
-        await conn.close()
-    return server_dsn.rsplit("/", 1)[0] + f"/{name}"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -52,7 +34,7 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
         def make() -> ResponseStore:
             return SqliteResponseStore(path)
     else:
-        dsn = await _fresh_database(request.getfixturevalue("postgres_dsn"))
+        dsn = await fresh_database(request.getfixturevalue("postgres_dsn"))
 
         def make() -> ResponseStore:
             return PostgresResponseStore(dsn)
@@ -77,6 +59,7 @@ def _record(
     *,
     status: str = "completed",
     owner: str = "",
+    tenant: str = "",
     created_at: int = 1_700_000_000,
     previous: str | None = None,
     events: list[dict[str, Any]] | None = None,
@@ -103,12 +86,15 @@ def _record(
         ],
         events=events or [],
         owner=owner,
+        tenant=tenant,
     )
 
 
 async def test_a_stored_response_reads_back_equal(store: ResponseStore) -> None:
     events = [{"type": "response.created", "sequence_number": 0}]
-    record = _record("resp_a", previous="resp_before", owner="10.0.0.1:8000", events=events)
+    record = _record(
+        "resp_a", previous="resp_before", owner="10.0.0.1:8000", tenant="acme", events=events
+    )
     await store.put(record)
     assert await store.get("resp_a") == record
 
