@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
 from cortex.app import create_app
+from cortex.auth.keys import KeyRequest, make_key
 from cortex.config import CortexSettings
+from cortex.store.keys import SQLITE_FILE
+from cortex.store.sqlite_keys import SqliteKeyStore
 from neuraxis.core.errors import NeuraxisError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -64,3 +68,26 @@ def client(script: Script) -> tuple[TestClient, ScriptedPool]:
     settings = CortexSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")))
     app = create_app(settings, pool=pool)  # type: ignore[arg-type]
     return TestClient(app), pool
+
+
+def auth_client(script: Script, *keys: KeyRequest) -> tuple[TestClient, ScriptedPool, list[str]]:
+    """An app with `auth = required` on a real SQLite key store holding
+    `keys`; returns their secrets in the same order."""
+    state_dir = Path(tempfile.mkdtemp(prefix="neuraxis-test-"))
+    secrets: list[str] = []
+
+    async def add() -> None:
+        store = SqliteKeyStore(state_dir / SQLITE_FILE)
+        try:
+            for request in keys:
+                secret, record = make_key(request, int(time.time()))
+                await store.add(record)
+                secrets.append(secret)
+        finally:
+            await store.close()
+
+    asyncio.run(add())
+    pool = ScriptedPool(script)
+    settings = CortexSettings(state_dir=state_dir, auth="required")
+    app = create_app(settings, pool=pool)  # type: ignore[arg-type]
+    return TestClient(app), pool, secrets

@@ -1,0 +1,133 @@
+"""The limiter on a real key store (SQLite) and a hand-moved clock:
+reservations under concurrency, settlement with the real usage, release on
+failure, the 429s."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from cortex.auth.limiter import Limiter, estimate_generate, metered
+from cortex.auth.limits import Limits
+from cortex.auth.principal import Principal
+from cortex.store.keys import KeyStore
+from cortex.store.sqlite_keys import SqliteKeyStore
+from neuraxis.core.errors import InternalError, RateLimitError, TokenRateLimitError
+from neuraxis.core.v1 import neuron_pb2 as pb
+
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[KeyStore]:
+    opened = SqliteKeyStore(tmp_path / "responses.sqlite3")
+    yield opened
+    await opened.close()
+
+
+def _principal(**limits: int) -> Principal:
+    return Principal(tenant="acme", key_id="key_a", limits=Limits(**limits))
+
+
+def test_the_estimate_is_the_prompt_bytes_over_four_plus_the_output_cap() -> None:
+    request = pb.GenerateRequest(prompt="x" * 400, sampling=pb.SamplingParams(max_tokens=50))
+
+    def prompt() -> int:  # the whole request counts, sampling included
+        return -(-int(request.ByteSize()) // 4)
+
+    assert estimate_generate(request, max_context=2048) == prompt() + 50
+    request.sampling.n = 3
+    assert estimate_generate(request, max_context=2048) == prompt() + 150
+    request.sampling.ClearField("max_tokens")
+    assert estimate_generate(request, max_context=2048) == prompt() + 3 * 2048
+
+
+async def test_fifty_concurrent_requests_never_pass_the_token_budget(store: KeyStore) -> None:
+    limiter = Limiter(store, Clock(T0 + 1), lease_s=600)
+    principal = _principal(tpm=1000)
+
+    async def one() -> int:
+        try:
+            await limiter.admit(principal, 70)
+        except TokenRateLimitError:
+            return 0
+        return 70
+
+    admitted = await asyncio.gather(*(one() for _ in range(50)))
+    assert sum(admitted) == 14 * 70
+    assert (await store.usage("key_a", T0 + 1)).tokens == 14 * 70
+
+
+async def test_settlement_replaces_the_reservation_with_the_real_usage(store: KeyStore) -> None:
+    limiter = Limiter(store, Clock(T0 + 1), lease_s=600)
+    admission = await limiter.admit(_principal(tpm=1000), 600)
+    assert admission.headers["x-ratelimit-remaining-tokens"] == "400"
+
+    async def neuron() -> AsyncIterator[pb.GenerateResponse]:
+        yield pb.GenerateResponse()
+        yield pb.GenerateResponse(usage=pb.Usage(prompt_tokens=30, completion_tokens=12))
+
+    async for _ in metered(neuron(), admission):
+        pass
+    await limiter.drain()
+    usage = await store.usage("key_a", T0 + 2)
+    assert (usage.tokens, usage.requests, usage.in_flight) == (42, 1, 0)
+
+
+async def test_a_failed_request_gives_its_tokens_back(store: KeyStore) -> None:
+    limiter = Limiter(store, Clock(T0 + 1), lease_s=600)
+    admission = await limiter.admit(_principal(tpm=1000), 600)
+
+    async def neuron() -> AsyncIterator[pb.GenerateResponse]:
+        yield pb.GenerateResponse()
+        raise InternalError("engine died")
+
+    with pytest.raises(InternalError):
+        async for _ in metered(neuron(), admission):
+            pass
+    await limiter.drain()
+    usage = await store.usage("key_a", T0 + 2)
+    assert (usage.tokens, usage.requests, usage.in_flight) == (0, 1, 0)
+
+
+async def test_release_before_any_stream_ran_frees_everything(store: KeyStore) -> None:
+    limiter = Limiter(store, Clock(T0 + 1), lease_s=600)
+    admission = await limiter.admit(_principal(tpm=1000, max_concurrent=1), 900)
+    admission.release()
+    admission.release()  # once only
+    await limiter.drain()
+    usage = await store.usage("key_a", T0 + 2)
+    assert (usage.tokens, usage.in_flight) == (0, 0)
+
+
+async def test_over_rpm_is_a_429_with_the_time_to_the_next_window(store: KeyStore) -> None:
+    clock = Clock(T0 + 20)
+    limiter = Limiter(store, clock, lease_s=600)
+    await limiter.admit(_principal(rpm=1), 1)
+    with pytest.raises(RateLimitError) as refused:
+        await limiter.admit(_principal(rpm=1), 1)
+    assert type(refused.value) is RateLimitError
+    assert refused.value.retry_after_ms == 40_000
+    clock.now = T0 + 60
+    await limiter.admit(_principal(rpm=1), 1)
+
+
+async def test_concurrency_slots_free_when_requests_end(store: KeyStore) -> None:
+    limiter = Limiter(store, Clock(T0 + 1), lease_s=600)
+    first = await limiter.admit(_principal(max_concurrent=1), 1)
+    with pytest.raises(RateLimitError, match="concurrent"):
+        await limiter.admit(_principal(max_concurrent=1), 1)
+    first.part_ended(1)
+    await limiter.drain()
+    await limiter.admit(_principal(max_concurrent=1), 1)
