@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover install clean
+.PHONY: run test unit lint typecheck proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth install clean
 
 install: $(STAMP)
 
@@ -81,6 +81,10 @@ bench-responses: $(STAMP)
 
 bench-tool-stream: $(STAMP)
 	$(PY) -m bench.tool_stream
+
+# API keys + rate limits on vs off (sim neuron): TTFT p50 and tokens/s, c=1 and c=16.
+bench-auth: $(STAMP)
+	$(PY) -m bench.auth_cost
 
 clean:
 	rm -rf $(VENV)

@@ -52,3 +52,9 @@ def test_benchmark_against_the_stack_runs(stack: Stack, module: str, table: str)
 def test_failover_benchmark_runs() -> None:
     out = _smoke("bench.failover")
     assert "| actor killed | 1 |" in out, out
+
+
+def test_auth_cost_benchmark_runs() -> None:
+    # Starts its own sim neuron and two cortexes (auth off and on).
+    out = _smoke("bench.auth_cost")
+    assert "| concurrency | auth + limits | TTFT p50 (ms) |" in out, out

@@ -1,0 +1,190 @@
+"""What API keys and rate limits cost on the hot path: the same streamed chat
+workload through two cortex processes in front of the same simulated neuron,
+one with `auth = off` and one with `auth = required` and a key with all
+three limits (rpm, tpm, max_concurrent: every request is looked up,
+admitted in the SQLite store and settled), in alternating order (A B B A)
+within one run, at concurrency 1 and 16.
+
+The neuron is simulated (fixed time to first token and between tokens), so
+the difference is cortex's own. Target (issue 12): under 0.5 ms added TTFT
+p50 and within 2 % tokens/s.
+
+    make bench-auth
+    python -m bench.auth_cost --rounds 6 --requests-per-client 8
+    python -m bench.auth_cost --smoke    # a few requests (make test)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from bench.plots import bar_plot, markdown_table, write_markdown
+from bench.stack import RESULTS, output_path, parser, write_summary
+from bench.workload import MODEL, PROMPTS, Run, via_cortex
+from tests.procs import REPO, Proc, child_env, free_port, wait_http_ready
+
+Summary = dict[str, dict[str, float]]
+MODES = ("off", "on")
+
+
+@contextmanager
+def two_cortexes(logs: Path) -> Iterator[tuple[dict[str, str], str]]:
+    """A sim neuron serving MODEL, a cortex with auth off and one with auth
+    required in front of it; their base URLs by mode, and the key."""
+    logs.mkdir(parents=True, exist_ok=True)
+    state = Path(tempfile.mkdtemp(prefix="neuraxis-bench-auth-"))
+    neuron_port = free_port()
+    neuron = ["neuron", "serve", "--engine", "sim", "--port", str(neuron_port)]
+    neuron += ["--served-id", MODEL, "--metrics-port", str(free_port())]
+    procs = [Proc(neuron, logs / "auth-neuron.log")]
+    limits = ["--rpm", "1000000", "--tpm", "1000000000", "--max-concurrent", "1000"]
+    create = [sys.executable, "-m", "neuraxis.app.cli", "keys", "create", "--tenant", "bench"]
+    made = subprocess.run(
+        [*create, *limits, "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=REPO,
+        check=True,
+    )
+    key = made.stdout.strip()
+    bases: dict[str, str] = {}
+    try:
+        for mode in MODES:
+            port = free_port()
+            args = ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}"]
+            args += ["--state-dir", str(state), "--auth", "required" if mode == "on" else "off"]
+            procs.append(Proc(args, logs / f"auth-cortex-{mode}.log"))
+            bases[mode] = f"http://127.0.0.1:{port}"
+            wait_http_ready(procs[-1], f"{bases[mode]}/readyz", 120)
+        yield bases, key
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+async def _run(base: str, key: str | None, concurrency: int, requests: int, tokens: int) -> Run:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    semaphore = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=64)
+    async with httpx.AsyncClient(timeout=600, limits=limits, headers=headers) as http:
+
+        async def one(i: int) -> tuple[float, int]:
+            async with semaphore:
+                return await via_cortex(http, base, PROMPTS[i % len(PROMPTS)], tokens)
+
+        started = time.perf_counter()
+        results = await asyncio.gather(*(one(i) for i in range(requests)))
+        wall = time.perf_counter() - started
+    return Run([r[0] for r in results], sum(r[1] for r in results), wall)
+
+
+def measure(
+    bases: dict[str, str], key: str, concurrency: list[int], rounds: int, per_client: int,
+    tokens: int,
+) -> tuple[Summary, dict[str, list[float]]]:  # fmt: skip
+    summary: Summary = {}
+    ttfts: dict[str, list[float]] = {}
+    for mode in MODES:  # warm-up: connections, the key's cache entry
+        asyncio.run(_run(bases[mode], key if mode == "on" else None, 2, 4, 4))
+    for c in concurrency:
+        runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
+        for r in range(rounds):
+            order = list(MODES) if r % 2 == 0 else list(MODES)[::-1]
+            for mode in order + order[::-1]:
+                result = asyncio.run(
+                    _run(bases[mode], key if mode == "on" else None, c, c * per_client, tokens)
+                )
+                runs[mode].append(result)
+                print(
+                    f"  c={c:<3} auth {mode:<3} ttft p50 "
+                    f"{statistics.median(result.ttfts) * 1000:7.2f} ms  "
+                    f"{result.tokens_per_s:8.1f} tok/s",
+                    flush=True,
+                )
+        for mode in MODES:
+            all_ttfts = [t for run in runs[mode] for t in run.ttfts]
+            ttfts[f"c{c} auth {mode}"] = [t * 1000 for t in all_ttfts]
+            summary[f"c{c}_{mode}"] = {
+                "ttft_p50_ms": statistics.median(all_ttfts) * 1000,
+                "tokens_per_s": statistics.median(run.tokens_per_s for run in runs[mode]),
+                "requests": float(len(all_ttfts)),
+            }
+        off, on = summary[f"c{c}_off"], summary[f"c{c}_on"]
+        summary[f"c{c}_cost"] = {
+            "ttft_added_ms": on["ttft_p50_ms"] - off["ttft_p50_ms"],
+            "tokens_per_s_ratio": on["tokens_per_s"] / off["tokens_per_s"],
+        }
+    return summary, ttfts
+
+
+def report(summary: Summary, concurrency: list[int], out: Path | None) -> None:
+    rows: list[list[object]] = []
+    for c in concurrency:
+        for mode in MODES:
+            s = summary[f"c{c}_{mode}"]
+            rows.append([c, mode, s["ttft_p50_ms"], s["tokens_per_s"], int(s["requests"])])
+    table = markdown_table(
+        ["concurrency", "auth + limits", "TTFT p50 (ms)", "output tokens/s", "requests"], rows
+    )
+    lines = [table, ""]
+    for c in concurrency:
+        cost = summary[f"c{c}_cost"]
+        lines.append(
+            f"concurrency {c}: auth + limits add {cost['ttft_added_ms']:+.2f} ms to TTFT p50 "
+            f"(target < 0.5 ms) and keep {cost['tokens_per_s_ratio'] * 100:.1f}% of tokens/s "
+            "(target >= 98%)"
+        )
+    text = "\n".join(lines)
+    print()
+    print(text)
+    if out is not None:
+        directory = out.parent
+        write_markdown(directory, "auth_cost", text)
+        bar_plot(
+            directory,
+            "auth_cost_ttft",
+            {
+                f"c={c}": {mode: summary[f"c{c}_{mode}"]["ttft_p50_ms"] for mode in MODES}
+                for c in concurrency
+            },
+            "TTFT p50 (ms)",
+            "TTFT p50, auth + limits off vs on (sim neuron)",
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser(__doc__)
+    cli.add_argument("--rounds", type=int, default=4, help="A/B rounds per concurrency")
+    cli.add_argument(
+        "--requests-per-client", type=int, default=8, help="requests per run, per client"
+    )
+    cli.add_argument("--max-tokens", type=int, default=32)
+    cli.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    args = cli.parse_args(argv)
+    if args.smoke:
+        args.rounds, args.requests_per_client, args.max_tokens = 1, 2, 4
+        args.concurrency = [1, 2]
+    # --base-url is not used: both cortexes and their neuron are started here.
+    with two_cortexes(RESULTS / "auth_cost-logs") as (bases, key):
+        summary, _ = measure(
+            bases, key, args.concurrency, args.rounds, args.requests_per_client, args.max_tokens
+        )
+    out = output_path(args, "auth_cost.json")
+    report(summary, args.concurrency, out)
+    write_summary(out, summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
