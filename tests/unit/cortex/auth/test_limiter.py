@@ -131,3 +131,21 @@ async def test_concurrency_slots_free_when_requests_end(store: KeyStore) -> None
     first.part_ended(1)
     await limiter.drain()
     await limiter.admit(_principal(max_concurrent=1), 1)
+
+
+async def test_a_stream_dropped_before_its_usage_is_charged_its_reservation(
+    store: KeyStore,
+) -> None:
+    limiter = Limiter(store, Clock(T0 + 1), lease_s=600)
+    admission = await limiter.admit(_principal(tpm=1000), 600)
+
+    async def neuron() -> AsyncIterator[pb.GenerateResponse]:
+        yield pb.GenerateResponse()
+        yield pb.GenerateResponse(usage=pb.Usage(prompt_tokens=30, completion_tokens=12))
+
+    stream = metered(neuron(), admission)
+    await anext(stream)
+    await stream.aclose()  # the client left before the end
+    await limiter.drain()
+    usage = await store.usage("key_a", T0 + 2)
+    assert (usage.tokens, usage.in_flight) == (600, 0)
