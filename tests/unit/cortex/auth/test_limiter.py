@@ -5,8 +5,9 @@ failure, the 429s."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -143,7 +144,7 @@ async def test_a_stream_dropped_before_its_usage_is_charged_its_reservation(
         yield pb.GenerateResponse()
         yield pb.GenerateResponse(usage=pb.Usage(prompt_tokens=30, completion_tokens=12))
 
-    stream = metered(neuron(), admission)
+    stream = cast(AsyncGenerator[pb.GenerateResponse, None], metered(neuron(), admission))
     await anext(stream)
     await stream.aclose()  # the client left before the end
     await limiter.drain()
