@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(PY) -m bench.responses_vs_chat
 	$(PY) -m bench.failover
 	$(PY) -m bench.tool_stream
+	$(PY) -m bench.auth_cost
 
 bench-smoke: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/bench
