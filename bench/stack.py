@@ -28,10 +28,13 @@ RESULTS = Path("bench/results")
 
 @dataclass(frozen=True)
 class Target:
-    """A running stack: cortex's URL and each model's neuron (gRPC address)."""
+    """A running stack: cortex's URL and each model's neuron (gRPC address);
+    for a stack started here, the pid of `neuraxis up` (whose process tree is
+    the whole stack: cortex, Ray, the neurons and their engine cores)."""
 
     base_url: str
     neurons: dict[str, str]
+    root_pid: int | None = None
 
     @property
     def chat_neuron(self) -> str:
@@ -89,6 +92,6 @@ def running_stack(base_url: str | None, log_path: Path) -> Iterator[Target]:
     try:
         print(f"starting neuraxis up (log: {log_path}) ...", flush=True)
         wait_http_ready(up.proc, f"{up.base_url}/readyz", ENGINE_START_TIMEOUT_S)
-        yield Target(up.base_url, neuron_addresses(up.base_url))
+        yield Target(up.base_url, neuron_addresses(up.base_url), up.proc.popen.pid)
     finally:
         up.proc.stop()

@@ -1,0 +1,181 @@
+"""Where the time goes: py-spy's samples of the stack's Python processes under
+streamed-chat load, sorted into the stages a token passes through, and turned
+into CPU milliseconds per output token.
+
+Each sampled stack is given to the first stage (looking from the innermost
+frame outwards) one of whose patterns its file matches; a stage's CPU per
+token is its share of the process's samples times the process's CPU seconds
+(psutil) over the output tokens of the load. py-spy leaves idle threads out,
+so the shares are of CPU time, not of wall time.
+
+    python -m bench.profile_stages --lock /tmp/neuraxis-heavy.lock            # neuraxis up
+    python -m bench.profile_stages --vllm --lock /tmp/neuraxis-heavy.lock     # vLLM's server
+
+What does not live here: the A/B comparison (vs_vllm.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from bench import plots
+from bench.chat_stream import CpuMeter, role, run_batch
+from bench.stack import CHAT_MODEL, RESULTS, parser, running_stack
+from bench.vllm_server import running_vllm
+from bench.vs_vllm import held, listening_pid, matched_settings
+
+# (stage, file patterns): the first stage, innermost frame first, that matches.
+STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("logging", ("logging/", "neuraxis/core/logs.py")),
+    ("metrics", ("prometheus_client", "cortex/metrics.py", "neuron/metrics.py")),
+    ("protobuf", ("google/protobuf", "_pb2.py", "neuron/convert.py", "neuraxis/core/protomaps")),
+    ("detokenise", ("detokenizer", "tokenizers", "transformers/", "output_processor.py")),
+    ("JSON / pydantic", ("pydantic", "json/", "orjson")),
+    ("SSE framing", ("cortex/sse.py", "sse_starlette", "streaming.py")),
+    ("choices / chunks", ("cortex/api/", "serving.py", "chat_completion/")),
+    ("gRPC", ("grpc/", "grpc_health")),
+    ("HTTP server", ("uvicorn", "h11", "httptools", "starlette", "fastapi", "anyio")),
+    ("neuron servicer", ("neuron/server.py",)),
+    ("engine loop (neuron)", ("neuron/engine/",)),
+    ("vLLM client (AsyncLLM)", ("vllm/v1/engine/", "vllm/")),
+    ("routing", ("cortex/routing/",)),
+    ("event loop", ("asyncio/", "uvloop", "selectors.py")),
+)
+PROFILED = ("neuron", "cortex", "vLLM API server")
+# Installed beside this interpreter (pyproject.toml pins it).
+PY_SPY = Path(sys.executable).parent / "py-spy"
+
+
+@dataclass(frozen=True)
+class Profile:
+    role: str
+    pid: int
+    samples: Counter[str]
+    cpu_ms_per_token: float
+
+
+def stage_of(frames: list[str]) -> str:
+    """The stage of one sample: frames root first, as py-spy's raw format."""
+    for frame in reversed(frames):
+        for stage, patterns in STAGES:
+            if any(p in frame for p in patterns):
+                return stage
+    return "other"
+
+
+def read_raw(path: Path) -> Counter[str]:
+    """py-spy's raw (collapsed) output: `frame;frame;... count` a line."""
+    stages: Counter[str] = Counter()
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            stages[stage_of(stack.split(";"))] += int(count)
+    return stages
+
+
+def pids_by_role(root_pid: int) -> dict[str, int]:
+    """The first process of each profiled role under root (the busiest neuron
+    is the chat one: the embedding neuron is idle under this load)."""
+    root = psutil.Process(root_pid)
+    found: dict[str, tuple[float, int]] = {}
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            name = role(" ".join(p.cmdline()), p.name())
+            cpu = sum(p.cpu_times()[:2])
+        except psutil.Error:
+            continue
+        if name in PROFILED and (name not in found or cpu > found[name][0]):
+            found[name] = (cpu, p.pid)
+    return {name: pid for name, (_, pid) in found.items()}
+
+
+def profile(root_pid: int, base_url: str, out: Path, concurrency: int, requests: int) -> str:
+    meter = CpuMeter(root_pid)
+    asyncio.run(run_batch(base_url, CHAT_MODEL, 2, 4, 8, {}, meter))
+    pids = pids_by_role(root_pid)
+    out.mkdir(parents=True, exist_ok=True)
+    record = [str(PY_SPY), "record", "--rate", "200", "--format", "raw", "--nonblocking"]
+    spies = {
+        name: subprocess.Popen(
+            [*record, "--pid", str(pid), "-o", str(out / f"{_file(name)}.txt")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in pids.items()
+    }
+    batch = asyncio.run(run_batch(base_url, CHAT_MODEL, concurrency, requests, 64, {}, meter))
+    for spy in spies.values():
+        spy.send_signal(signal.SIGINT)
+    for spy in spies.values():
+        spy.wait(timeout=60)
+    profiles = [
+        Profile(
+            name,
+            pid,
+            read_raw(out / f"{_file(name)}.txt"),
+            batch.cpu_s.get(name, 0.0) / batch.tokens * 1000,
+        )
+        for name, pid in pids.items()
+    ]
+    return report(profiles, batch.cpu_s, batch.tokens, batch.wall_s)
+
+
+def report(profiles: list[Profile], cpu_s: dict[str, float], tokens: int, wall_s: float) -> str:
+    rows: list[list[object]] = []
+    for p in profiles:
+        total = sum(p.samples.values()) or 1
+        for stage, n in p.samples.most_common():
+            rows.append([p.role, stage, f"{n / total * 100:.1f}%", n / total * p.cpu_ms_per_token])
+    roles = [[name, seconds / tokens * 1000] for name, seconds in sorted(cpu_s.items())]
+    return "\n".join(
+        [
+            f"{tokens} output tokens in {wall_s:.1f} s ({tokens / wall_s:.1f} tokens/s)",
+            "",
+            plots.markdown_table(["process", "CPU ms / output token"], roles),
+            "",
+            plots.markdown_table(["process", "stage", "share", "CPU ms / output token"], rows),
+        ]
+    )
+
+
+def _file(role_name: str) -> str:
+    return role_name.replace(" ", "-")
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser(__doc__)
+    cli.add_argument("--vllm", action="store_true", help="profile vLLM's server instead")
+    cli.add_argument("--concurrency", type=int, default=16)
+    cli.add_argument("--requests", type=int, default=64)
+    cli.add_argument("--lock", type=Path, help="a lock file to hold while measuring (flock)")
+    args = cli.parse_args(argv)
+    if args.smoke:
+        args.concurrency, args.requests = 2, 2
+    side = "vllm" if args.vllm else "neuraxis"
+    out = Path(args.out) if args.out else RESULTS / "profile" / side
+    flags, env, _, _ = matched_settings() if args.vllm else ([], {}, {}, {})
+    with held(args.lock), ExitStack() as stack:
+        if args.vllm:
+            server = stack.enter_context(running_vllm(flags, env, out / "vllm-serve.log"))
+            root, base = server.popen.pid, server.base_url
+        else:
+            target = stack.enter_context(running_stack(args.base_url, out / "up.log"))
+            root = target.root_pid or listening_pid(target.base_url) or 0
+            base = target.base_url
+        text = profile(root, base, out, args.concurrency, args.requests)
+    print(text)
+    plots.write_markdown(out, "stages", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

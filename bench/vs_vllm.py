@@ -1,0 +1,335 @@
+"""neuraxis against vLLM's own server: the embedded default (`neuraxis up`)
+and `python -m vllm.entrypoints.openai.api_server` from the same venv, on the
+same prepared model with the same engine settings.
+
+The settings are the neuron's: what `neuraxis neuron serve --print-engine-args`
+prints, resolved by vLLM itself (bench/vllm_config.py), passed to vLLM's
+server flag by flag and resolved again on its side; both are printed and the
+run stops if they differ. Each run starts both servers, warms both up, then
+measures them alternately, never at once (A then B, then B then A, per
+concurrency), streamed chat with greedy decoding and the same prompts; the
+idle side stays idle. Per side and concurrency: TTFT p50/p99, inter-token
+p50/p99 (gaps between content chunks), output tokens/s and the CPU seconds per
+output token of the side's whole process tree (psutil), by process role.
+
+`--runs N` repeats the whole run (each run starts and stops both servers,
+taking `--lock` for its duration only, so that other work gets the machine
+between runs) and reports the median over runs of each metric's ratio
+(neuraxis / vLLM) or difference.
+
+    make bench-vs-vllm                                   # 3 runs, c = 1, 16, 64
+    python -m bench.vs_vllm --runs 1 --requests 8        # while iterating
+    python -m bench.vs_vllm --smoke --base-url URL       # make test: seconds
+
+The smoke run starts no vLLM server: it measures the given stack against
+itself (side B is the same cortex), so it exercises the settings resolution
+(both vLLM parsers, the flags), the streaming client, the CPU meter (on the
+process listening at --base-url), the A/B loop, the table and the plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psutil
+
+from bench import plots
+from bench.chat_stream import Batch, CpuMeter, run_batch
+from bench.stack import CHAT_MODEL, RESULTS, output_path, parser, running_stack, write_summary
+from bench.vllm_config import COMPARED, resolve
+from bench.vllm_server import neuron_engine_args, running_vllm, serve_args
+
+NEURAXIS, VLLM = "neuraxis", "vllm serve"
+# (metric key, label, how neuraxis is compared: "ratio" or "delta")
+METRICS = (
+    ("tokens_per_s", "output tokens/s", "ratio"),
+    ("ttft_p50_ms", "TTFT p50 (ms)", "delta"),
+    ("ttft_p99_ms", "TTFT p99 (ms)", "delta"),
+    ("itl_p50_ms", "inter-token p50 (ms)", "ratio"),
+    ("itl_p99_ms", "inter-token p99 (ms)", "ratio"),
+    ("cpu_ms_per_token", "CPU ms / output token", "ratio"),
+)
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str
+    base_url: str
+    root_pid: int | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    concurrency: tuple[int, ...]
+    requests_c1: int
+    max_tokens: int
+    extra: dict[str, Any]
+
+    def requests(self, c: int) -> int:
+        """Per side and concurrency, over its two batches."""
+        return self.requests_c1 if c == 1 else 2 * c
+
+
+# One run: per concurrency, per side, the batches it measured.
+RunBatches = dict[int, dict[str, list[Batch]]]
+
+
+def measure(sides: tuple[Side, Side], plan: Plan) -> RunBatches:
+    meters = {s.name: CpuMeter(s.root_pid) for s in sides}
+    for side in sides:  # first-request costs are not what is measured
+        asyncio.run(run_batch(side.base_url, CHAT_MODEL, 2, 4, 8, plan.extra, meters[side.name]))
+    batches: RunBatches = {}
+    for c in plan.concurrency:
+        batches[c] = {s.name: [] for s in sides}
+        half = max(plan.requests(c) // 2, 1)
+        for order in (sides, sides[::-1]):
+            for side in order:
+                batch = asyncio.run(
+                    run_batch(
+                        side.base_url,
+                        CHAT_MODEL,
+                        c,
+                        half,
+                        plan.max_tokens,
+                        plan.extra,
+                        meters[side.name],
+                    )
+                )
+                batches[c][side.name].append(batch)
+                print(
+                    f"  c={c:<2} {side.name:<10} {batch.tokens / batch.wall_s:6.1f} tok/s "
+                    f"({len(batch.streams)} requests, {batch.tokens} tokens, "
+                    f"{batch.wall_s:.1f} s, CPU {sum(batch.cpu_s.values()):.1f} s)",
+                    flush=True,
+                )
+    return batches
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def metrics(batches: list[Batch], max_tokens: int) -> dict[str, Any]:
+    streams = [s for b in batches for s in b.streams]
+    ttfts = [s.ttft_s * 1000 for s in streams]
+    gaps = [g * 1000 for s in streams for g in s.gaps_s]
+    tokens = sum(b.tokens for b in batches)
+    cpu: dict[str, float] = {}
+    for b in batches:
+        for name, seconds in b.cpu_s.items():
+            cpu[name] = cpu.get(name, 0.0) + seconds
+    per_token = {k: v / tokens * 1000 for k, v in cpu.items()} if tokens else {}
+    return {
+        "requests": len(streams),
+        "full_length": sum(1 for s in streams if s.tokens == max_tokens),
+        "tokens": tokens,
+        "tokens_per_s": tokens / sum(b.wall_s for b in batches),
+        "ttft_p50_ms": percentile(ttfts, 50),
+        "ttft_p99_ms": percentile(ttfts, 99),
+        "itl_p50_ms": percentile(gaps, 50),
+        "itl_p99_ms": percentile(gaps, 99),
+        "cpu_ms_per_token": sum(per_token.values()) if per_token else float("nan"),
+        "cpu_ms_per_token_by_role": per_token,
+    }
+
+
+def compare(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for key, _, how in METRICS:
+        a, b = float(ours[key]), float(theirs[key])
+        out[key] = a - b if how == "delta" else (a / b if b else float("nan"))
+    return out
+
+
+def median_comparison(runs: list[dict[str, Any]], c: int) -> dict[str, float]:
+    per_run = [r[str(c)]["compare"] for r in runs]
+    return {key: statistics.median(p[key] for p in per_run) for key, _, _ in METRICS}
+
+
+def report(runs: list[dict[str, Any]], plan: Plan, out_dir: Path | None) -> str:
+    lines = [f"{len(runs)} run(s), {plan.max_tokens} output tokens a request", ""]
+    rows: list[list[object]] = []
+    for i, run in enumerate(runs, 1):
+        for c in plan.concurrency:
+            for side in (NEURAXIS, VLLM):
+                m = run[str(c)][side]
+                rows.append(
+                    [i, c, side, f"{m['requests']} ({m['full_length']} full)"]
+                    + [float(m[key]) for key, _, _ in METRICS]
+                )
+    header = ["run", "concurrency", "server", "requests"] + [label for _, label, _ in METRICS]
+    lines += [plots.markdown_table(header, rows), ""]
+    summary_rows: list[list[object]] = []
+    for c in plan.concurrency:
+        med = median_comparison(runs, c)
+        summary_rows.append(
+            [c]
+            + [
+                f"{med[key]:+.1f} ms" if how == "delta" else f"{med[key]:.3f}"
+                for key, _, how in METRICS
+            ]
+        )
+    lines.append(f"neuraxis against vLLM's server, median of {len(runs)} run(s):")
+    lines.append("")
+    lines.append(
+        plots.markdown_table(["concurrency"] + [label for _, label, _ in METRICS], summary_rows)
+    )
+    lines += ["", "CPU ms per output token by process role (last run):", ""]
+    role_rows: list[list[object]] = []
+    for c in plan.concurrency:
+        for side in (NEURAXIS, VLLM):
+            by_role = runs[-1][str(c)][side]["cpu_ms_per_token_by_role"]
+            role_rows += [[c, side, name, float(ms)] for name, ms in sorted(by_role.items())]
+    lines.append(plots.markdown_table(["concurrency", "server", "role", "CPU ms"], role_rows))
+    text = "\n".join(lines)
+    if out_dir is not None:
+        plots.write_markdown(out_dir, "vs_vllm", text)
+        _plot(runs, plan, out_dir)
+    return text
+
+
+def _plot(runs: list[dict[str, Any]], plan: Plan, out_dir: Path) -> None:
+    def median_of(c: int, side: str, key: str) -> float:
+        return statistics.median(float(r[str(c)][side][key]) for r in runs)
+
+    sides = (NEURAXIS, VLLM)
+    plots.bar_plot(
+        out_dir,
+        "tokens_per_s",
+        {f"c={c}": {s: median_of(c, s, "tokens_per_s") for s in sides} for c in plan.concurrency},
+        "output tokens/s (median of runs)",
+        "Streamed chat throughput",
+    )
+    for key, label in (("itl_p50_ms", "inter-token p50"), ("ttft_p50_ms", "TTFT p50")):
+        plots.line_plot(
+            out_dir,
+            key,
+            {s: [(c, median_of(c, s, key)) for c in plan.concurrency] for s in sides},
+            "concurrency",
+            f"{label} (ms, median of runs)",
+            f"{label} against concurrency",
+        )
+
+
+def matched_settings() -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
+    """The neuron's engine settings, vLLM's server flags that reproduce them,
+    and both sides' settings as vLLM resolves them (which must agree)."""
+    engine = neuron_engine_args()
+    ours = resolve("kwargs", engine.kwargs, engine.env)
+    flags = serve_args(str(engine.kwargs["model"]), CHAT_MODEL, ours)
+    theirs = resolve("serve", flags, engine.env)
+    return flags, engine.env, ours, theirs
+
+
+def print_settings(ours: dict[str, Any], theirs: dict[str, Any], env: dict[str, str]) -> None:
+    rows = [[k, str(ours[k]), str(theirs[k])] for k in COMPARED]
+    rows += [[f"env {k}", v, v] for k, v in sorted(env.items()) if k.startswith("VLLM_CPU")]
+    print(plots.markdown_table(["setting", "neuraxis neuron", "vllm serve"], rows), flush=True)
+    differ = [k for k in COMPARED if ours[k] != theirs[k]]
+    if differ:
+        raise SystemExit(f"the two sides' engine settings differ: {differ}")
+
+
+@contextmanager
+def held(lock: Path | None) -> Iterator[None]:
+    """The machine's heavy-run lock for one run (none without --lock)."""
+    if lock is None:
+        yield
+        return
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def listening_pid(base_url: str) -> int | None:
+    """The process accepting connections at base_url (cortex, for a stack
+    that was started elsewhere)."""
+    port = urlsplit(base_url).port
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            return int(conn.pid) if conn.pid is not None else None
+    return None
+
+
+def one_run(args: argparse.Namespace, plan: Plan, flags: list[str], env: dict[str, str]) -> Any:
+    results = Path(args.logs)
+    with held(args.lock), ExitStack() as stack:
+        target = stack.enter_context(running_stack(args.base_url, results / "up.log"))
+        ours = Side(NEURAXIS, target.base_url, target.root_pid or listening_pid(target.base_url))
+        if args.no_vllm:
+            theirs = Side(VLLM, ours.base_url, ours.root_pid)
+        else:
+            server = stack.enter_context(running_vllm(flags, env, results / "vllm-serve.log"))
+            theirs = Side(VLLM, server.base_url, server.popen.pid)
+        batches = measure((ours, theirs), plan)
+    run: dict[str, Any] = {}
+    for c in plan.concurrency:
+        a = metrics(batches[c][NEURAXIS], plan.max_tokens)
+        b = metrics(batches[c][VLLM], plan.max_tokens)
+        run[str(c)] = {NEURAXIS: a, VLLM: b, "compare": compare(a, b)}
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser(__doc__)
+    cli.add_argument("--runs", type=int, default=3, help="whole runs; the report is their median")
+    cli.add_argument("--requests", type=int, default=16, help="requests per side at c=1")
+    cli.add_argument("--max-tokens", type=int, default=64)
+    cli.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    cli.add_argument(
+        "--no-vllm", action="store_true", help="side B is the same neuraxis stack (smoke runs)"
+    )
+    cli.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="send ignore_eos: every answer max_tokens long (both servers must accept it)",
+    )
+    cli.add_argument("--lock", type=Path, help="a lock file to hold for each run (flock)")
+    cli.add_argument("--logs", default=str(RESULTS / "vs_vllm"), help="where the servers log")
+    args = cli.parse_args(argv)
+    if args.smoke:
+        args.runs, args.requests, args.max_tokens = 1, 2, 4
+        args.concurrency, args.no_vllm = [1, 2], True
+    plan = Plan(
+        tuple(args.concurrency),
+        args.requests,
+        args.max_tokens,
+        {"ignore_eos": True} if args.ignore_eos else {},
+    )
+    flags, env, ours, theirs = matched_settings()
+    print_settings(ours, theirs, env)
+    print("vllm serve " + " ".join(flags), flush=True)
+    runs = []
+    for i in range(args.runs):
+        started = time.strftime("%H:%M:%S", time.gmtime())
+        print(f"run {i + 1}/{args.runs} (started {started} UTC)", flush=True)
+        runs.append(one_run(args, plan, flags, env))
+    summary_path = output_path(args, "vs_vllm/vs_vllm.json")
+    out_dir = summary_path.parent if summary_path is not None else None
+    print()
+    print(report(runs, plan, out_dir))
+    write_summary(summary_path, {"settings": {"neuraxis": ours, "vllm": theirs}, "runs": runs})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
