@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth install clean
+.PHONY: run test unit lint typecheck proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-vs-vllm bench-profile install clean
 
 install: $(STAMP)
 
@@ -86,6 +86,16 @@ bench-tool-stream: $(STAMP)
 # API keys + rate limits on vs off (sim neuron): TTFT p50 and tokens/s, c=1 and c=16.
 bench-auth: $(STAMP)
 	$(PY) -m bench.auth_cost
+
+# neuraxis up against vLLM's own server (same engine settings), three runs;
+# each run holds the machine's heavy-run lock only while it runs.
+bench-vs-vllm: $(STAMP)
+	$(PY) -m bench.vs_vllm --lock /tmp/neuraxis-heavy.lock
+
+# py-spy profiles by stage (CPU ms per output token), neuraxis and vLLM's server.
+bench-profile: $(STAMP)
+	$(PY) -m bench.profile_stages --lock /tmp/neuraxis-heavy.lock
+	$(PY) -m bench.profile_stages --vllm --lock /tmp/neuraxis-heavy.lock
 
 clean:
 	rm -rf $(VENV)

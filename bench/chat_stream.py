@@ -29,7 +29,7 @@ from bench.workload import PROMPTS
 # What a process is, from its command line: the roles whose CPU the report
 # shows apart (the first that matches wins).
 ROLES = (
-    ("EngineCore", "engine core"),
+    ("EngineCor", "engine core"),  # retitled "VLLM::EngineCore", cut to 15 by the kernel
     ("neuron serve", "neuron"),
     ("neuraxis.app.cli neuron", "neuron"),
     ("cortex", "cortex"),
@@ -125,7 +125,7 @@ def role(cmdline: str, name: str) -> str:
     """A process's role from its command line or, where a process retitled
     itself (vLLM's engine core), the 15 characters the kernel keeps."""
     for needle, role_name in ROLES:
-        if needle in cmdline or needle[:15] in name:
+        if needle in cmdline or needle in name:
             return role_name
     return f"other ({name})"
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fcntl
+import math
 import statistics
 import sys
 import time
@@ -121,7 +122,7 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
         return float("nan")
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
 
 

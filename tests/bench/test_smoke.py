@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +48,23 @@ def _smoke(module: str, *args: str) -> str:
 def test_benchmark_against_the_stack_runs(stack: Stack, module: str, table: str) -> None:
     out = _smoke(module, "--base-url", stack.base_url)
     assert table in out, out
+
+
+def test_vs_vllm_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
+    # No vLLM server in a smoke run: side B is the session's stack again, so
+    # the settings resolution, the streaming client, the CPU meter, the A/B
+    # loop, the table and the plots all run in seconds.
+    out = _smoke("bench.vs_vllm", "--base-url", stack.base_url, "--out", str(tmp_path / "v.json"))
+    assert "| concurrency | output tokens/s | TTFT p50 (ms) |" in out, out
+    assert "| max_num_seqs |" in out, out
+    assert (tmp_path / "tokens_per_s.png").exists()
+    assert (tmp_path / "vs_vllm.md").exists()
+
+
+def test_profile_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
+    out = _smoke("bench.profile_stages", "--base-url", stack.base_url, "--out", str(tmp_path))
+    assert "| process | stage | share | CPU ms / output token |" in out, out
+    assert (tmp_path / "cortex.txt").exists()
 
 
 def test_failover_benchmark_runs() -> None:
