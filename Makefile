@@ -88,7 +88,7 @@ bench-auth: $(STAMP)
 	$(PY) -m bench.auth_cost
 
 # neuraxis up against vLLM's own server (same engine settings), three runs;
-# each run holds the machine's heavy-run lock only while it runs.
+# the lock is held from the servers' start to their stop (about 8 minutes).
 bench-vs-vllm: $(STAMP)
 	$(PY) -m bench.vs_vllm --lock /tmp/neuraxis-heavy.lock
 

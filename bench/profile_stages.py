@@ -29,9 +29,9 @@ import psutil
 
 from bench import plots
 from bench.chat_stream import CpuMeter, role, run_batch
+from bench.heavy import held, listening_pid
 from bench.stack import CHAT_MODEL, RESULTS, parser, running_stack
-from bench.vllm_server import running_vllm
-from bench.vs_vllm import held, listening_pid, matched_settings
+from bench.vllm_server import matched_settings, running_vllm
 
 # (stage, file patterns): the first stage, innermost frame first, that matches.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from bench.stack import CHAT_MODEL
+from bench.vllm_config import resolve
 from neuraxis.core.process import stop_process_group
 from tests.procs import REPO, child_env, free_port
 
@@ -131,3 +132,13 @@ def _wait_ready(server: VllmServer, log_path: Path) -> None:
             pass
         time.sleep(0.5)
     raise RuntimeError(f"vLLM's server not ready after {READY_TIMEOUT_S} s (log: {log_path})")
+
+
+def matched_settings() -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
+    """The neuron's engine settings, vLLM's server flags that reproduce them,
+    and both sides' settings as vLLM resolves them (which must agree)."""
+    engine = neuron_engine_args()
+    ours = resolve("kwargs", engine.kwargs, engine.env)
+    flags = serve_args(str(engine.kwargs["model"]), CHAT_MODEL, ours)
+    theirs = resolve("serve", flags, engine.env)
+    return flags, engine.env, ours, theirs

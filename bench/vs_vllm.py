@@ -12,10 +12,11 @@ idle side stays idle. Per side and concurrency: TTFT p50/p99, inter-token
 p50/p99 (gaps between content chunks), output tokens/s and the CPU seconds per
 output token of the side's whole process tree (psutil), by process role.
 
-`--runs N` repeats the whole run (each run starts and stops both servers,
-taking `--lock` for its duration only, so that other work gets the machine
-between runs) and reports the median over runs of each metric's ratio
-(neuraxis / vLLM) or difference.
+`--runs N` repeats the measured run N times on the same two servers (started
+once, with `--lock` held from their start to their stop: about 7 minutes for
+the defaults) and reports the median over runs of each metric's ratio
+(neuraxis / vLLM) or difference. `--profile` adds py-spy profiles of both
+sides by stage (profile_stages.py) after the runs.
 
     make bench-vs-vllm                                   # 3 runs, c = 1, 16, 64
     python -m bench.vs_vllm --runs 1 --requests 8        # while iterating
@@ -31,25 +32,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import fcntl
 import math
 import statistics
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
-
-import psutil
 
 from bench import plots
 from bench.chat_stream import Batch, CpuMeter, run_batch
+from bench.heavy import held, listening_pid
+from bench.profile_stages import profile
 from bench.stack import CHAT_MODEL, RESULTS, output_path, parser, running_stack, write_summary
-from bench.vllm_config import COMPARED, resolve
-from bench.vllm_server import neuron_engine_args, running_vllm, serve_args
+from bench.vllm_config import COMPARED
+from bench.vllm_server import matched_settings, running_vllm
 
 NEURAXIS, VLLM = "neuraxis", "vllm serve"
 # (metric key, label, how neuraxis is compared: "ratio" or "delta")
@@ -79,7 +77,7 @@ class Plan:
 
     def requests(self, c: int) -> int:
         """Per side and concurrency, over its two batches."""
-        return self.requests_c1 if c == 1 else 2 * c
+        return self.requests_c1 if c == 1 else max(2 * c, 32)
 
 
 # One run: per concurrency, per side, the batches it measured.
@@ -228,16 +226,6 @@ def _plot(runs: list[dict[str, Any]], plan: Plan, out_dir: Path) -> None:
         )
 
 
-def matched_settings() -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
-    """The neuron's engine settings, vLLM's server flags that reproduce them,
-    and both sides' settings as vLLM resolves them (which must agree)."""
-    engine = neuron_engine_args()
-    ours = resolve("kwargs", engine.kwargs, engine.env)
-    flags = serve_args(str(engine.kwargs["model"]), CHAT_MODEL, ours)
-    theirs = resolve("serve", flags, engine.env)
-    return flags, engine.env, ours, theirs
-
-
 def print_settings(ours: dict[str, Any], theirs: dict[str, Any], env: dict[str, str]) -> None:
     rows = [[k, str(ours[k]), str(theirs[k])] for k in COMPARED]
     rows += [[f"env {k}", v, v] for k, v in sorted(env.items()) if k.startswith("VLLM_CPU")]
@@ -247,32 +235,13 @@ def print_settings(ours: dict[str, Any], theirs: dict[str, Any], env: dict[str, 
         raise SystemExit(f"the two sides' engine settings differ: {differ}")
 
 
-@contextmanager
-def held(lock: Path | None) -> Iterator[None]:
-    """The machine's heavy-run lock for one run (none without --lock)."""
-    if lock is None:
-        yield
-        return
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def listening_pid(base_url: str) -> int | None:
-    """The process accepting connections at base_url (cortex, for a stack
-    that was started elsewhere)."""
-    port = urlsplit(base_url).port
-    for conn in psutil.net_connections(kind="tcp"):
-        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
-            return int(conn.pid) if conn.pid is not None else None
-    return None
-
-
-def one_run(args: argparse.Namespace, plan: Plan, flags: list[str], env: dict[str, str]) -> Any:
+def run_all(
+    args: argparse.Namespace, plan: Plan, flags: list[str], env: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Start both servers (holding the lock until they stop), then `--runs`
+    measured runs on them, then the optional profiles."""
     results = Path(args.logs)
+    runs = []
     with held(args.lock), ExitStack() as stack:
         target = stack.enter_context(running_stack(args.base_url, results / "up.log"))
         ours = Side(NEURAXIS, target.base_url, target.root_pid or listening_pid(target.base_url))
@@ -281,7 +250,23 @@ def one_run(args: argparse.Namespace, plan: Plan, flags: list[str], env: dict[st
         else:
             server = stack.enter_context(running_vllm(flags, env, results / "vllm-serve.log"))
             theirs = Side(VLLM, server.base_url, server.popen.pid)
-        batches = measure((ours, theirs), plan)
+        for i in range(args.runs):
+            started = time.strftime("%H:%M:%S", time.gmtime())
+            print(f"run {i + 1}/{args.runs} (started {started} UTC)", flush=True)
+            runs.append(summarise(measure((ours, theirs), plan), plan))
+        if args.profile:
+            # After the measured runs, on the same servers: py-spy slows
+            # what it samples, so no measured figure comes from these.
+            for side in (ours, theirs):
+                out = results / "profile" / side.name.replace(" ", "-")
+                print(f"\nprofile of {side.name} at c=16:\n", flush=True)
+                text = profile(side.root_pid or 0, side.base_url, out, 16, 64)
+                plots.write_markdown(out, "stages", text)
+                print(text, flush=True)
+    return runs
+
+
+def summarise(batches: RunBatches, plan: Plan) -> dict[str, Any]:
     run: dict[str, Any] = {}
     for c in plan.concurrency:
         a = metrics(batches[c][NEURAXIS], plan.max_tokens)
@@ -293,7 +278,7 @@ def one_run(args: argparse.Namespace, plan: Plan, flags: list[str], env: dict[st
 def main(argv: list[str] | None = None) -> int:
     cli = parser(__doc__)
     cli.add_argument("--runs", type=int, default=3, help="whole runs; the report is their median")
-    cli.add_argument("--requests", type=int, default=16, help="requests per side at c=1")
+    cli.add_argument("--requests", type=int, default=12, help="requests per side at c=1")
     cli.add_argument("--max-tokens", type=int, default=64)
     cli.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     cli.add_argument(
@@ -303,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
         "--ignore-eos",
         action="store_true",
         help="send ignore_eos: every answer max_tokens long (both servers must accept it)",
+    )
+    cli.add_argument(
+        "--profile", action="store_true", help="py-spy both sides by stage after each run"
     )
     cli.add_argument("--lock", type=Path, help="a lock file to hold for each run (flock)")
     cli.add_argument("--logs", default=str(RESULTS / "vs_vllm"), help="where the servers log")
@@ -319,11 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     flags, env, ours, theirs = matched_settings()
     print_settings(ours, theirs, env)
     print("vllm serve " + " ".join(flags), flush=True)
-    runs = []
-    for i in range(args.runs):
-        started = time.strftime("%H:%M:%S", time.gmtime())
-        print(f"run {i + 1}/{args.runs} (started {started} UTC)", flush=True)
-        runs.append(one_run(args, plan, flags, env))
+    runs = run_all(args, plan, flags, env)
     summary_path = output_path(args, "vs_vllm/vs_vllm.json")
     out_dir = summary_path.parent if summary_path is not None else None
     print()
