@@ -55,6 +55,13 @@ PROBE_TIMEOUT_S = 2.0
 # placed does not answer at all, and is replaced.
 DESCRIBE_TIMEOUT_S = 5.0
 
+# Ray starts its workers at niceness 15 (`worker_niceness`), and a replica's
+# neuron, engine core and model worker inherit it: on a busy host any process
+# at the default priority then takes the CPU from the engine (vLLM's own
+# server runs at 0). A replica serves: it runs at the default priority, as
+# Ray's own job supervisor does with the same variable.
+REPLICA_RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
+
 
 class RayBackend:
     def __init__(self, credentials: grpc.ChannelCredentials | None = None) -> None:
@@ -86,6 +93,7 @@ class RayBackend:
             scheduling_strategy=strategy,
             max_restarts=0,
             max_concurrency=16,
+            runtime_env=REPLICA_RUNTIME_ENV,
         ).remote(request.replica_id, request.model, request.serial)
 
     async def replicas(self) -> list[RunningReplica]:
