@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import uvloop
 
 from neuraxis.core.generations import (
     EXIT_WRONG_GPU,
@@ -118,6 +120,14 @@ def detect_generation(settings: NeuronSettings, nvml: Any | None) -> Generation:
     return detected
 
 
+def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
+    """Run the neuron's server on uvloop, as vLLM's own server runs: every
+    streamed token passes through the loop (engine output, gRPC write), and
+    uvloop spends less CPU a message than asyncio's loop, CPU the engine
+    shares on a small host."""
+    return uvloop.run(main)
+
+
 def run(settings: NeuronSettings) -> int:
     from neuron.server import serve, server_credentials
 
@@ -128,7 +138,7 @@ def run(settings: NeuronSettings) -> int:
     log.info("GPU generation: %s", generation.value)
     engine = build_engine(settings, generation)
     # Non-zero when the engine died: the supervisor starts a new neuron.
-    return asyncio.run(
+    return run_event_loop(
         serve(
             engine,
             host=settings.host,

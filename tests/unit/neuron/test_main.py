@@ -1,0 +1,48 @@
+"""The neuron's event loop: uvloop, as vLLM's own server runs, with the gRPC
+servicer streaming on it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import uvloop
+
+from neuraxis.core.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+from neuron.engine.sim import SimEngine, SimOptions
+from neuron.main import run_event_loop
+from neuron.server import NeuronServicer
+
+
+def test_the_neuron_runs_on_uvloop() -> None:
+    async def main() -> int:
+        return 1 if isinstance(asyncio.get_running_loop(), uvloop.Loop) else 0
+
+    assert run_event_loop(main()) == 1
+
+
+def test_generate_streams_on_the_neurons_loop() -> None:
+    async def main() -> int:
+        engine = SimEngine(SimOptions(served_id="m", max_context_length=1024, itl_s=0.0))
+        server = grpc.aio.server()
+        servicer = NeuronServicer(engine, pb.GPU_GENERATION_CPU)
+        servicer.ready = True
+        pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        request = pb.GenerateRequest(
+            request_id="r1",
+            model="m",
+            messages=[pb.ChatMessage(role="user", content="hello")],
+            sampling=pb.SamplingParams(max_tokens=7),
+        )
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = pb_grpc.NeuronStub(channel)  # type: ignore[no-untyped-call]
+                responses = [r async for r in stub.Generate(request, timeout=10)]
+        finally:
+            await server.stop(None)
+        return int(responses[-1].usage.completion_tokens)
+
+    assert run_event_loop(main()) == 7
