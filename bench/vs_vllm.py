@@ -5,9 +5,8 @@ same prepared model with the same engine settings.
 The settings are the neuron's: what `neuraxis neuron serve --print-engine-args`
 prints, resolved by vLLM itself (bench/vllm_config.py), passed to vLLM's
 server flag by flag and resolved again on its side; both are printed and the
-run stops if they differ. Each run starts both servers, warms both up, then
-measures them alternately, never at once (A then B, then B then A, per
-concurrency), streamed chat with greedy decoding and the same prompts; the
+run stops if they differ. Both servers start, both are warmed up, then they
+are measured alternately, never at once (A B A B, per concurrency), streamed chat with greedy decoding and the same prompts; the
 idle side stays idle. Per side and concurrency: TTFT p50/p99, inter-token
 p50/p99 (gaps between content chunks), output tokens/s and the CPU seconds per
 output token of the side's whole process tree (psutil), by process role.
@@ -76,8 +75,11 @@ class Plan:
     extra: dict[str, Any]
 
     def requests(self, c: int) -> int:
-        """Per side and concurrency, over its two batches."""
-        return self.requests_c1 if c == 1 else max(2 * c, 32)
+        """Per side and concurrency, over its two batches: each batch at c=16
+        runs two full waves (one is a few seconds: too noisy), at c=64 one."""
+        if c == 1:
+            return self.requests_c1
+        return 4 * c if c <= 16 else 2 * c
 
 
 # One run: per concurrency, per side, the batches it measured.
@@ -92,8 +94,12 @@ def measure(sides: tuple[Side, Side], plan: Plan) -> RunBatches:
     for c in plan.concurrency:
         batches[c] = {s.name: [] for s in sides}
         half = max(plan.requests(c) // 2, 1)
-        for order in (sides, sides[::-1]):
-            for side in order:
+        # A B A B, not A B B A: each batch of either side follows one batch of
+        # the other, so both have been idle alike. After A B B A, A's second
+        # batch followed ~20 s of idle and its first request paid ~0.9 s in
+        # the neuron (docs/performance.md), B's never did.
+        for _ in range(2):
+            for side in sides:
                 batch = asyncio.run(
                     run_batch(
                         side.base_url,
