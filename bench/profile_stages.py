@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--requests", type=int, default=64)
     cli.add_argument("--lock", type=Path, help="a lock file to hold while measuring (flock)")
     args = cli.parse_args(argv)
+    # A SIGTERM unwinds like Ctrl-C: the servers started here are stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.smoke:
         args.concurrency, args.requests = 2, 2
     side = "vllm" if args.vllm else "neuraxis"

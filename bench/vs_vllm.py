@@ -6,13 +6,14 @@ The settings are the neuron's: what `neuraxis neuron serve --print-engine-args`
 prints, resolved by vLLM itself (bench/vllm_config.py), passed to vLLM's
 server flag by flag and resolved again on its side; both are printed and the
 run stops if they differ. Both servers start, both are warmed up, then they
-are measured alternately, never at once (A B A B, per concurrency), streamed chat with greedy decoding and the same prompts; the
-idle side stays idle. Per side and concurrency: TTFT p50/p99, inter-token
-p50/p99 (gaps between content chunks), output tokens/s and the CPU seconds per
-output token of the side's whole process tree (psutil), by process role.
+are measured alternately, never at once (A B A B, per concurrency): streamed
+chat with greedy decoding and the same prompts; the idle side stays idle.
+Per side and concurrency: TTFT p50/p99, inter-token p50/p99 (gaps between
+content chunks), output tokens/s and the CPU seconds per output token of the
+side's whole process tree (psutil), by process role.
 
 `--runs N` repeats the measured run N times on the same two servers (started
-once, with `--lock` held from their start to their stop: about 7 minutes for
+once, with `--lock` held from their start to their stop: about 9 minutes for
 the defaults) and reports the median over runs of each metric's ratio
 (neuraxis / vLLM) or difference. `--profile` adds py-spy profiles of both
 sides by stage (profile_stages.py) after the runs.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import signal
 import statistics
 import sys
 import time
@@ -301,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--lock", type=Path, help="a lock file to hold for each run (flock)")
     cli.add_argument("--logs", default=str(RESULTS / "vs_vllm"), help="where the servers log")
     args = cli.parse_args(argv)
+    # A SIGTERM unwinds like Ctrl-C, so that both servers are stopped: they
+    # run in sessions of their own and would outlive this process.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.smoke:
         args.runs, args.requests, args.max_tokens = 1, 2, 4
         args.concurrency, args.no_vllm = [1, 2], True
