@@ -134,7 +134,8 @@ def report(profiles: list[Profile], cpu_s: dict[str, float], tokens: int, wall_s
     for p in profiles:
         total = sum(p.samples.values()) or 1
         for stage, n in p.samples.most_common():
-            rows.append([p.role, stage, f"{n / total * 100:.1f}%", n / total * p.cpu_ms_per_token])
+            share, micros = n / total, n / total * p.cpu_ms_per_token * 1000
+            rows.append([p.role, stage, f"{share * 100:.1f}%", f"{micros:.0f}"])
     roles = [[name, seconds / tokens * 1000] for name, seconds in sorted(cpu_s.items())]
     return "\n".join(
         [
@@ -142,7 +143,7 @@ def report(profiles: list[Profile], cpu_s: dict[str, float], tokens: int, wall_s
             "",
             plots.markdown_table(["process", "CPU ms / output token"], roles),
             "",
-            plots.markdown_table(["process", "stage", "share", "CPU ms / output token"], rows),
+            plots.markdown_table(["process", "stage", "share", "CPU µs / output token"], rows),
         ]
     )
 

@@ -63,7 +63,7 @@ def test_vs_vllm_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
 
 def test_profile_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
     out = _smoke("bench.profile_stages", "--base-url", stack.base_url, "--out", str(tmp_path))
-    assert "| process | stage | share | CPU ms / output token |" in out, out
+    assert "| process | stage | share | CPU µs / output token |" in out, out
     assert (tmp_path / "cortex.txt").exists()
 
 
