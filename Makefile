@@ -88,11 +88,11 @@ bench-auth: $(STAMP)
 	$(PY) -m bench.auth_cost
 
 # neuraxis up against vLLM's own server (same engine settings), three runs;
-# the lock is held from the servers' start to their stop (about 8 minutes).
+# the lock is held from the servers' start to their stop (about 10 minutes).
 bench-vs-vllm: $(STAMP)
 	$(PY) -m bench.vs_vllm --lock /tmp/neuraxis-heavy.lock
 
-# py-spy profiles by stage (CPU ms per output token), neuraxis and vLLM's server.
+# py-spy profiles by stage (CPU µs per output token), neuraxis and vLLM's server.
 bench-profile: $(STAMP)
 	$(PY) -m bench.profile_stages --lock /tmp/neuraxis-heavy.lock
 	$(PY) -m bench.profile_stages --vllm --lock /tmp/neuraxis-heavy.lock
