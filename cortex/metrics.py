@@ -110,6 +110,12 @@ STORE_WRITE = Histogram(
     ["backend"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
 )
+DROPPED_TOOLS = Counter(
+    "neuraxis_dropped_tools",
+    "Hosted tools (web search, MCP, ...) this server cannot run, left out of what "
+    "the model sees, by tool type.",
+    ["api", "type"],
+)
 
 
 def outcome_of(error: BaseException) -> str:
@@ -229,6 +235,12 @@ def record_retry(model: str, replica: str) -> None:
     """A request retried elsewhere after `replica` failed before its first token."""
     if _enabled:
         RETRIES.labels(model, replica).inc()
+
+
+def record_dropped_tool(api: str, kind: str) -> None:
+    """A hosted tool left out of a request (`kind`: its tool type, a closed set)."""
+    if _enabled:
+        DROPPED_TOOLS.labels(api, kind).inc()
 
 
 def record_store_write(backend: str, seconds: float) -> None:

@@ -13,6 +13,8 @@ from neuron.engine.base import (
     EmbedRequest,
     EngineRequest,
     FinishReason,
+    Grammar,
+    GrammarSyntax,
     Message,
     Output,
     ResponseFormat,
@@ -23,6 +25,7 @@ from neuron.engine.base import (
     ToolCall,
     ToolChoice,
     ToolChoiceMode,
+    ToolKind,
 )
 
 _FINISH_TO_PB = {
@@ -37,6 +40,15 @@ _TOOL_MODE = {
     pb.TOOL_CHOICE_MODE_AUTO: ToolChoiceMode.AUTO,
     pb.TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode.REQUIRED,
     pb.TOOL_CHOICE_MODE_NAMED: ToolChoiceMode.NAMED,
+}
+_TOOL_KIND = {
+    pb.TOOL_KIND_UNSPECIFIED: ToolKind.FUNCTION,
+    pb.TOOL_KIND_FUNCTION: ToolKind.FUNCTION,
+    pb.TOOL_KIND_CUSTOM: ToolKind.CUSTOM,
+}
+_GRAMMAR_SYNTAX = {
+    pb.GRAMMAR_SYNTAX_LARK: GrammarSyntax.LARK,
+    pb.GRAMMAR_SYNTAX_REGEX: GrammarSyntax.REGEX,
 }
 _FORMAT_KIND = {
     pb.RESPONSE_FORMAT_KIND_UNSPECIFIED: ResponseFormatKind.TEXT,
@@ -62,9 +74,30 @@ def _json(text: str, param: str) -> dict[str, Any] | None:
     return value
 
 
-def engine_request(request: pb.GenerateRequest) -> EngineRequest:
-    s = request.sampling
-    sampling = Sampling(
+def _grammar(tool: pb.Tool) -> Grammar | None:
+    if not tool.grammar:
+        return None
+    syntax = _GRAMMAR_SYNTAX.get(tool.grammar_syntax)
+    if syntax is None:
+        raise InvalidRequestError(
+            f"the grammar of tool '{tool.name}' has no syntax (lark or regex)", param="tools"
+        )
+    return Grammar(syntax, tool.grammar)
+
+
+def _tool(t: pb.Tool) -> Tool:
+    return Tool(
+        name=t.name,
+        description=t.description,
+        parameters=_json(t.parameters_json, "tools.parameters"),
+        strict=t.strict,
+        kind=_TOOL_KIND[t.kind],
+        grammar=_grammar(t),
+    )
+
+
+def sampling(s: pb.SamplingParams) -> Sampling:
+    return Sampling(
         max_tokens=_optional(s, "max_tokens"),
         temperature=_optional(s, "temperature"),
         top_p=_optional(s, "top_p"),
@@ -75,7 +108,20 @@ def engine_request(request: pb.GenerateRequest) -> EngineRequest:
         frequency_penalty=_optional(s, "frequency_penalty"),
         n=s.n if s.HasField("n") else 1,
         logprobs=_optional(s, "logprobs"),
+        min_p=_optional(s, "min_p"),
+        repetition_penalty=_optional(s, "repetition_penalty"),
+        min_tokens=_optional(s, "min_tokens"),
+        ignore_eos=_optional(s, "ignore_eos"),
+        stop_token_ids=tuple(s.stop_token_ids),
+        include_stop_str_in_output=_optional(s, "include_stop_str_in_output"),
+        skip_special_tokens=_optional(s, "skip_special_tokens"),
+        spaces_between_special_tokens=_optional(s, "spaces_between_special_tokens"),
+        allowed_token_ids=tuple(s.allowed_token_ids),
+        bad_words=tuple(s.bad_words),
     )
+
+
+def engine_request(request: pb.GenerateRequest) -> EngineRequest:
     messages = tuple(
         Message(
             role=m.role,
@@ -86,21 +132,13 @@ def engine_request(request: pb.GenerateRequest) -> EngineRequest:
         )
         for m in request.messages
     )
-    tools = tuple(
-        Tool(
-            name=t.name,
-            description=t.description,
-            parameters=_json(t.parameters_json, "tools.parameters"),
-            strict=t.strict,
-        )
-        for t in request.tools
-    )
+    tools = tuple(_tool(t) for t in request.tools)
     fmt = request.response_format
     return EngineRequest(
         request_id=request.request_id,
         model=request.model,
         messages=messages,
-        sampling=sampling,
+        sampling=sampling(request.sampling),
         tools=tools,
         tool_choice=ToolChoice(_TOOL_MODE[request.tool_choice.mode], request.tool_choice.name),
         response_format=ResponseFormat(

@@ -4,6 +4,7 @@ chat completion or as chat.completion.chunk events."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,8 +12,15 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from cortex.api import dispatch, params
-from cortex.api.choices import ChoiceState, collect, finish_reason, logprobs_out, usage_of
+from cortex.api import dispatch, params, tools
+from cortex.api.choices import (
+    CallState,
+    ChoiceState,
+    collect,
+    finish_reason,
+    logprobs_out,
+    usage_of,
+)
 from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.streams import next_message
 from cortex.schemas.chat import (
@@ -22,11 +30,15 @@ from cortex.schemas.chat import (
     ChatCompletionRequest,
     Choice,
     ChunkChoice,
+    CustomCallOut,
+    CustomToolCallIn,
+    CustomToolCallOut,
     FunctionCallOut,
-    NamedToolChoice,
+    ToolCallIn,
     ToolCallOut,
 )
 from cortex.schemas.common import ChoiceLogprobs
+from cortex.schemas.tools import ChatNamedCustomChoice, ChatNamedToolChoice
 from cortex.sse import chunk_response
 from neuraxis.core.errors import InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
@@ -36,7 +48,7 @@ router = APIRouter()
 
 def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.GenerateRequest:
     params.reject_unsupported(body)
-    shared = _params(body)
+    shared = _params(body, tools.chat_catalog(body.tools or []))
     params.check(shared)
     if body.top_logprobs is not None and not body.logprobs:
         raise InvalidRequestError(
@@ -47,10 +59,7 @@ def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.Gene
             role=m.role,
             content=m.text(),
             name=m.name,
-            tool_calls=[
-                pb.ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
-                for c in m.tool_calls or []
-            ],
+            tool_calls=[_call_in(c) for c in m.tool_calls or []],
             tool_call_id=m.tool_call_id,
         )
         for m in body.messages
@@ -58,9 +67,23 @@ def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.Gene
     return params.internal_request(shared, request_id, messages=messages)
 
 
-def _params(body: ChatCompletionRequest) -> params.Generation:
+def _call_in(call: ToolCallIn | CustomToolCallIn) -> pb.ToolCall:
+    """An earlier call as the model was offered it (a custom tool's input as
+    its one argument, see neuron/engine/vllm/prompt.py)."""
+    if isinstance(call, CustomToolCallIn):
+        arguments = json.dumps({"input": call.custom.input})
+        return pb.ToolCall(id=call.id, name=call.custom.name, arguments=arguments)
+    return pb.ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
+
+
+def _params(body: ChatCompletionRequest, catalog: tools.Catalog) -> params.Generation:
     """Chat's spelling of the shared parameters."""
     choice = body.tool_choice
+    named = None
+    if isinstance(choice, ChatNamedToolChoice):
+        named = catalog.resolve(choice.function.name, custom=False)
+    elif isinstance(choice, ChatNamedCustomChoice):
+        named = catalog.resolve(choice.custom.name, custom=True)
     fmt = body.response_format
     schema = fmt.json_schema if fmt is not None else None
     return params.Generation(
@@ -72,12 +95,11 @@ def _params(body: ChatCompletionRequest) -> params.Generation:
         ),
         stream=body.stream,
         stream_options=body.stream_options is not None,
-        tools=[
-            params.tool(f.name, f.description, f.parameters, f.strict)
-            for f in (t.function for t in body.tools or [])
-        ],
-        tool_mode=None if isinstance(choice, NamedToolChoice) else choice,
-        named_tool=choice.function.name if isinstance(choice, NamedToolChoice) else None,
+        tools=catalog.tools,
+        tool_mode=None
+        if isinstance(choice, ChatNamedToolChoice | ChatNamedCustomChoice)
+        else choice,
+        named_tool=named,
         parallel_tool_calls=body.parallel_tool_calls,
         format_kind=fmt.type if fmt is not None else None,
         format_schema=schema.schema_ if schema is not None else None,
@@ -103,23 +125,32 @@ async def create_chat_completion(
         chunks = _chunks(first, stream, chunker, body.n or 1, forced)
         return chunk_response(chunks, request_id, include_usage)
     states, usage = await cancel_on_disconnect(request, collect(first, stream))
+    naming = tools.chat_catalog(body.tools or []).naming
     completion = ChatCompletion(
         id=request_id,
         created=created,
         model=body.model,
         choices=[
-            _choice(index, state, bool(body.logprobs)) for index, state in sorted(states.items())
+            _choice(index, state, bool(body.logprobs), naming)
+            for index, state in sorted(states.items())
         ],
         usage=usage_of(usage),
     )
     return JSONResponse(completion.model_dump(), headers={"X-Request-Id": request_id})
 
 
-def _choice(index: int, state: ChoiceState, with_logprobs: bool) -> Choice:
-    calls = [
-        ToolCallOut(id=c.id, function=FunctionCallOut(name=c.name, arguments="".join(c.arguments)))
-        for _, c in sorted(state.calls.items())
-    ]
+def _call_out(call: CallState, naming: tools.CallNaming) -> ToolCallOut | CustomToolCallOut:
+    arguments = "".join(call.arguments)
+    if naming.of(call.name).custom:
+        custom = CustomCallOut(name=call.name, input=naming.custom_input(call.name, arguments))
+        return CustomToolCallOut(id=call.id, custom=custom)
+    return ToolCallOut(id=call.id, function=FunctionCallOut(name=call.name, arguments=arguments))
+
+
+def _choice(
+    index: int, state: ChoiceState, with_logprobs: bool, naming: tools.CallNaming
+) -> Choice:
+    calls = [_call_out(c, naming) for _, c in sorted(state.calls.items())]
     text = "".join(state.text)
     message = AssistantMessage(
         content=text if text or not calls else None,

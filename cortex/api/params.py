@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cortex.schemas.common import RefusesUnsupported, SamplingFields, stop_list
+from cortex.schemas.vllm_sampling import VllmSamplingFields
 from neuraxis.core.errors import InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -56,11 +57,19 @@ def sampling_of(
     body: SamplingFields, *, max_tokens: int | None, logprobs: int | None
 ) -> pb.SamplingParams:
     """The internal sampling of chat and legacy completions, which share
-    their sampling fields' names with it."""
+    their sampling fields' names with it (vLLM's extensions included)."""
     shared = {name: getattr(body, name) for name in _SAMPLING}
-    return pb.SamplingParams(
+    sampling = pb.SamplingParams(
         stop=stop_list(body.stop), max_tokens=max_tokens, logprobs=logprobs, **shared
     )
+    if isinstance(body, VllmSamplingFields):
+        for name in VllmSamplingFields.SCALARS:
+            value = getattr(body, name)
+            if value is not None:
+                setattr(sampling, name, value)
+        for name in VllmSamplingFields.LISTS:
+            getattr(sampling, name).extend(getattr(body, name) or [])
+    return sampling
 
 
 def tool(name: str, description: str | None, parameters: Any, strict: bool | None) -> pb.Tool:

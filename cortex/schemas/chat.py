@@ -11,11 +11,13 @@ from cortex.schemas.common import (
     ChoiceLogprobs,
     CompletionObject,
     CompletionUsage,
-    FunctionFields,
     RefusesUnsupported,
     SamplingFields,
     only_text_parts,
 )
+from cortex.schemas.tools import ChatNamedCustomChoice, ChatTool
+from cortex.schemas.tools import ChatNamedToolChoice as NamedToolChoice
+from cortex.schemas.vllm_sampling import VLLM_UNSUPPORTED, VllmSamplingFields
 
 
 class TextPart(BaseModel):
@@ -35,13 +37,26 @@ class ToolCallIn(BaseModel):
     function: FunctionCallIn
 
 
+class CustomCallIn(BaseModel):
+    name: str
+    input: str
+
+
+class CustomToolCallIn(BaseModel):
+    """An earlier call of a custom tool, sent back in the conversation."""
+
+    id: str
+    type: Literal["custom"]
+    custom: CustomCallIn
+
+
 class ChatMessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
-    tool_calls: list[ToolCallIn] | None = None
+    tool_calls: list[ToolCallIn | CustomToolCallIn] | None = None
     tool_call_id: str | None = None
     refusal: str | None = None
 
@@ -66,25 +81,6 @@ class ChatMessageIn(BaseModel):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
-
-
-class FunctionDef(FunctionFields):
-    pass
-
-
-class ToolDef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["function"]
-    function: FunctionDef
-
-
-class NamedFunction(BaseModel):
-    name: str
-
-
-class NamedToolChoice(BaseModel):
-    type: Literal["function"]
-    function: NamedFunction
 
 
 class JsonSchemaFormat(BaseModel):
@@ -112,7 +108,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(SamplingFields, RefusesUnsupported):
+class ChatCompletionRequest(SamplingFields, VllmSamplingFields, RefusesUnsupported):
     # OpenAI rejects unknown arguments too; a typo should not pass unnoticed.
     model_config = ConfigDict(extra="forbid")
     UNSUPPORTED = (
@@ -124,6 +120,7 @@ class ChatCompletionRequest(SamplingFields, RefusesUnsupported):
         "prediction",
         "web_search_options",
         "reasoning_effort",
+        *VLLM_UNSUPPORTED,
     )
 
     model: str = Field(min_length=1)
@@ -134,8 +131,12 @@ class ChatCompletionRequest(SamplingFields, RefusesUnsupported):
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
-    tools: list[ToolDef] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tools: list[ChatTool] | None = None
+    tool_choice: (
+        Literal["none", "auto", "required"]
+        | Annotated[NamedToolChoice | ChatNamedCustomChoice, Field(discriminator="type")]
+        | None
+    ) = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormatIn | None = None
     user: str | None = None
@@ -155,11 +156,22 @@ class ToolCallOut(BaseModel):
     function: FunctionCallOut
 
 
+class CustomCallOut(BaseModel):
+    name: str
+    input: str
+
+
+class CustomToolCallOut(BaseModel):
+    id: str
+    type: Literal["custom"] = "custom"
+    custom: CustomCallOut
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: None = None
-    tool_calls: list[ToolCallOut] | None = None
+    tool_calls: list[ToolCallOut | CustomToolCallOut] | None = None
     # What a reasoning model thought before answering (vLLM's field name);
     # left out for models that do not reason.
     reasoning_content: str | None = Field(default=None, exclude_if=lambda v: v is None)

@@ -13,11 +13,12 @@ from cortex.schemas.common import (
     RefusesUnsupported,
     SamplingFields,
 )
+from cortex.schemas.vllm_sampling import VLLM_UNSUPPORTED, VllmSamplingFields
 
 
-class CompletionRequest(SamplingFields, RefusesUnsupported):
+class CompletionRequest(SamplingFields, VllmSamplingFields, RefusesUnsupported):
     model_config = ConfigDict(extra="forbid")
-    UNSUPPORTED = ("suffix", "logit_bias")
+    UNSUPPORTED = ("suffix", "logit_bias", *VLLM_UNSUPPORTED)
 
     model: str = Field(min_length=1)
     prompt: str | Annotated[list[str], Field(min_length=1)]

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cortex.schemas.common import FunctionFields, RefusesUnsupported, only_text_parts
+from cortex.schemas.common import RefusesUnsupported, only_text_parts
+from cortex.schemas.tools import ResponsesTool, ResponsesToolChoice
 
 
 class TextContent(BaseModel):
@@ -42,8 +43,18 @@ class FunctionCallItem(BaseModel):
     id: str | None = None
     call_id: str
     name: str
+    # The namespace tool the function belongs to, if any.
+    namespace: str | None = None
     arguments: str
     status: str | None = None
+
+
+def _output_text(value: Any) -> Any:
+    # A tool's output may be a list of content parts; the model reads text.
+    if isinstance(value, list):
+        only_text_parts(value, ("input_text", "output_text"))
+        return "".join(str(part.get("text", "")) for part in value)
+    return value
 
 
 class FunctionCallOutputItem(BaseModel):
@@ -52,6 +63,30 @@ class FunctionCallOutputItem(BaseModel):
     call_id: str
     output: str
     status: str | None = None
+
+    _text_parts = field_validator("output", mode="before")(_output_text)
+
+
+class CustomToolCallItem(BaseModel):
+    """A call of a custom tool: its input is free text."""
+
+    type: Literal["custom_tool_call"]
+    id: str | None = None
+    call_id: str
+    name: str
+    namespace: str | None = None
+    input: str
+    status: str | None = None
+
+
+class CustomToolCallOutputItem(BaseModel):
+    type: Literal["custom_tool_call_output"]
+    id: str | None = None
+    call_id: str
+    output: str
+    status: str | None = None
+
+    _text_parts = field_validator("output", mode="before")(_output_text)
 
 
 class ReasoningItem(BaseModel):
@@ -63,20 +98,15 @@ class ReasoningItem(BaseModel):
     id: str | None = None
 
 
-InputItem = Annotated[
-    MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem,
-    Field(discriminator="type"),
-]
-
-
-class FunctionTool(FunctionFields):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["function"]
-
-
-class NamedFunction(BaseModel):
-    type: Literal["function"]
-    name: str
+AnyItem = (
+    MessageItem
+    | FunctionCallItem
+    | FunctionCallOutputItem
+    | CustomToolCallItem
+    | CustomToolCallOutputItem
+    | ReasoningItem
+)
+InputItem = Annotated[AnyItem, Field(discriminator="type")]
 
 
 class TextFormat(BaseModel):
@@ -107,8 +137,8 @@ class ResponsesRequest(RefusesUnsupported):
     max_output_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    tools: list[FunctionTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
+    tools: list[ResponsesTool] | None = None
+    tool_choice: ResponsesToolChoice | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
@@ -149,9 +179,7 @@ class ResponsesRequest(RefusesUnsupported):
                 raise ValueError(f"metadata value of '{key}' is longer than 512 characters")
         return value
 
-    def items(
-        self,
-    ) -> list[MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem]:
+    def items(self) -> list[AnyItem]:
         if isinstance(self.input, str):
             return [MessageItem(role="user", content=self.input)]
         return list(self.input)

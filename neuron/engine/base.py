@@ -41,12 +41,32 @@ class Message:
     tool_call_id: str | None = None
 
 
+class ToolKind(Enum):
+    FUNCTION = "function"  # JSON arguments
+    CUSTOM = "custom"  # free-form text input
+
+
+class GrammarSyntax(Enum):
+    LARK = "lark"
+    REGEX = "regex"
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """What a custom tool's input must match."""
+
+    syntax: GrammarSyntax
+    definition: str
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
     description: str = ""
     parameters: dict[str, Any] | None = None
     strict: bool = False
+    kind: ToolKind = ToolKind.FUNCTION
+    grammar: Grammar | None = None  # custom tools only; None: free text
 
 
 class ToolChoiceMode(Enum):
@@ -86,6 +106,18 @@ class Sampling:
     frequency_penalty: float | None = None
     n: int = 1
     logprobs: int | None = None  # None: no logprobs; k: k alternatives per token
+    # vLLM's sampling extensions (an engine without them may ignore them:
+    # the sim engine does). None / empty: the engine's default.
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
+    spaces_between_special_tokens: bool | None = None
+    allowed_token_ids: tuple[int, ...] = ()
+    bad_words: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cortex.api.responses import calls
 from cortex.api.responses.events import (
     ContentPart,
-    FunctionCallArgumentsDelta,
-    FunctionCallArgumentsDone,
     Json,
     OutputItem,
     OutputTextDelta,
@@ -28,6 +27,7 @@ from cortex.api.responses.events import (
     ResponseLifecycle,
 )
 from cortex.api.responses.items import new_id
+from cortex.api.tools import CallNaming
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 # The keys of the response object the builder owns; the rest echo the request.
@@ -36,6 +36,7 @@ _DELTAS = (
     "response.output_text.delta",
     "response.reasoning_text.delta",
     "response.function_call_arguments.delta",
+    "response.custom_tool_call_input.delta",
 )
 
 
@@ -69,6 +70,8 @@ class ResponseBuilder:
         self._reasoning: Json | None = None
         self._thought: list[str] = []
         self._calls: dict[int, _Call] = {}
+        # How the request's tools are named in call items (namespaces, custom tools).
+        self._naming = CallNaming.from_echo(fields)
 
     @classmethod
     def resume(cls, response: Json, events: list[Json]) -> ResponseBuilder:
@@ -94,7 +97,7 @@ class ResponseBuilder:
                 builder._message, builder._text = item, pieces
             elif item["type"] == "reasoning":
                 builder._reasoning, builder._thought = item, pieces
-            elif item["type"] == "function_call":
+            elif item["type"] in ("function_call", calls.CUSTOM):
                 builder._calls[index] = _Call(index, item, pieces)
         return builder
 
@@ -228,23 +231,14 @@ class ResponseBuilder:
             # A new call means the model has finished the one before it:
             # close it now rather than when the whole response ends.
             events += self._close_calls()
-            item = {
-                "type": "function_call",
-                "id": new_id("fc"),
-                "call_id": call.id or new_id("call"),
-                "name": call.name,
-                "arguments": "",
-                "status": "in_progress",
-            }
+            item = calls.open_item(self._naming, call)
             self.output.append(item)
             state = self._calls[call.index] = _Call(len(self.output) - 1, item)
             events.append(_added(output_index=state.output_index, item=dict(item)))
         if call.arguments:
             state.arguments.append(call.arguments)
-            events.append(
-                FunctionCallArgumentsDelta(
-                    item_id=state.item["id"], output_index=state.output_index, delta=call.arguments
-                )
+            events += calls.delta_events(
+                self._naming, state.item, state.output_index, call.arguments
             )
         return events
 
@@ -274,17 +268,9 @@ class ResponseBuilder:
     def _close_calls(self, status: str = "completed") -> list[ResponseEvent]:
         events: list[ResponseEvent] = []
         for state in sorted(self._calls.values(), key=lambda c: c.output_index):
-            arguments = "".join(state.arguments)
-            state.item["arguments"] = arguments
-            state.item["status"] = status
-            events += [
-                FunctionCallArgumentsDone(
-                    item_id=state.item["id"],
-                    output_index=state.output_index,
-                    arguments=arguments,
-                    name=state.item["name"],
-                ),
-                _done(output_index=state.output_index, item=dict(state.item)),
-            ]
+            events += calls.close_events(
+                self._naming, state.item, state.output_index, state.arguments, status
+            )
+            events.append(_done(output_index=state.output_index, item=dict(state.item)))
         self._calls.clear()
         return events

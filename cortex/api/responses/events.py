@@ -106,6 +106,16 @@ class FunctionCallArgumentsDone(_ItemEvent):
     name: str
 
 
+class CustomToolCallInputDelta(_ItemEvent):
+    type: Literal["response.custom_tool_call_input.delta"] = "response.custom_tool_call_input.delta"
+    delta: str
+
+
+class CustomToolCallInputDone(_ItemEvent):
+    type: Literal["response.custom_tool_call_input.done"] = "response.custom_tool_call_input.done"
+    input: str
+
+
 class ErrorEvent(Event):
     """The stream's last resort, when even the response's own terminal event
     could not be made (OpenAI's `error` event)."""
@@ -126,6 +136,8 @@ ResponseEvent = (
     | ReasoningTextDone
     | FunctionCallArgumentsDelta
     | FunctionCallArgumentsDone
+    | CustomToolCallInputDelta
+    | CustomToolCallInputDone
     | ErrorEvent
 )
 

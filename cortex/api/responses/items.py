@@ -4,23 +4,28 @@ object's own fields."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 from pydantic import TypeAdapter
 
+from cortex.api.tools import model_name
 from cortex.schemas.responses import (
+    AnyItem,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
     MessageItem,
-    NamedFunction,
-    ReasoningItem,
     ResponsesRequest,
 )
 from neuraxis.core.v1 import neuron_pb2 as pb
 
-Item = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
+Item = AnyItem
+# The id prefixes of the items OpenAI's API gives ids to.
+_ID_PREFIX = {"function_call": "fc", "custom_tool_call": "ctc"}
 _ITEMS = TypeAdapter(list[InputItem])
 
 
@@ -46,7 +51,7 @@ def normalise(item: Item) -> dict[str, Any]:
             "status": "completed",
         }
     data = item.model_dump(exclude_none=True)
-    data.setdefault("id", new_id({"function_call": "fc"}.get(data["type"], "item")))
+    data.setdefault("id", new_id(_ID_PREFIX.get(data["type"], "item")))
     if data["type"] != "reasoning":
         data.setdefault("status", "completed")
     return data
@@ -65,25 +70,35 @@ def to_messages(instructions: str | None, items: list[Item]) -> list[pb.ChatMess
     for item in items:
         if isinstance(item, MessageItem):
             messages.append(pb.ChatMessage(role=item.role, content=item.text()))
-        elif isinstance(item, FunctionCallItem):
-            call = pb.ToolCall(id=item.call_id, name=item.name, arguments=item.arguments)
+        elif isinstance(item, FunctionCallItem | CustomToolCallItem):
+            call = _call(item)
             last = messages[-1] if messages else None
             if last is not None and last.role == "assistant" and last.tool_calls:
                 last.tool_calls.append(call)  # parallel calls form one turn
             else:
                 messages.append(pb.ChatMessage(role="assistant", content="", tool_calls=[call]))
-        elif isinstance(item, FunctionCallOutputItem):
+        elif isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem):
             messages.append(
                 pb.ChatMessage(role="tool", content=item.output, tool_call_id=item.call_id)
             )
     return messages
 
 
+def _call(item: FunctionCallItem | CustomToolCallItem) -> pb.ToolCall:
+    """A call as the model was offered its tool (cortex/api/tools.py): under
+    its namespaced name, a custom tool's input as its one argument."""
+    name = model_name(item.name, item.namespace)
+    if isinstance(item, CustomToolCallItem):
+        arguments = json.dumps({"input": item.input})
+        return pb.ToolCall(id=item.call_id, name=name, arguments=arguments)
+    return pb.ToolCall(id=item.call_id, name=name, arguments=item.arguments)
+
+
 def request_fields(body: ResponsesRequest) -> dict[str, Any]:
     """The response object's echo of the request's settings."""
     choice: Any = body.tool_choice or "auto"
-    if isinstance(choice, NamedFunction):
-        choice = choice.model_dump()
+    if not isinstance(choice, str):
+        choice = choice.model_dump(exclude_none=True)
     text = {"format": {"type": "text"}}
     if body.text is not None and body.text.format is not None:
         text = {"format": body.text.format.model_dump(by_alias=True, exclude_none=True)}
@@ -92,7 +107,7 @@ def request_fields(body: ResponsesRequest) -> dict[str, Any]:
         "model": body.model,
         "parallel_tool_calls": body.parallel_tool_calls is not False,
         "tool_choice": choice,
-        "tools": [t.model_dump() for t in body.tools or []],
+        "tools": [t.model_dump(by_alias=True, exclude_none=True) for t in body.tools or []],
         "temperature": body.temperature,
         "top_p": body.top_p,
         "metadata": body.metadata or {},

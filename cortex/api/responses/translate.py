@@ -4,12 +4,13 @@ only this API has, the conversation rebuilt from the stored chain
 
 from __future__ import annotations
 
-from cortex.api import params
+from cortex.api import params, tools
 from cortex.api.responses.items import Item, parse_items, to_messages
 from cortex.schemas.responses import (
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
-    NamedFunction,
     ResponsesRequest,
 )
 from cortex.store.base import ResponseStore, StoredResponse
@@ -32,17 +33,21 @@ def generation_params(body: ResponsesRequest) -> params.Generation:
         raise InvalidRequestError(
             "'text.format.schema' is required for json_schema.", param="text.format.schema"
         )
+    catalog = tools.responses_catalog(body.tools or [], choice)
+    named = None
+    mode = choice if isinstance(choice, str) else None
+    if choice is not None and not isinstance(choice, str):
+        named = catalog.resolve(choice.name or "", custom=choice.type == "custom")
+    mode, _ = tools.effective_mode(catalog, mode)
     shared = params.Generation(
         model=body.model,
         sampling=pb.SamplingParams(
             max_tokens=body.max_output_tokens, temperature=body.temperature, top_p=body.top_p
         ),
         stream=body.stream,
-        tools=[
-            params.tool(t.name, t.description, t.parameters, t.strict) for t in body.tools or []
-        ],
-        tool_mode=None if isinstance(choice, NamedFunction) else choice,
-        named_tool=choice.name if isinstance(choice, NamedFunction) else None,
+        tools=catalog.tools,
+        tool_mode=mode,
+        named_tool=named,
         parallel_tool_calls=body.parallel_tool_calls,
         format_kind=fmt.type if fmt is not None else None,
         format_schema=fmt.schema_ if fmt is not None else None,
@@ -53,13 +58,17 @@ def generation_params(body: ResponsesRequest) -> params.Generation:
 
 
 def check_call_outputs(conversation: list[Item]) -> None:
-    """Every function_call_output must answer a call made earlier in the
-    conversation (this request's input or the stored chain)."""
+    """Every function_call_output (or custom_tool_call_output) must answer a
+    call made earlier in the conversation (this request's input or the
+    stored chain)."""
     calls: set[str] = set()
     for item in conversation:
-        if isinstance(item, FunctionCallItem):
+        if isinstance(item, FunctionCallItem | CustomToolCallItem):
             calls.add(item.call_id)
-        elif isinstance(item, FunctionCallOutputItem) and item.call_id not in calls:
+        elif (
+            isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem)
+            and item.call_id not in calls
+        ):
             raise InvalidRequestError(
                 f"No tool call found for function call output with call_id '{item.call_id}'.",
                 param="input",

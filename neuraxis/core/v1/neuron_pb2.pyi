@@ -7,6 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ToolKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_KIND_UNSPECIFIED: _ClassVar[ToolKind]
+    TOOL_KIND_FUNCTION: _ClassVar[ToolKind]
+    TOOL_KIND_CUSTOM: _ClassVar[ToolKind]
+
+class GrammarSyntax(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GRAMMAR_SYNTAX_UNSPECIFIED: _ClassVar[GrammarSyntax]
+    GRAMMAR_SYNTAX_LARK: _ClassVar[GrammarSyntax]
+    GRAMMAR_SYNTAX_REGEX: _ClassVar[GrammarSyntax]
+
 class ToolChoiceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TOOL_CHOICE_MODE_UNSPECIFIED: _ClassVar[ToolChoiceMode]
@@ -44,6 +56,12 @@ class ModelTask(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_TASK_UNSPECIFIED: _ClassVar[ModelTask]
     MODEL_TASK_GENERATE: _ClassVar[ModelTask]
     MODEL_TASK_EMBED: _ClassVar[ModelTask]
+TOOL_KIND_UNSPECIFIED: ToolKind
+TOOL_KIND_FUNCTION: ToolKind
+TOOL_KIND_CUSTOM: ToolKind
+GRAMMAR_SYNTAX_UNSPECIFIED: GrammarSyntax
+GRAMMAR_SYNTAX_LARK: GrammarSyntax
+GRAMMAR_SYNTAX_REGEX: GrammarSyntax
 TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode
 TOOL_CHOICE_MODE_NONE: ToolChoiceMode
 TOOL_CHOICE_MODE_AUTO: ToolChoiceMode
@@ -93,16 +111,22 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
 
 class Tool(_message.Message):
-    __slots__ = ("name", "description", "parameters_json", "strict")
+    __slots__ = ("name", "description", "parameters_json", "strict", "kind", "grammar", "grammar_syntax")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
     STRICT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    GRAMMAR_FIELD_NUMBER: _ClassVar[int]
+    GRAMMAR_SYNTAX_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     parameters_json: str
     strict: bool
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., strict: _Optional[bool] = ...) -> None: ...
+    kind: ToolKind
+    grammar: str
+    grammar_syntax: GrammarSyntax
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., strict: _Optional[bool] = ..., kind: _Optional[_Union[ToolKind, str]] = ..., grammar: _Optional[str] = ..., grammar_syntax: _Optional[_Union[GrammarSyntax, str]] = ...) -> None: ...
 
 class ToolChoice(_message.Message):
     __slots__ = ("mode", "name")
@@ -121,7 +145,7 @@ class ResponseFormat(_message.Message):
     def __init__(self, kind: _Optional[_Union[ResponseFormatKind, str]] = ..., schema_json: _Optional[str] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
-    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "presence_penalty", "frequency_penalty", "n", "logprobs")
+    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "presence_penalty", "frequency_penalty", "n", "logprobs", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids", "bad_words")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +156,16 @@ class SamplingParams(_message.Message):
     FREQUENCY_PENALTY_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    MIN_P_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STOP_STR_IN_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    SKIP_SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SPACES_BETWEEN_SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    BAD_WORDS_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     temperature: float
     top_p: float
@@ -142,7 +176,17 @@ class SamplingParams(_message.Message):
     frequency_penalty: float
     n: int
     logprobs: int
-    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., n: _Optional[int] = ..., logprobs: _Optional[int] = ...) -> None: ...
+    min_p: float
+    repetition_penalty: float
+    min_tokens: int
+    ignore_eos: bool
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    include_stop_str_in_output: bool
+    skip_special_tokens: bool
+    spaces_between_special_tokens: bool
+    allowed_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    bad_words: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., n: _Optional[int] = ..., logprobs: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., min_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., include_stop_str_in_output: _Optional[bool] = ..., skip_special_tokens: _Optional[bool] = ..., spaces_between_special_tokens: _Optional[bool] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., bad_words: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("request_id", "model", "messages", "sampling", "tools", "tool_choice", "response_format", "prompt", "parallel_tool_calls", "truncate_oldest")

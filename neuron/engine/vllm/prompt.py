@@ -1,6 +1,15 @@
 """Turning an EngineRequest into what vLLM takes: prompt token ids (the chat
 template rendered with the model's own tokenizer) and SamplingParams with
-any structured-output constraint (forced tool calls, JSON formats)."""
+any structured-output constraint (forced tool calls, JSON formats) and
+vLLM's sampling extensions.
+
+Tools reach the template as OpenAI function tools, whatever their kind: a
+custom tool (free-form input) is offered as a function of one string
+argument, `input` (CUSTOM_INPUT_SCHEMA), because chat templates and vLLM's
+tool parsers know functions only; cortex turns `{"input": ...}` back into the
+custom call's text. A custom tool forced by name is different: its output
+*is* the input, constrained by the tool's grammar (lark or regex) through
+vLLM's structured outputs, or free text without one."""
 
 from __future__ import annotations
 
@@ -11,11 +20,20 @@ from typing import Any
 from neuraxis.core.errors import InvalidRequestError
 from neuron.engine.base import (
     EngineRequest,
+    GrammarSyntax,
     Message,
     ResponseFormatKind,
     Tool,
     ToolChoiceMode,
+    ToolKind,
 )
+
+# The arguments of a custom tool as the model sees it (see the docstring).
+CUSTOM_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"input": {"type": "string"}},
+    "required": ["input"],
+}
 
 # Roles never dropped by truncation: the instructions.
 _KEPT_ROLES = ("system", "developer")
@@ -84,10 +102,18 @@ def render(tokenizer: Any, request: EngineRequest) -> list[int]:
     return list(ids)
 
 
+def offered_parameters(tool: Tool) -> dict[str, Any] | None:
+    """The JSON schema of the arguments the model is offered for `tool`."""
+    if tool.kind is ToolKind.CUSTOM:
+        return CUSTOM_INPUT_SCHEMA
+    return tool.parameters
+
+
 def openai_tool(tool: Tool) -> dict[str, Any]:
     function: dict[str, Any] = {"name": tool.name, "description": tool.description}
-    if tool.parameters is not None:
-        function["parameters"] = tool.parameters
+    parameters = offered_parameters(tool)
+    if parameters is not None:
+        function["parameters"] = parameters
     return {"type": "function", "function": function}
 
 
@@ -133,7 +159,7 @@ def required_calls_schema(tools: tuple[Tool, ...], parallel: bool = True) -> dic
             "type": "object",
             "properties": {
                 "name": {"type": "string", "enum": [t.name]},
-                "parameters": t.parameters or {"type": "object"},
+                "parameters": offered_parameters(t) or {"type": "object"},
             },
             "required": ["name", "parameters"],
         }
@@ -156,6 +182,8 @@ def structured_outputs(request: EngineRequest) -> Any:
                 f"tool_choice names '{request.tool_choice.name}', which is not in tools",
                 param="tool_choice",
             )
+        if tool.kind is ToolKind.CUSTOM:
+            return _custom_input(tool)
         return StructuredOutputsParams(json=tool.parameters or {"type": "object"})
     if request.tools and mode is ToolChoiceMode.REQUIRED:
         return StructuredOutputsParams(
@@ -167,6 +195,18 @@ def structured_outputs(request: EngineRequest) -> Any:
     if fmt.kind is ResponseFormatKind.JSON_OBJECT:
         return StructuredOutputsParams(json_object=True)
     return None
+
+
+def _custom_input(tool: Tool) -> Any:
+    """A forced custom tool's output is its input: its grammar, or free text."""
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if tool.grammar is None:
+        return None
+    if tool.grammar.syntax is GrammarSyntax.REGEX:
+        return StructuredOutputsParams(regex=tool.grammar.definition)
+    # xgrammar, vLLM's default backend, compiles lark grammars.
+    return StructuredOutputsParams(grammar=tool.grammar.definition)
 
 
 def sampling_params(request: EngineRequest, max_tokens: int) -> Any:
@@ -183,6 +223,16 @@ def sampling_params(request: EngineRequest, max_tokens: int) -> Any:
         "frequency_penalty": s.frequency_penalty,
         "logprobs": s.logprobs,
         "structured_outputs": structured_outputs(request),
+        "min_p": s.min_p,
+        "repetition_penalty": s.repetition_penalty,
+        "min_tokens": s.min_tokens,
+        "ignore_eos": s.ignore_eos,
+        "stop_token_ids": list(s.stop_token_ids) or None,
+        "include_stop_str_in_output": s.include_stop_str_in_output,
+        "skip_special_tokens": s.skip_special_tokens,
+        "spaces_between_special_tokens": s.spaces_between_special_tokens,
+        "allowed_token_ids": list(s.allowed_token_ids) or None,
+        "bad_words": list(s.bad_words) or None,
     }
     kwargs = {k: v for k, v in given.items() if v is not None}
     return SamplingParams(

@@ -1,0 +1,191 @@
+"""Wire types of tools: the tool unions of the Responses API and of chat
+completions, and the Responses API's tool choices, as the pinned openai SDK
+spells them (openai/types/responses/tool.py, namespace_tool.py,
+custom_tool.py; openai/types/chat/chat_completion_tool_union_param.py).
+
+What a self-hosted server can serve is typed field by field: `function`,
+`namespace` (a named group of function and custom tools) and `custom` (free
+text input, optionally constrained by a lark or regex grammar). Hosted tools
+(web search, file search, code interpreter, image generation, computer use,
+MCP, the shell and patch tools that need their own call items) are accepted
+by type only, with whatever fields they carry: this server cannot run them,
+and cortex/api/tools.py leaves them out of what the model sees. What the
+catalogue does with these types lives there, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cortex.schemas.common import FunctionFields
+
+# Every hosted tool type of the pinned SDK's Responses tool union (and the
+# built-in tool choices), none of which this server can run.
+HostedType = Literal[
+    "web_search",
+    "web_search_2025_08_26",
+    "web_search_preview",
+    "web_search_preview_2025_03_11",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "computer",
+    "computer_use",
+    "computer_use_preview",
+    "mcp",
+    "local_shell",
+    "shell",
+    "apply_patch",
+    "tool_search",
+    "programmatic_tool_calling",
+]
+
+
+class _FunctionExtras(BaseModel):
+    """Fields the SDK's function tools carry that change nothing here: who
+    may call them, deferred loading through tool search (not offered, so
+    every tool is loaded), an output schema (outputs are not checked)."""
+
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None
+    async_: bool | None = Field(default=None, alias="async")
+    defer_loading: bool | None = None
+    output_schema: dict[str, Any] | None = None
+
+
+class FunctionTool(FunctionFields, _FunctionExtras):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    type: Literal["function"]
+
+
+class TextInputFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+
+
+class GrammarInputFormat(BaseModel):
+    """A Responses custom tool's grammar (flat, as the Responses API spells it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["grammar"]
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class CustomTool(_FunctionExtras):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    type: Literal["custom"]
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    format: Annotated[TextInputFormat | GrammarInputFormat, Field(discriminator="type")] | None = (
+        None
+    )
+
+
+class NamespaceTool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["namespace"]
+    name: str = Field(pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
+    description: str = ""
+    tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] = Field(
+        min_length=1
+    )
+
+
+class HostedTool(BaseModel):
+    """A hosted tool: its type, and whatever configuration it came with
+    (kept for the response's echo of the request)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: HostedType
+
+
+ResponsesTool = Annotated[
+    FunctionTool | CustomTool | NamespaceTool | HostedTool, Field(discriminator="type")
+]
+
+
+class NamedFunction(BaseModel):
+    type: Literal["function"]
+    name: str
+
+
+class NamedCustom(BaseModel):
+    type: Literal["custom"]
+    name: str
+
+
+class ForcedHosted(BaseModel):
+    """A tool choice forcing a hosted tool (a built-in type, an MCP
+    server's tool): always refused, naming the tool."""
+
+    model_config = ConfigDict(extra="allow")
+    type: HostedType
+    server_label: str | None = None
+    name: str | None = None
+
+
+ResponsesToolChoice = (
+    Literal["none", "auto", "required"]
+    | Annotated[NamedFunction | NamedCustom, Field(discriminator="type")]
+    | ForcedHosted
+)
+
+
+# Chat completions: {"type": "function", "function": {...}} and
+# {"type": "custom", "custom": {...}} (the grammar nested, as chat spells it).
+
+
+class FunctionDef(FunctionFields):
+    pass
+
+
+class ChatFunctionTool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class ChatGrammar(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class ChatGrammarFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["grammar"]
+    grammar: ChatGrammar
+
+
+class ChatCustomDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    format: Annotated[TextInputFormat | ChatGrammarFormat, Field(discriminator="type")] | None = (
+        None
+    )
+
+
+class ChatCustomTool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["custom"]
+    custom: ChatCustomDef
+
+
+ChatTool = Annotated[ChatFunctionTool | ChatCustomTool, Field(discriminator="type")]
+
+
+class ChatNamedFunction(BaseModel):
+    name: str
+
+
+class ChatNamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: ChatNamedFunction
+
+
+class ChatNamedCustomChoice(BaseModel):
+    type: Literal["custom"]
+    custom: ChatNamedFunction
