@@ -252,3 +252,72 @@ def test_streamed_tool_calls_add_up_to_the_non_streamed_message() -> None:
     assert [
         (t["id"], t["function"]["name"], t["function"]["arguments"]) for t in message["tool_calls"]
     ] == [("call_a", "get_weather", '{"city": "Rome"}'), ("call_b", "get_time", "{}")]
+
+
+def test_vllm_sampling_extensions_reach_the_internal_request() -> None:
+    c, pool = _client(SCRIPT)
+    with c:
+        r = _chat(c, top_k=4, min_p=0.1, ignore_eos=True, min_tokens=2, stop_token_ids=[9])
+    assert r.status_code == 200
+    (sent,) = pool.requests
+    s = sent.sampling
+    assert s.top_k == 4 and s.min_p == pytest.approx(0.1) and s.ignore_eos is True
+    assert s.min_tokens == 2 and list(s.stop_token_ids) == [9]
+
+
+def test_unknown_arguments_and_beam_search_are_still_400(client: TestClient) -> None:
+    unknown = _chat(client, not_a_sampling_param=1)
+    assert unknown.status_code == 400
+    assert unknown.json()["error"]["param"] == "not_a_sampling_param"
+    beam = _chat(client, use_beam_search=True)
+    assert beam.status_code == 400 and beam.json()["error"]["param"] == "use_beam_search"
+
+
+def _call(name: str, arguments: str) -> pb.GenerateResponse:
+    call = pb.ToolCallDelta(index=0, id="call_1", name=name, arguments=arguments)
+    return pb.GenerateResponse(
+        choices=[
+            pb.ChoiceDelta(index=0, tool_calls=[call], finish_reason=pb.FINISH_REASON_TOOL_CALLS)
+        ],
+        usage=pb.Usage(prompt_tokens=3, completion_tokens=2),
+    )
+
+
+def test_a_custom_tool_call_comes_back_as_a_custom_call() -> None:
+    c, pool = _client([_call("digits", json.dumps({"input": "42"}))])
+    tools = [
+        {"type": "function", "function": {"name": "f"}},
+        {"type": "custom", "custom": {"name": "digits"}},
+    ]
+    with c:
+        r = _chat(c, tools=tools)
+    assert r.status_code == 200
+    (call,) = r.json()["choices"][0]["message"]["tool_calls"]
+    assert call == {"id": "call_1", "type": "custom", "custom": {"name": "digits", "input": "42"}}
+    (sent,) = pool.requests
+    assert [(t.name, t.kind) for t in sent.tools] == [
+        ("f", pb.TOOL_KIND_UNSPECIFIED),
+        ("digits", pb.TOOL_KIND_CUSTOM),
+    ]
+
+
+def test_a_custom_call_in_history_is_the_function_call_the_model_was_offered() -> None:
+    body = ChatCompletionRequest.model_validate(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "Count"},
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": "c1", "type": "custom", "custom": {"name": "digits", "input": "7"}}
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            ],
+            "tools": [{"type": "custom", "custom": {"name": "digits"}}],
+        }
+    )
+    req = to_generate_request(body, "id-2")
+    (call,) = req.messages[1].tool_calls
+    assert (call.id, call.name, json.loads(call.arguments)) == ("c1", "digits", {"input": "7"})

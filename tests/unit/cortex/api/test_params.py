@@ -106,3 +106,39 @@ def test_sampling_of_the_shared_fields() -> None:
     assert list(sampling.stop) == ["x"] and sampling.max_tokens == 9 and sampling.n == 2
     assert sampling.temperature == 0.5 and sampling.top_k == 3 and sampling.seed == 7
     assert not sampling.HasField("top_p") and not sampling.HasField("logprobs")
+
+
+def test_sampling_of_vllms_extensions() -> None:
+    body = CompletionRequest.model_validate(
+        {
+            "model": "m",
+            "prompt": "p",
+            "min_p": 0.1,
+            "repetition_penalty": 1.2,
+            "min_tokens": 4,
+            "ignore_eos": True,
+            "stop_token_ids": [2, 3],
+            "include_stop_str_in_output": False,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": True,
+            "allowed_token_ids": [5],
+            "bad_words": ["x y"],
+        }
+    )
+    s = params.sampling_of(body, max_tokens=None, logprobs=None)
+    assert s.min_p == pytest.approx(0.1) and s.repetition_penalty == pytest.approx(1.2)
+    assert s.min_tokens == 4 and s.ignore_eos is True
+    assert list(s.stop_token_ids) == [2, 3] and list(s.allowed_token_ids) == [5]
+    assert list(s.bad_words) == ["x y"]
+    # A false flag is still sent: it is not the engine's default for every flag.
+    assert s.HasField("include_stop_str_in_output") and not s.include_stop_str_in_output
+    assert s.HasField("skip_special_tokens") and not s.skip_special_tokens
+    assert s.spaces_between_special_tokens is True
+
+
+def test_unset_extensions_stay_unset() -> None:
+    body = CompletionRequest.model_validate({"model": "m", "prompt": "p"})
+    s = params.sampling_of(body, max_tokens=None, logprobs=None)
+    for name in ("min_p", "repetition_penalty", "min_tokens", "ignore_eos", "skip_special_tokens"):
+        assert not s.HasField(name), name
+    assert not s.stop_token_ids and not s.allowed_token_ids and not s.bad_words

@@ -3,6 +3,7 @@ chain, and the same GenerateRequest chat builds."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,78 @@ async def test_history_walks_the_chain_oldest_first(tmp_path: Path) -> None:
             await history(store, "nope")
     finally:
         await store.close()
+
+
+def test_codex_shaped_tools_become_the_offered_tools() -> None:
+    body = _body(
+        tools=[
+            {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
+            {
+                "type": "namespace",
+                "name": "multi_agent_v1",
+                "description": "Sub-agents.",
+                "tools": [{"type": "function", "name": "close_agent", "parameters": {}}],
+            },
+            {"type": "custom", "name": "apply_patch"},
+            {"type": "web_search", "external_web_access": False},
+        ],
+        tool_choice="auto",
+    )
+    req = to_generate_request(generation_params(body), None, body.items(), "resp_1")
+    assert [(t.name, t.kind) for t in req.tools] == [
+        ("exec_command", pb.TOOL_KIND_UNSPECIFIED),
+        ("multi_agent_v1.close_agent", pb.TOOL_KIND_UNSPECIFIED),
+        ("apply_patch", pb.TOOL_KIND_CUSTOM),
+    ]
+    assert req.tool_choice.mode == pb.TOOL_CHOICE_MODE_AUTO
+
+
+def test_only_hosted_tools_with_auto_is_a_request_without_tools() -> None:
+    body = _body(tools=[{"type": "web_search"}], tool_choice="auto")
+    req = to_generate_request(generation_params(body), None, body.items(), "resp_1")
+    assert not req.tools and req.tool_choice.mode == pb.TOOL_CHOICE_MODE_UNSPECIFIED
+
+
+def test_a_forced_hosted_tool_is_refused_by_name() -> None:
+    body = _body(tools=[{"type": "web_search"}], tool_choice={"type": "web_search_preview"})
+    with pytest.raises(InvalidRequestError) as e:
+        generation_params(body)
+    assert "web_search_preview" in e.value.message and e.value.param == "tool_choice"
+
+
+def test_custom_and_namespaced_calls_route_back_into_the_conversation() -> None:
+    body = _body(
+        input=[
+            {"role": "user", "content": "Fix it"},
+            {"type": "function_call", "call_id": "c1", "name": "lookup", "namespace": "crm",
+             "arguments": "{}"},
+            {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch",
+             "input": "*** Begin Patch"},
+            {"type": "function_call_output", "call_id": "c1", "output": "found"},
+            {"type": "custom_tool_call_output", "call_id": "c2",
+             "output": [{"type": "input_text", "text": "Done!"}]},
+        ]
+    )  # fmt: skip
+    req = to_generate_request(generation_params(body), None, body.items(), "resp_1")
+    _, assistant, out1, out2 = req.messages
+    lookup, patch = assistant.tool_calls
+    assert (lookup.name, lookup.arguments) == ("crm.lookup", "{}")
+    assert (patch.name, json.loads(patch.arguments)) == (
+        "apply_patch",
+        {"input": "*** Begin Patch"},
+    )
+    assert [(m.role, m.tool_call_id, m.content) for m in (out1, out2)] == [
+        ("tool", "c1", "found"),
+        ("tool", "c2", "Done!"),
+    ]
+
+
+def test_a_custom_call_output_must_answer_an_earlier_call() -> None:
+    body = _body(input=[{"type": "custom_tool_call_output", "call_id": "nope", "output": "x"}])
+    with pytest.raises(InvalidRequestError):
+        to_generate_request(generation_params(body), None, body.items(), "resp_1")
+
+
+def test_stored_custom_calls_keep_their_ids() -> None:
+    (item,) = parse_items([{"type": "custom_tool_call", "call_id": "c", "name": "t", "input": "x"}])
+    assert normalise(item)["id"].startswith("ctc_")

@@ -4,12 +4,30 @@ messages (tokenizer calls counted, not time)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from neuron.engine.base import EngineRequest, Message, Sampling
-from neuron.engine.vllm.prompt import render_fitting
+from neuron.engine.base import (
+    EngineRequest,
+    Grammar,
+    GrammarSyntax,
+    Message,
+    Sampling,
+    Tool,
+    ToolChoice,
+    ToolChoiceMode,
+    ToolKind,
+)
+from neuron.engine.vllm.prompt import (
+    CUSTOM_INPUT_SCHEMA,
+    openai_tool,
+    render_fitting,
+    required_calls_schema,
+    sampling_params,
+    structured_outputs,
+)
 
 
 class CountingTokenizer:
@@ -95,3 +113,70 @@ def test_the_last_turn_is_kept_even_when_it_alone_does_not_fit() -> None:
     messages = _conversation(3, words=1000)
     ids = render_fitting(tokenizer, _request(messages), limit=510)
     assert len(ids) == 3 + 1002 + 1
+
+
+CUSTOM = Tool(name="apply_patch", description="Patch files.", kind=ToolKind.CUSTOM)
+
+
+def test_vllm_sampling_extensions_reach_sampling_params() -> None:
+    sampling = Sampling(
+        top_k=5,
+        min_p=0.05,
+        repetition_penalty=1.1,
+        min_tokens=3,
+        ignore_eos=True,
+        stop_token_ids=(7,),
+        include_stop_str_in_output=True,
+        skip_special_tokens=False,
+        spaces_between_special_tokens=False,
+        allowed_token_ids=(1, 2),
+        bad_words=("darn",),
+    )
+    params = sampling_params(EngineRequest("r", "m", sampling=sampling), max_tokens=10)
+    assert (params.top_k, params.min_p, params.repetition_penalty) == (5, 0.05, 1.1)
+    assert (params.min_tokens, params.ignore_eos, params.max_tokens) == (3, True, 10)
+    assert params.stop_token_ids == [7] and params.allowed_token_ids == [1, 2]
+    assert params.bad_words == ["darn"]
+    assert params.include_stop_str_in_output is True
+    assert params.skip_special_tokens is False and params.spaces_between_special_tokens is False
+
+
+def test_unset_extensions_keep_vllms_defaults() -> None:
+    from vllm import SamplingParams
+
+    params = sampling_params(EngineRequest("r", "m"), max_tokens=10)
+    default = SamplingParams()
+    for name in ("min_p", "repetition_penalty", "min_tokens", "ignore_eos", "skip_special_tokens"):
+        assert getattr(params, name) == getattr(default, name), name
+
+
+def test_a_custom_tool_is_offered_as_a_function_of_its_input() -> None:
+    assert openai_tool(CUSTOM) == {
+        "type": "function",
+        "function": {
+            "name": "apply_patch",
+            "description": "Patch files.",
+            "parameters": CUSTOM_INPUT_SCHEMA,
+        },
+    }
+
+
+def _forced(tool: Tool) -> EngineRequest:
+    return EngineRequest(
+        "r", "m", tools=(tool,), tool_choice=ToolChoice(ToolChoiceMode.NAMED, tool.name)
+    )
+
+
+def test_a_forced_custom_tool_is_constrained_by_its_grammar() -> None:
+    regex = replace(CUSTOM, grammar=Grammar(GrammarSyntax.REGEX, "[0-9]+"))
+    lark = replace(CUSTOM, grammar=Grammar(GrammarSyntax.LARK, 'start: "a"'))
+    assert structured_outputs(_forced(regex)).regex == "[0-9]+"
+    assert structured_outputs(_forced(lark)).grammar == 'start: "a"'
+    # Without a grammar its input is free text.
+    assert structured_outputs(_forced(CUSTOM)) is None
+
+
+def test_required_mode_offers_a_custom_tool_its_input_object() -> None:
+    schema = required_calls_schema((CUSTOM,))
+    (variant,) = schema["items"]["anyOf"]
+    assert variant["properties"]["parameters"] == CUSTOM_INPUT_SCHEMA
