@@ -76,6 +76,24 @@ async def test_generate_streams_deltas_then_finish_and_usage(
     assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (2, 5)
 
 
+async def test_the_sim_engine_takes_vllms_sampling_extensions_and_custom_tools(
+    served: tuple[SimEngine, NeuronClient],
+) -> None:
+    _, client = served
+    request = _request()
+    request.sampling.MergeFrom(
+        pb.SamplingParams(min_p=0.1, ignore_eos=True, min_tokens=2, stop_token_ids=[3])
+    )
+    request.tools.append(
+        pb.Tool(
+            name="pin", kind=pb.TOOL_KIND_CUSTOM, grammar="[0-9]+",
+            grammar_syntax=pb.GRAMMAR_SYNTAX_REGEX,
+        )
+    )  # fmt: skip
+    responses = [r async for r in client.generate(request, timeout=10)]
+    assert responses[-1].usage.completion_tokens == 5
+
+
 async def test_unknown_model_is_model_not_found(served: tuple[SimEngine, NeuronClient]) -> None:
     _, client = served
     with pytest.raises(ModelNotFoundError):
