@@ -102,10 +102,11 @@ class CallNaming:
         try:
             tools = _TOOLS.validate_python(fields.get("tools") or [])
             choice = _CHOICE.validate_python(fields.get("tool_choice") or "auto")
-        except ValidationError:
-            log.warning("a stored response's tools do not parse; its calls stay function calls")
+            return responses_catalog(tools, choice, api=None).naming
+        except (ValidationError, InvalidRequestError):
+            # Only a record written by another version could hold such tools.
+            log.warning("a response's tools do not parse; its calls stay function calls")
             return cls()
-        return responses_catalog(tools, choice, api=None).naming
 
 
 @dataclass
