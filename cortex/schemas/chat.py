@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Tag, field_validator, model_validator
 
 from cortex.schemas.common import (
     ChoiceLogprobs,
@@ -15,7 +15,7 @@ from cortex.schemas.common import (
     SamplingFields,
     only_text_parts,
 )
-from cortex.schemas.tools import ChatNamedCustomChoice, ChatTool
+from cortex.schemas.tools import ChatNamedCustomChoice, ChatTool, by_type
 from cortex.schemas.tools import ChatNamedToolChoice as NamedToolChoice
 from cortex.schemas.vllm_sampling import VLLM_UNSUPPORTED, VllmSamplingFields
 
@@ -134,7 +134,11 @@ class ChatCompletionRequest(SamplingFields, VllmSamplingFields, RefusesUnsupport
     tools: list[ChatTool] | None = None
     tool_choice: (
         Literal["none", "auto", "required"]
-        | Annotated[NamedToolChoice | ChatNamedCustomChoice, Field(discriminator="type")]
+        | Annotated[
+            Annotated[NamedToolChoice, Tag("NamedToolChoice")]
+            | Annotated[ChatNamedCustomChoice, Tag("ChatNamedCustomChoice")],
+            by_type(("function", NamedToolChoice), ("custom", ChatNamedCustomChoice)),
+        ]
         | None
     ) = None
     parallel_tool_calls: bool | None = None

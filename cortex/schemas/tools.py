@@ -15,9 +15,9 @@ catalogue does with these types lives there, not here.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from cortex.schemas.common import FunctionFields
 
@@ -41,6 +41,25 @@ HostedType = Literal[
     "tool_search",
     "programmatic_tool_calling",
 ]
+
+
+def by_type(*tags: tuple[str, type[BaseModel]]) -> Discriminator:
+    """Pick a union's member by the value's `type`. Members are tagged with
+    their class name, not the `type` value: pydantic puts the tag into an
+    error's location, and cortex/api/errors.py drops class names from the
+    `param` it reports ("tools[0].function.name", not
+    "tools[0].function.function.name")."""
+    names = {kind: model.__name__ for kind, model in tags}
+
+    def tag(value: Any) -> str | None:
+        kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+        return names.get(kind) if isinstance(kind, str) else None
+
+    return Discriminator(
+        tag,
+        custom_error_type="invalid_type",
+        custom_error_message=f"'type' must be one of: {', '.join(names)}",
+    )
 
 
 class _FunctionExtras(BaseModel):
@@ -78,9 +97,14 @@ class CustomTool(_FunctionExtras):
     type: Literal["custom"]
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str | None = None
-    format: Annotated[TextInputFormat | GrammarInputFormat, Field(discriminator="type")] | None = (
-        None
-    )
+    format: (
+        Annotated[
+            Annotated[TextInputFormat, Tag("TextInputFormat")]
+            | Annotated[GrammarInputFormat, Tag("GrammarInputFormat")],
+            by_type(("text", TextInputFormat), ("grammar", GrammarInputFormat)),
+        ]
+        | None
+    ) = None
 
 
 class NamespaceTool(BaseModel):
@@ -88,9 +112,12 @@ class NamespaceTool(BaseModel):
     type: Literal["namespace"]
     name: str = Field(pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
     description: str = ""
-    tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] = Field(
-        min_length=1
-    )
+    tools: list[
+        Annotated[
+            Annotated[FunctionTool, Tag("FunctionTool")] | Annotated[CustomTool, Tag("CustomTool")],
+            by_type(("function", FunctionTool), ("custom", CustomTool)),
+        ]
+    ] = Field(min_length=1)
 
 
 class HostedTool(BaseModel):
@@ -102,7 +129,16 @@ class HostedTool(BaseModel):
 
 
 ResponsesTool = Annotated[
-    FunctionTool | CustomTool | NamespaceTool | HostedTool, Field(discriminator="type")
+    Annotated[FunctionTool, Tag("FunctionTool")]
+    | Annotated[CustomTool, Tag("CustomTool")]
+    | Annotated[NamespaceTool, Tag("NamespaceTool")]
+    | Annotated[HostedTool, Tag("HostedTool")],
+    by_type(
+        ("function", FunctionTool),
+        ("custom", CustomTool),
+        ("namespace", NamespaceTool),
+        *((kind, HostedTool) for kind in get_args(HostedType)),
+    ),
 ]
 
 
@@ -128,7 +164,10 @@ class ForcedHosted(BaseModel):
 
 ResponsesToolChoice = (
     Literal["none", "auto", "required"]
-    | Annotated[NamedFunction | NamedCustom, Field(discriminator="type")]
+    | Annotated[
+        Annotated[NamedFunction, Tag("NamedFunction")] | Annotated[NamedCustom, Tag("NamedCustom")],
+        by_type(("function", NamedFunction), ("custom", NamedCustom)),
+    ]
     | ForcedHosted
 )
 
@@ -163,9 +202,14 @@ class ChatCustomDef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str | None = None
-    format: Annotated[TextInputFormat | ChatGrammarFormat, Field(discriminator="type")] | None = (
-        None
-    )
+    format: (
+        Annotated[
+            Annotated[TextInputFormat, Tag("TextInputFormat")]
+            | Annotated[ChatGrammarFormat, Tag("ChatGrammarFormat")],
+            by_type(("text", TextInputFormat), ("grammar", ChatGrammarFormat)),
+        ]
+        | None
+    ) = None
 
 
 class ChatCustomTool(BaseModel):
@@ -174,7 +218,11 @@ class ChatCustomTool(BaseModel):
     custom: ChatCustomDef
 
 
-ChatTool = Annotated[ChatFunctionTool | ChatCustomTool, Field(discriminator="type")]
+ChatTool = Annotated[
+    Annotated[ChatFunctionTool, Tag("ChatFunctionTool")]
+    | Annotated[ChatCustomTool, Tag("ChatCustomTool")],
+    by_type(("function", ChatFunctionTool), ("custom", ChatCustomTool)),
+]
 
 
 class ChatNamedFunction(BaseModel):

@@ -321,3 +321,18 @@ def test_a_custom_call_in_history_is_the_function_call_the_model_was_offered() -
     req = to_generate_request(body, "id-2")
     (call,) = req.messages[1].tool_calls
     assert (call.id, call.name, json.loads(call.arguments)) == ("c1", "digits", {"input": "7"})
+
+
+@pytest.mark.parametrize(
+    ("tool", "param"),
+    [
+        ({"type": "function", "function": {"name": "bad name!"}}, "tools[0].function.name"),
+        ({"type": "custom", "custom": {"name": "bad name!"}}, "tools[0].custom.name"),
+        ({"type": "telepathy"}, "tools[0]"),
+    ],
+)
+def test_a_bad_tool_is_a_400_naming_its_field(
+    client: TestClient, tool: dict[str, object], param: str
+) -> None:
+    r = _chat(client, tools=[tool])
+    assert r.status_code == 400 and r.json()["error"]["param"] == param

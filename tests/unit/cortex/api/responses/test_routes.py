@@ -60,3 +60,29 @@ def test_unknown_previous_response_is_404_naming_the_field() -> None:
     with c:
         r = c.post("/v1/responses", json={"model": "m", "input": "x", "previous_response_id": "n"})
     assert r.status_code == 404 and r.json()["error"]["param"] == "previous_response_id"
+
+
+def test_a_bad_tool_is_a_400_naming_its_field() -> None:
+    c, _ = client([HI, END])
+    cases = [
+        ({"type": "function", "name": "bad name!"}, "tools[0].name"),
+        ({"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "ebnf",
+                                                     "definition": "x"}}, "tools[0].format.syntax"),
+        ({"type": "namespace", "name": "n", "tools": [{"type": "function", "name": "a b"}]},
+         "tools[0].tools[0].name"),
+        ({"type": "telepathy"}, "tools[0]"),
+    ]  # fmt: skip
+    with c:
+        for tool, param in cases:
+            r = c.post("/v1/responses", json={"model": "m", "input": "x", "tools": [tool]})
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_a_forced_hosted_tool_is_a_400_naming_it() -> None:
+    c, _ = client([HI, END])
+    body = {"model": "m", "input": "x", "tools": [{"type": "web_search"}],
+            "tool_choice": {"type": "web_search_preview"}}  # fmt: skip
+    with c:
+        r = c.post("/v1/responses", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+    assert "web_search_preview" in r.json()["error"]["message"]
