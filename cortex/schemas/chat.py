@@ -135,7 +135,7 @@ class ChatCompletionRequest(SamplingFields, VllmSamplingFields, RefusesUnsupport
     tool_choice: (
         Literal["none", "auto", "required"]
         | Annotated[
-            Annotated[NamedToolChoice, Tag("NamedToolChoice")]
+            Annotated[NamedToolChoice, Tag("ChatNamedToolChoice")]
             | Annotated[ChatNamedCustomChoice, Tag("ChatNamedCustomChoice")],
             by_type(("function", NamedToolChoice), ("custom", ChatNamedCustomChoice)),
         ]

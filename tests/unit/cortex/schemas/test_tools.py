@@ -136,3 +136,26 @@ def test_chat_takes_function_and_custom_tools_and_custom_calls_in_history() -> N
         }
     )
     assert len(body.tools or []) == 2
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        "required",
+        {"type": "function", "function": {"name": "f"}},
+        {"type": "custom", "custom": {"name": "t"}},
+    ],
+)
+def test_chat_tool_choices(choice: Any) -> None:
+    body = ChatCompletionRequest.model_validate(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "Hi"}],
+            "tools": [
+                {"type": "function", "function": {"name": "f"}},
+                {"type": "custom", "custom": {"name": "t"}},
+            ],
+            "tool_choice": choice,
+        }
+    )
+    assert body.tool_choice == choice or body.tool_choice.model_dump() == choice  # type: ignore[union-attr]
