@@ -5,7 +5,9 @@ Names follow Prometheus conventions: base units (seconds), `_total` counters.
 Labels stay low-cardinality: `api` is chat, completions, embeddings or
 responses; `model` is a served or configured model id (anything else a client
 sends is counted as "unknown"); `replica` is a neuron address from the
-configuration; `outcome` is success, client_error, server_error or cancelled.
+configuration; `outcome` is success, client_error, server_error or cancelled;
+`policy` a routing policy's name and `decision` the kind of its choice
+(cortex/routing/policy.py's `Decision`).
 Never a request id or a user string.
 
 With several uvicorn workers, prometheus_client's multiprocess mode
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import (
@@ -81,6 +83,13 @@ QUEUED = Gauge(
 )
 ROUTED = Counter(
     "neuraxis_routing_decisions", "Requests routed to each replica.", ["model", "replica"]
+)
+POLICY_DECISIONS = Counter(
+    "neuraxis_routing_policy_decisions",
+    "Requests routed to each replica, by routing policy and kind of decision: chain, "
+    "prefix or home (a hit on the preferred replica), overflow (the preferred one was "
+    "over the load bound), fallback (nothing to prefer), balanced (a load-only policy).",
+    ["model", "replica", "policy", "decision"],
 )
 RETRIES = Counter(
     "neuraxis_retries",
@@ -229,6 +238,18 @@ def record_routed(model: str, replica: str) -> None:
     """A request dispatched to a replica (each attempt counts)."""
     if _enabled:
         ROUTED.labels(model, replica).inc()
+
+
+def record_decision(model: str, replica: str, policy: str, decision: str) -> None:
+    """A request dispatched to a replica, with the policy's kind of decision."""
+    if _enabled:
+        POLICY_DECISIONS.labels(model, replica, policy, decision).inc()
+
+
+def touch_decisions(model: str, replica: str, policy: str, decisions: Sequence[str]) -> None:
+    """Export each kind of decision `policy` makes at 0 for a replica."""
+    for decision in decisions:
+        POLICY_DECISIONS.labels(model, replica, policy, decision)
 
 
 def record_retry(model: str, replica: str) -> None:

@@ -14,6 +14,8 @@ from cortex.routing.policy import Candidate, RouteRequest, RoutingPolicy
 
 
 class LeastOutstanding(RoutingPolicy):
+    name = "least_outstanding"
+
     def __init__(self) -> None:
         self._rotation = itertools.count()
 

@@ -8,14 +8,17 @@ not already tried by this request). Health and load are therefore inputs,
 never something a policy re-derives; a policy never calls a neuron.
 
     RoutingPolicy.select(candidates, request) -> one of candidates
+    RoutingPolicy.choose(candidates, request) -> Choice: the candidate and
+        the kind of decision it was (`Decision`), for the metrics; a policy
+        that only balances load keeps the default (`balanced`)
     RoutingPolicy.on_dispatch / on_complete   no-op hooks for stateful policies
 
 What lives here: the interface, the candidate view (`Candidate`, with an
 optional engine load and the time it was measured), the request view
-(`RouteRequest`, with optional affinity `RouteHints`) and the outcome a
-completion hook receives. Each policy lives in its own module
-(`least_outstanding.py`, `power_of_two.py`, `prefix_affinity.py`);
-`factory.py` builds one by name.
+(`RouteRequest`, with optional affinity `RouteHints`), the kind of a
+decision (`Decision`) and the outcome a completion hook receives. Each
+policy lives in its own module (`least_outstanding.py`, `power_of_two.py`,
+`prefix_affinity.py`); `factory.py` builds one by name.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from cortex.routing.prefix import PrefixHasher
 
@@ -84,6 +88,31 @@ class RouteRequest:
     prefix: tuple[int, ...] = ()
 
 
+class Decision(enum.StrEnum):
+    """Why a policy chose the candidate it did: a metrics label (requests per
+    replica per decision), so a closed, small set."""
+
+    # Affinity policies: a hit on the preferred neuron...
+    CHAIN = "chain"  # ...that served the previous response of the chain
+    PREFIX = "prefix"  # ...that was last sent the longest known block of the prefix
+    HOME = "home"  # ...the ring's home for a prefix this policy has not seen
+    # The preferred neuron or the ring's home was over the load bound (or its
+    # KV cache full): the walk went on to another neuron.
+    OVERFLOW = "overflow"
+    # Nothing to prefer (no prefix, e.g. embeddings): the least loaded neuron.
+    FALLBACK = "fallback"
+    # A load-only policy's choice (least_outstanding, power_of_two).
+    BALANCED = "balanced"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A policy's answer: one of the candidates, and the kind of decision."""
+
+    candidate: Candidate
+    decision: Decision
+
+
 class Outcome(enum.Enum):
     """How an attempt ended, for `RoutingPolicy.on_complete`."""
 
@@ -99,11 +128,20 @@ class RoutingPolicy(ABC):
     # Set by a policy that routes on the prompt's prefix: the pool then hashes
     # each generation request with it into `RouteRequest.prefix`.
     prefix_hasher: PrefixHasher | None = None
+    # The policy's setting name (a metrics label) and the kinds of decision it
+    # makes, which the pool exports at 0 before the first request.
+    name: ClassVar[str] = "custom"
+    decisions: ClassVar[tuple[Decision, ...]] = (Decision.BALANCED,)
 
     @abstractmethod
     def select(self, candidates: Sequence[Candidate], request: RouteRequest) -> Candidate:
         """One of `candidates` (never empty), by identity: the pool dispatches
         to the candidate object returned."""
+
+    def choose(self, candidates: Sequence[Candidate], request: RouteRequest) -> Choice:
+        """`select`, with the kind of decision it was. The pool calls this; a
+        policy that only balances load keeps this default."""
+        return Choice(self.select(candidates, request), Decision.BALANCED)
 
     # The hooks are no-ops on purpose (B027): a stateless policy overrides
     # neither.

@@ -34,6 +34,7 @@ from cortex.routing.client import NeuronClient, NeuronConnection
 from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import (
     Candidate,
+    Decision,
     EngineLoad,
     Outcome,
     RouteHints,
@@ -72,6 +73,7 @@ class _Attempt:
 
     state: NeuronState
     route: RouteRequest
+    decision: Decision = Decision.BALANCED  # why the policy chose it (a metrics label)
 
 
 class NeuronPool:
@@ -253,7 +255,8 @@ class NeuronPool:
             # Hashed once per request; retries carry the same prefix.
             prefix = hasher.blocks(request, salt=hints.prompt_cache_key)
         route = self._route(request, hints, attempt=0, prefix=prefix)
-        return _Attempt(self._pick(route, []), route)
+        state, decision = self._pick(route, [])
+        return _Attempt(state, route, decision)
 
     def _route(
         self,
@@ -274,8 +277,11 @@ class NeuronPool:
     def _dispatch(self, attempt: _Attempt) -> None:
         state = attempt.state
         state.outstanding += 1  # counted at dispatch, not at the first token
-        metrics.record_routed(self.model_label(attempt.route.model), state.client.address)
-        self._policy_for(attempt.route.model).on_dispatch(self._candidate(state), attempt.route)
+        model = self.model_label(attempt.route.model)
+        policy = self._policy_for(attempt.route.model)
+        metrics.record_routed(model, state.client.address)
+        metrics.record_decision(model, state.client.address, policy.name, attempt.decision)
+        policy.on_dispatch(self._candidate(state), attempt.route)
 
     async def _done(self, attempt: _Attempt, outcome: Outcome) -> None:
         # The neuron this attempt ran on, even when a retry has already been
@@ -308,7 +314,7 @@ class NeuronPool:
                 request, failed.route.hints, attempt=len(tried), prefix=failed.route.prefix
             )
             chosen = self._alternative(route, tried)
-            retry = _Attempt(chosen, route) if chosen is not None else None
+            retry = _Attempt(chosen[0], route, chosen[1]) if chosen is not None else None
         if retry is None:
             raise error
         metrics.record_retry(self.model_label(request.model), state.client.address)
@@ -321,15 +327,20 @@ class NeuronPool:
         )
         return retry
 
-    def _alternative(self, route: RouteRequest, exclude: list[NeuronState]) -> NeuronState | None:
+    def _alternative(
+        self, route: RouteRequest, exclude: list[NeuronState]
+    ) -> tuple[NeuronState, Decision] | None:
         try:
             return self._pick(route, exclude)
         except NeuraxisError:
             return None
 
-    def _pick(self, route: RouteRequest, exclude: list[NeuronState]) -> NeuronState:
+    def _pick(
+        self, route: RouteRequest, exclude: list[NeuronState]
+    ) -> tuple[NeuronState, Decision]:
         """The policy's choice among the ready neurons serving the model that
-        this request has not tried; or why there is none."""
+        this request has not tried, and the kind of decision; or why there
+        is none."""
         model = route.model
         eligible = [
             s
@@ -338,10 +349,10 @@ class NeuronPool:
         ]
         if eligible:
             candidates = [self._candidate(s) for s in eligible]
-            chosen = self._policy_for(model).select(candidates, route)
+            choice = self._policy_for(model).choose(candidates, route)
             for candidate, state in zip(candidates, eligible, strict=True):
-                if candidate is chosen:
-                    return state
+                if candidate is choice.candidate:
+                    return state, choice.decision
             log.error("request %s: the routing policy chose no candidate", route.request_id)
             raise InternalError("The router failed to choose a neuron.")
         known = model in self._expected or any(model in s.models for s in self._states)
@@ -410,3 +421,5 @@ class NeuronPool:
             state.models = {m.id: m for m in info.models}
             for model in state.models:
                 metrics.touch_replica(model, state.client.address)
+                policy = self._policy_for(model)
+                metrics.touch_decisions(model, state.client.address, policy.name, policy.decisions)

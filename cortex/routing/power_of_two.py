@@ -20,6 +20,8 @@ from cortex.routing.policy import Candidate, RouteRequest, RoutingPolicy
 
 
 class PowerOfTwo(RoutingPolicy):
+    name = "power_of_two"
+
     def __init__(
         self,
         *,

@@ -28,6 +28,10 @@ bound holds against the whole load to within one poll interval. The ring
 is the same in every process (stable hashes), so processes that have never
 seen a prefix still agree on its home; only steps 1-2 are per process.
 
+Each choice says which step made it (`choose` -> `Decision`): chain,
+prefix or home for a hit on the preferred neuron, overflow when one was
+passed over for its load, fallback when there was nothing to prefer.
+
 Health, ejection and retries are the pool's: candidates are already the
 ready neurons this attempt may use.
 """
@@ -40,7 +44,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from cortex.routing.load import effective_load, saturated
-from cortex.routing.policy import Candidate, Outcome, RouteRequest, RoutingPolicy
+from cortex.routing.policy import (
+    Candidate,
+    Choice,
+    Decision,
+    Outcome,
+    RouteRequest,
+    RoutingPolicy,
+)
 from cortex.routing.prefix import PrefixHasher
 from cortex.routing.ring import HashRing
 
@@ -61,6 +72,15 @@ class _Lru(OrderedDict[int | str, str]):
 
 
 class PrefixAffinity(RoutingPolicy):
+    name = "prefix_affinity"
+    decisions = (
+        Decision.CHAIN,
+        Decision.PREFIX,
+        Decision.HOME,
+        Decision.OVERFLOW,
+        Decision.FALLBACK,
+    )
+
     def __init__(
         self,
         *,
@@ -85,6 +105,9 @@ class PrefixAffinity(RoutingPolicy):
         self._rotation = itertools.count()
 
     def select(self, candidates: Sequence[Candidate], request: RouteRequest) -> Candidate:
+        return self.choose(candidates, request).candidate
+
+    def choose(self, candidates: Sequence[Candidate], request: RouteRequest) -> Choice:
         if not candidates:
             raise ValueError("select needs at least one candidate")
         loads = [effective_load(c, request.now, self._max_age) for c in candidates]
@@ -96,14 +119,23 @@ class PrefixAffinity(RoutingPolicy):
         def eligible(i: int) -> bool:
             return loads[i] + 1 <= limit and not (avoid_full and full[i])
 
-        for address in self._preferred(request):
+        # A preferred neuron that is not a candidate (not ready, or already
+        # tried) is skipped; one passed over for its load makes the choice
+        # an overflow, whatever step then takes the request.
+        passed_over = False
+        for address, kind in self._preferred(request):
             i = index.get(address)
-            if i is not None and eligible(i):
-                return candidates[i]
+            if i is None:
+                continue
+            if eligible(i):
+                return Choice(candidates[i], Decision.OVERFLOW if passed_over else kind)
+            passed_over = True
         if request.prefix:
             for address in self._ring_for(index).walk(request.prefix[0]):
                 if eligible(index[address]):
-                    return candidates[index[address]]
+                    kind = Decision.OVERFLOW if passed_over else Decision.HOME
+                    return Choice(candidates[index[address]], kind)
+                passed_over = True
         # No prefix, or every unsaturated neuron is over the bound: within the
         # bound (the least loaded always is), unsaturated first, then the
         # least loaded, ties in turn.
@@ -112,7 +144,8 @@ class PrefixAffinity(RoutingPolicy):
         def rank(i: int) -> tuple[bool, bool, int, int]:
             return (loads[i] + 1 > limit, avoid_full and full[i], loads[i], (i - start) % n)
 
-        return candidates[min(range(n), key=rank)]
+        kind = Decision.OVERFLOW if passed_over else Decision.FALLBACK
+        return Choice(candidates[min(range(n), key=rank)], kind)
 
     def on_dispatch(self, candidate: Candidate, request: RouteRequest) -> None:
         # Remembered at dispatch, not at the end: a burst of requests sharing
@@ -124,15 +157,15 @@ class PrefixAffinity(RoutingPolicy):
         if outcome is Outcome.OK:
             self._chains.put(request.request_id, address)
 
-    def _preferred(self, request: RouteRequest) -> list[str]:
+    def _preferred(self, request: RouteRequest) -> list[tuple[str, Decision]]:
         preferred = []
         previous = request.hints.previous_response_id
         if previous is not None and previous in self._chains:
-            preferred.append(self._chains[previous])
+            preferred.append((self._chains[previous], Decision.CHAIN))
         for block in reversed(request.prefix):
             owner = self._owners.get(block)
             if owner is not None:
-                preferred.append(owner)
+                preferred.append((owner, Decision.PREFIX))
                 break
         return preferred
 

@@ -58,3 +58,9 @@ def test_the_table_gives_each_model_its_own_policy_of_its_kind() -> None:
 def test_the_table_refuses_an_unknown_name_when_built() -> None:
     with pytest.raises(ValueError, match="'sticky'"):
         PolicyTable("least_outstanding", {"m": "sticky"})
+
+
+@pytest.mark.parametrize("name", list(PolicyName))
+def test_each_policy_carries_its_setting_name(name: PolicyName) -> None:
+    # The name is the `policy` label of the decision metric.
+    assert make_policy(name).name == name.value

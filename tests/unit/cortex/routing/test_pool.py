@@ -604,3 +604,32 @@ async def test_a_responses_chain_returns_to_its_neuron_through_the_pool() -> Non
         hints = RouteHints(previous_response_id="resp_1")
         await _texts(pool.generate(turn(f"resp_{i}", f"unrelated {i}" * i), hints=hints))
     assert len(served.generate_requests) == 7
+
+
+def _decisions(address: str, policy: str, decision: str) -> float | None:
+    labels = {"model": "m", "replica": address, "policy": policy, "decision": decision}
+    return REGISTRY.get_sample_value("neuraxis_routing_policy_decisions_total", labels)
+
+
+async def test_each_dispatch_counts_the_policys_kind_of_decision_per_replica() -> None:
+    neurons = [FakeNeuron(f"decide-{i}:1") for i in range(2)]
+    pool = await _polled(_timed_pool(neurons, PolicyTable("prefix_affinity"), Clock(1.0)))
+    # Exported at 0 for every kind the policy makes, before any request.
+    for n in neurons:
+        for kind in ("chain", "prefix", "home", "overflow", "fallback"):
+            assert _decisions(n.address, "prefix_affinity", kind) == 0.0
+    chat = [pb.ChatMessage(role="system", content="A prompt counted by its decisions.")]
+    for _ in range(3):
+        await _texts(pool.generate(pb.GenerateRequest(model="m", messages=chat)))
+    (home,) = [n for n in neurons if n.generate_requests]
+    assert _decisions(home.address, "prefix_affinity", "home") == 1.0
+    assert _decisions(home.address, "prefix_affinity", "prefix") == 2.0
+
+
+async def test_a_load_only_policy_counts_balanced_decisions() -> None:
+    neurons = [FakeNeuron(f"balanced-{i}:1") for i in range(2)]
+    pool = await _polled(_timed_pool(neurons, PolicyTable("least_outstanding"), Clock(1.0)))
+    for _ in range(4):
+        await _texts(pool.generate(_request()))
+    counts = [_decisions(n.address, "least_outstanding", "balanced") for n in neurons]
+    assert counts == [2.0, 2.0]

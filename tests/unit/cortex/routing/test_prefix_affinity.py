@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from cortex.routing.policy import Candidate, EngineLoad, Outcome, RouteHints, RouteRequest
+from cortex.routing.policy import (
+    Candidate,
+    Decision,
+    EngineLoad,
+    Outcome,
+    RouteHints,
+    RouteRequest,
+)
 from cortex.routing.prefix import PrefixHasher
 from cortex.routing.prefix_affinity import PrefixAffinity, bound
 from cortex.routing.ring import HashRing
@@ -251,3 +258,68 @@ def test_remembered_prefixes_are_bounded_the_oldest_forgotten() -> None:
 def test_a_negative_epsilon_is_refused() -> None:
     with pytest.raises(ValueError, match="epsilon"):
         PrefixAffinity(epsilon=-0.1)
+
+
+# --- the kind of each decision (a metrics label) ------------------------------
+
+
+def _decision(
+    policy: PrefixAffinity, candidates: list[Candidate], route: RouteRequest
+) -> tuple[str, Decision]:
+    choice = policy.choose(candidates, route)
+    return choice.candidate.address, choice.decision
+
+
+def test_a_new_prefix_is_a_home_decision_and_its_repeat_a_prefix_hit() -> None:
+    policy = PrefixAffinity(hasher=HASHER)
+    prefix = HASHER.blocks(_chat("Decisions: a prompt seen twice."))
+    home = _home(prefix)[0]
+    assert _decision(policy, _idle(), _route(prefix)) == (home, Decision.HOME)
+    policy.on_dispatch(Candidate(address=home, outstanding=0), _route(prefix))
+    assert _decision(policy, _idle(), _route(prefix)) == (home, Decision.PREFIX)
+
+
+def test_a_continued_chain_is_a_chain_decision() -> None:
+    policy = PrefixAffinity(hasher=HASHER)
+    served = _home(HASHER.blocks(_chat("Decisions: a chain.")))[-1]
+    policy.on_complete(served, _route(request_id="resp_d"), Outcome.OK)
+    follow = HASHER.blocks(_chat("Decisions: unrelated follow-up."))
+    assert _decision(policy, _idle(), _route(follow, previous="resp_d")) == (
+        served,
+        Decision.CHAIN,
+    )
+
+
+def test_a_home_over_the_bound_is_an_overflow_decision() -> None:
+    policy = PrefixAffinity(epsilon=0.25, hasher=HASHER)
+    prefix = HASHER.blocks(_chat("Decisions: an overloaded home."))
+    ring = _home(prefix)
+    full_home = _with(_idle(), ring[0], outstanding=3)
+    assert _decision(policy, full_home, _route(prefix)) == (ring[1], Decision.OVERFLOW)
+
+
+def test_a_chain_over_the_bound_is_an_overflow_and_a_gone_one_is_not() -> None:
+    policy = PrefixAffinity(epsilon=0.25, hasher=HASHER)
+    prefix = HASHER.blocks(_chat("Decisions: a chain whose neuron is busy or gone."))
+    ring = _home(prefix)
+    policy.on_complete(ring[-1], _route(prefix, request_id="resp_o"), Outcome.OK)
+    follow = _route(prefix, previous="resp_o")
+    over = _with(_idle(), ring[-1], outstanding=3)
+    assert _decision(policy, over, follow) == (ring[0], Decision.OVERFLOW)
+    gone = _idle([a for a in ADDRESSES if a != ring[-1]])
+    assert _decision(policy, gone, follow) == (ring[0], Decision.HOME)
+
+
+def test_a_request_without_a_prefix_is_a_fallback_decision() -> None:
+    policy = PrefixAffinity(hasher=HASHER)
+    candidates = _with(_idle(), ADDRESSES[0], outstanding=1)
+    address, decision = _decision(policy, candidates, _route())
+    assert decision is Decision.FALLBACK
+    assert address != ADDRESSES[0]
+
+
+def test_select_is_the_candidate_choose_picks() -> None:
+    prefix = HASHER.blocks(_chat("Decisions: select and choose agree."))
+    candidates = _with(_idle(), _home(prefix)[0], outstanding=3)
+    chosen = PrefixAffinity(hasher=HASHER).select(candidates, _route(prefix))
+    assert chosen is PrefixAffinity(hasher=HASHER).choose(candidates, _route(prefix)).candidate
