@@ -61,7 +61,7 @@ def create_app(
         poll_interval_s=settings.poll_interval_s,
         request_timeout_s=settings.request_timeout_s,
         max_retries=settings.max_retries,
-        policy=settings.policy_table(),
+        policy=settings.policy_table(spec.routing() if spec else None),
         load_interval_s=settings.load_interval_s,
     )
 

@@ -4,6 +4,7 @@ the default state directory."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -60,7 +61,8 @@ class CortexSettings(LogSettings):
     )
     routing_models: dict[str, PolicyName] = Field(
         default_factory=dict,
-        description='a routing policy per model, overriding routing: {"model-id": "power_of_two"}',
+        description="a routing policy per model, overriding routing and the deployment "
+        'spec\'s per-model routing: {"model-id": "power_of_two"}',
     )
     routing_epsilon: float = Field(
         0.25,
@@ -210,8 +212,12 @@ class CortexSettings(LogSettings):
     def cluster_mode(self) -> bool:
         return self.ray_head or self.ray_address is not None
 
-    def policy_table(self) -> PolicyTable:
-        """The routing policies these settings ask for, one per model."""
+    def policy_table(self, spec_routing: Mapping[str, PolicyName] | None = None) -> PolicyTable:
+        """The routing policies these settings ask for, one per model:
+        `routing_models`, then the deployment spec's per-model `routing`
+        (`spec_routing`), then `routing`. The more specific setting wins,
+        and of two per-model ones this instance's own: the spec is shared by
+        every cortex, `routing_models` is one instance's deliberate override."""
         options = PolicyOptions(
             epsilon=self.routing_epsilon,
             block_bytes=self.routing_block_bytes,
@@ -219,4 +225,5 @@ class CortexSettings(LogSettings):
             load_max_age_s=self.load_max_age_s,
             kv_limit=self.routing_kv_limit,
         )
-        return PolicyTable(self.routing, dict(self.routing_models), options)
+        per_model = {**(spec_routing or {}), **self.routing_models}
+        return PolicyTable(self.routing, per_model, options)

@@ -9,6 +9,8 @@ A TOML file on the cortex side, one `[[models]]` table per model:
     min_generation = "ada"         # or: generations = ["ada", "blackwell"]
     tensor_parallel_size = 1
     max_context = 2048
+    routing = "prefix_affinity"    # this model's routing policy (cortex's
+                                   # routing_models still overrides it)
     [models.engine]
     kv_cache_dtype = "fp8"         # checked against each generation's profile
 
@@ -26,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from cortex.routing.factory import PolicyName
 from neuraxis.core.generations import GPU_GENERATIONS, Generation
 
 
@@ -61,6 +64,10 @@ class ModelSpec(BaseModel):
     min_generation: Generation | None = None
     tensor_parallel_size: int = Field(1, ge=1)
     max_context: int | None = Field(None, ge=16)
+    # None: cortex's `routing` setting. Every cortex that loads this spec
+    # routes the model the same way; cortex's own `routing_models` is the
+    # local override (an instance trying another policy).
+    routing: PolicyName | None = None
     engine: EngineSpec = Field(default_factory=lambda: EngineSpec.model_validate({}))
 
     @model_validator(mode="after")
@@ -107,6 +114,10 @@ class DeploymentSpec(BaseModel):
 
     def model(self, model_id: str) -> ModelSpec | None:
         return next((m for m in self.models if m.id == model_id), None)
+
+    def routing(self) -> dict[str, PolicyName]:
+        """The models that name a routing policy, and the policy."""
+        return {m.id: m.routing for m in self.models if m.routing is not None}
 
 
 def _generation_order(generation: Generation) -> int:

@@ -157,6 +157,10 @@ class NeuronPool:
                     out.setdefault(model_id, info)
         return out
 
+    def policy(self, model: str) -> RoutingPolicy:
+        """The routing policy that chooses `model`'s neurons."""
+        return self._policy_for(model)
+
     def model_label(self, model: str) -> str:
         """`model` as a metrics label: a known model's id, else "unknown" (a
         client's made-up names must not become label values)."""

@@ -13,6 +13,8 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from cortex.cluster.spec import SpecError
 from cortex.config import CortexSettings
 from neuraxis.app.embedded import EmbeddedOptions
@@ -179,7 +181,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             from neuraxis.app.embedded import run_embedded
 
-            return run_embedded(EmbeddedOptions(**overrides(args, EmbeddedOptions)))
+            try:
+                options = EmbeddedOptions(**overrides(args, EmbeddedOptions))
+            except ValidationError as e:
+                message = str(e.errors()[0]["msg"]).removeprefix("Value error, ")
+                print(f"neuraxis: {message}", file=sys.stderr)
+                return 2
+            return run_embedded(options)
         if args.command == "cortex":
             from cortex.main import run as run_cortex
 

@@ -1,8 +1,9 @@
 """`neuraxis up`: the embedded default on one machine.
 
 Prepares the bundled models, starts a local Ray head (labelled `cpu`, with a
-fresh auth token) and cortex in cluster mode with a deployment spec of one
-chat and one embedding replica; cortex starts the controller, which places
+fresh auth token) and cortex in cluster mode with a deployment spec of
+`--replicas` chat replicas (one by default) and one embedding replica, routed
+by cortex's `--routing` policy; cortex starts the controller, which places
 the replicas (vLLM on the CPU) as Ray actors. It waits until cortex is ready,
 prints how to call it, and on Ctrl-C or SIGTERM stops cortex, drains the
 replicas through the controller and stops Ray. With --static it starts the
@@ -33,9 +34,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cortex.config import default_state_dir
+from cortex.routing.factory import PolicyName
 from neuraxis.app.progress import Level, StartProgress
 from neuraxis.core.generations import GENERATION_LABEL
 from neuraxis.core.logs import LogFormat, resolve_format
@@ -73,6 +75,12 @@ class EmbeddedOptions(BaseModel):
         None, description="state: the Responses store (default ~/.local/state/neuraxis)"
     )
     kv_cache_gib: int = Field(1, description="KV cache size in whole GiB")
+    replicas: int = Field(
+        1, ge=1, le=16, description="replicas of the chat model (more than one: not with --static)"
+    )
+    routing: PolicyName | None = Field(
+        None, description="cortex's routing policy (default: cortex's own default)"
+    )
     max_model_len: int | None = Field(None, description="context length (default: the model's)")
     static: bool = Field(
         False, description="start the neurons directly, without Ray (the --*-port options apply)"
@@ -88,6 +96,14 @@ class EmbeddedOptions(BaseModel):
         description="log lines as text or JSON (auto: text on a terminal, JSON otherwise "
         "and under systemd)",
     )
+
+    @model_validator(mode="after")
+    def _replicas_on_ray(self) -> EmbeddedOptions:
+        # --static places its neurons on the fixed --*-port options; several
+        # chat replicas are Ray's to place, on ports of their choosing.
+        if self.static and self.replicas > 1:
+            raise ValueError("--replicas above 1 needs Ray: leave out --static")
+        return self
 
 
 class _StopRequestedError(Exception):
@@ -156,15 +172,14 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
         marker.write_text(json.dumps({"address": address, "token": token}))
         _say(
             f"starting cortex on {options.host}:{options.port}; it places {DEFAULT_CHAT_MODEL} "
-            f"and {DEFAULT_EMBEDDING_MODEL} on Ray (vLLM CPU; neuron logs in "
+            f"(x{options.replicas}) and {DEFAULT_EMBEDDING_MODEL} on Ray (vLLM CPU; neuron logs in "
             f"{state_dir / 'replicas'})"
         )
         _say(_auth_line(options))
         cortex_cmd = ["cortex", "--host", options.host, "--port", str(options.port)]
         cortex_cmd += ["--auth", options.auth]
         cortex_cmd += ["--ray-address", address, "--deployment", str(spec)]
-        if options.state_dir is not None:
-            cortex_cmd += ["--state-dir", str(options.state_dir)]
+        cortex_cmd += cortex_options(options)
         children.append(_spawn(cortex_cmd, env))
         try:
             _wait_ready(f"http://{options.host}:{options.port}", children, watch.poll)
@@ -186,19 +201,32 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
 
 
 def embedded_spec(options: EmbeddedOptions) -> str:
-    """The embedded deployment: the bundled chat and embedding models, one
-    replica each, on the CPU."""
+    """The embedded deployment: the bundled chat model (`--replicas` of it)
+    and the embedding model (one replica), on the CPU. The routing policy is
+    not in the spec but given to cortex (`--routing`), as for any cortex."""
     context = f"max_context = {options.max_model_len}\n" if options.max_model_len else ""
-    chat = _SPEC_MODEL.format(model=DEFAULT_CHAT_MODEL, extra=context, kv=options.kv_cache_gib)
+    chat = _SPEC_MODEL.format(
+        model=DEFAULT_CHAT_MODEL, replicas=options.replicas, extra=context, kv=options.kv_cache_gib
+    )
     # Pooling needs no room for generated tokens: the smallest KV cache.
-    embedding = _SPEC_MODEL.format(model=DEFAULT_EMBEDDING_MODEL, extra="", kv=1)
+    embedding = _SPEC_MODEL.format(model=DEFAULT_EMBEDDING_MODEL, replicas=1, extra="", kv=1)
     return f"{chat}\n{embedding}"
+
+
+def cortex_options(options: EmbeddedOptions) -> list[str]:
+    """The options `up` passes on to its cortex, in either mode."""
+    args: list[str] = []
+    if options.state_dir is not None:
+        args += ["--state-dir", str(options.state_dir)]
+    if options.routing is not None:
+        args += ["--routing", options.routing.value]
+    return args
 
 
 _SPEC_MODEL = """[[models]]
 id = "{model}"
 source = "{model}"
-replicas = 1
+replicas = {replicas}
 generations = ["cpu"]
 {extra}[models.engine]
 kv_cache_gib = {kv}
@@ -322,8 +350,7 @@ def _run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
             cortex_cmd += ["--neuron", f"127.0.0.1:{port}"]
         for model in (DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL):
             cortex_cmd += ["--model", model]
-        if options.state_dir is not None:
-            cortex_cmd += ["--state-dir", str(options.state_dir)]
+        cortex_cmd += cortex_options(options)
         children.append(_spawn(cortex_cmd, dict(os.environ, **_child_logging(options))))
         _wait_ready(f"http://{options.host}:{options.port}", children)
         return _serve(f"http://{options.host}:{options.port}", children, options.auth)

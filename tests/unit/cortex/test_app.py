@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cortex.app import create_app
 from cortex.config import CortexSettings
+from cortex.routing.factory import PolicyName
 from cortex.routing.pool import NeuronPool
 from neuraxis.app.tls import init_cluster_tls
 from tests.tls import files, tls_neuron
@@ -43,3 +44,25 @@ async def test_neurons_of_the_endpoint_table_are_reached_over_tls(tmp_path: Path
             assert list(pool.served_models()) == ["m"]
         finally:
             await pool.stop()
+
+
+def test_the_deployment_specs_routing_chooses_each_models_policy(tmp_path: Path) -> None:
+    spec = tmp_path / "deployment.toml"
+    spec.write_text(
+        '[[models]]\nid = "chat"\nsource = "x"\ngenerations = ["cpu"]\n'
+        'routing = "prefix_affinity"\n'
+        '[[models]]\nid = "other"\nsource = "y"\ngenerations = ["cpu"]\n'
+        'routing = "prefix_affinity"\n'
+        '[[models]]\nid = "plain"\nsource = "z"\ngenerations = ["cpu"]\n'
+    )
+    settings = CortexSettings(
+        ray_address="127.0.0.1:1",  # cluster mode; Ray is joined only when the app starts
+        deployment=spec,
+        routing=PolicyName.POWER_OF_TWO,
+        routing_models={"other": PolicyName.LEAST_OUTSTANDING},
+        state_dir=tmp_path / "state",
+    )
+    pool: NeuronPool = create_app(settings).state.pool
+    assert pool.policy("chat").name == "prefix_affinity"  # the spec's
+    assert pool.policy("other").name == "least_outstanding"  # cortex's per-model wins
+    assert pool.policy("plain").name == "power_of_two"  # cortex's default

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cortex.config import CortexSettings
+from cortex.routing.factory import PolicyName
 from cortex.routing.least_outstanding import LeastOutstanding
 from cortex.routing.power_of_two import PowerOfTwo
 from cortex.routing.prefix import PrefixHasher
@@ -57,6 +58,17 @@ def test_routing_comes_from_the_environment_and_the_file(
     assert isinstance(
         load_settings(CortexSettings, None, {}).policy_table().for_model("x"), PrefixAffinity
     )
+
+
+def test_a_models_policy_routing_models_then_the_spec_then_routing() -> None:
+    settings = CortexSettings(
+        routing=PolicyName.POWER_OF_TWO, routing_models={"a": PolicyName.LEAST_OUTSTANDING}
+    )
+    spec = {"a": PolicyName.PREFIX_AFFINITY, "b": PolicyName.PREFIX_AFFINITY}
+    table = settings.policy_table(spec)
+    assert isinstance(table.for_model("a"), LeastOutstanding)
+    assert isinstance(table.for_model("b"), PrefixAffinity)
+    assert isinstance(table.for_model("c"), PowerOfTwo)
 
 
 def test_an_unknown_policy_is_refused_with_the_setting_named() -> None:

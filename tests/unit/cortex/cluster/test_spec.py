@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from cortex.cluster.spec import SpecError, parse_spec
+from cortex.routing.factory import PolicyName
 from neuraxis.core.generations import Generation
 
 GOOD = """
@@ -37,6 +38,13 @@ def test_a_valid_spec_parses() -> None:
     assert embed.allowed_generations() == [Generation.CPU]
     assert embed.gpus_per_replica() == 0
     assert spec.model("embed") is embed
+    assert spec.routing() == {}
+
+
+def test_a_model_may_name_its_routing_policy() -> None:
+    spec = parse_spec(GOOD.replace("max_context = 2048", 'routing = "prefix_affinity"'), "d.toml")
+    assert spec.routing() == {"chat": PolicyName.PREFIX_AFFINITY}
+    assert spec.models[1].routing is None
 
 
 @pytest.mark.parametrize(
@@ -80,6 +88,10 @@ def test_a_valid_spec_parses() -> None:
             "model id 'a' appears twice",
         ),
         ('[[models]]\nid = "a"\nsource = \n', "deployment.toml: Invalid value (at line 3"),
+        (
+            '[[models]]\nid = "a"\nsource = "x"\ngenerations = ["cpu"]\nrouting = "sticky"\n',
+            "line 5: models.0.routing: Input should be 'least_outstanding', 'power_of_two'",
+        ),
     ],
 )
 def test_an_invalid_spec_is_refused_with_the_line_and_the_reason(text: str, expected: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 from pydantic_settings import BaseSettings
 
 from cortex.config import CortexSettings
+from cortex.routing.factory import PolicyName
 from neuraxis.app.cli import build_parser, main
 from neuraxis.app.embedded import EmbeddedOptions
 from neuraxis.app.options import overrides
@@ -180,6 +181,8 @@ def test_up_keeps_its_defaults() -> None:
         "cache_dir": None,
         "state_dir": None,
         "kv_cache_gib": 1,
+        "replicas": 1,
+        "routing": None,
         "max_model_len": None,
         "static": False,
         "ray_port": 0,
@@ -199,6 +202,7 @@ def test_up_keeps_its_flags() -> None:
         "--cache-dir=/c",
         "--state-dir=/s",
         "--kv-cache-gib=2",
+        "--routing=prefix_affinity",
         "--max-model-len=1024",
         "--static",
         "--ray-port=6390",
@@ -216,6 +220,8 @@ def test_up_keeps_its_flags() -> None:
         "cache_dir": Path("/c"),
         "state_dir": Path("/s"),
         "kv_cache_gib": 2,
+        "replicas": 1,
+        "routing": PolicyName.PREFIX_AFFINITY,
         "max_model_len": 1024,
         "static": True,
         "ray_port": 6390,
