@@ -64,6 +64,7 @@ bench: $(STAMP)
 	$(PY) -m bench.failover
 	$(PY) -m bench.tool_stream
 	$(PY) -m bench.auth_cost
+	$(PY) -m bench.routing
 
 bench-smoke: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/bench
@@ -96,6 +97,11 @@ bench-vs-vllm: $(STAMP)
 bench-profile: $(STAMP)
 	$(PY) -m bench.profile_stages --lock /tmp/neuraxis-heavy.lock
 	$(PY) -m bench.profile_stages --vllm --lock /tmp/neuraxis-heavy.lock
+
+# Routing policies on two real vLLM replicas (bench/routing.py): ~10 minutes.
+.PHONY: bench-routing
+bench-routing: $(STAMP)
+	$(PY) -m bench.routing
 
 clean:
 	rm -rf $(VENV)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,14 +81,16 @@ def write_summary(path: Path | None, summary: dict[str, Any]) -> None:
 
 
 @contextmanager
-def running_stack(base_url: str | None, log_path: Path) -> Iterator[Target]:
+def running_stack(
+    base_url: str | None, log_path: Path, up_args: Sequence[str] = ()
+) -> Iterator[Target]:
     """The stack at `base_url`, or a `neuraxis up` on free ports (logging to
-    `log_path`) stopped at the end."""
+    `log_path`, with `up_args` added to its options) stopped at the end."""
     if base_url:
         yield Target(base_url.rstrip("/"), neuron_addresses(base_url))
         return
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    up = start_up(log_path)
+    up = start_up(log_path, extra=up_args)
     try:
         print(f"starting neuraxis up (log: {log_path}) ...", flush=True)
         wait_http_ready(up.proc, f"{up.base_url}/readyz", ENGINE_START_TIMEOUT_S)

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,10 +89,11 @@ class Embedded:
     base_url: str
 
 
-def start_up(log_path: Path, state_dir: Path | None = None) -> Embedded:
-    """`neuraxis up` (Ray, the controller, the replicas and cortex) on free ports."""
+def start_up(log_path: Path, state_dir: Path | None = None, extra: Sequence[str] = ()) -> Embedded:
+    """`neuraxis up` (Ray, the controller, the replicas and cortex) on free
+    ports, with `extra` options (e.g. --replicas 2)."""
     port = free_port()
-    args = ["up", "--port", str(port), "--ray-port", str(free_port())]
+    args = ["up", "--port", str(port), "--ray-port", str(free_port()), *extra]
     # Each stack keeps its state beside its log unless told otherwise, laid out
     # as $XDG_STATE_HOME/neuraxis would be (XDG_STATE_HOME=<log>-state).
     args += ["--state-dir", str(state_dir or up_state_dir(log_path))]

@@ -43,6 +43,7 @@ def _smoke(module: str, *args: str) -> str:
         ("bench.metrics_cost", "| cortex (concurrency 2) | TTFT p50 (ms) | output tokens/s |"),
         ("bench.responses_vs_chat", "| concurrency | API | TTFT p50 (ms) | output tokens/s |"),
         ("bench.tool_stream", "| case | first text (ms) | first tool-call delta (ms) |"),
+        ("bench.routing", "| workload | policy | TTFT p50 (ms) | TTFT p90 (ms) |"),
     ],
 )
 def test_benchmark_against_the_stack_runs(stack: Stack, module: str, table: str) -> None:

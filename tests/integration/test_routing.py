@@ -1,0 +1,127 @@
+"""Routing through real processes: cortex with `--routing prefix_affinity` in
+front of two simulated neurons serving the same model. A Responses chain
+(previous_response_id) stays on the replica that served its first turn while
+both are healthy, and moves to the other when that replica stops. Which
+replica took each request, and why, is read from cortex's own metrics
+(neuraxis_routing_policy_decisions_total by replica and decision)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.procs import Proc, free_port, wait_http_ready
+from tests.stacks import strict_client
+
+MODEL = "sim-route"
+DECISIONS = "neuraxis_routing_policy_decisions"
+
+
+@dataclass
+class Pair:
+    base_url: str
+    neurons: dict[str, Proc]  # by address
+
+    def client(self) -> OpenAI:
+        return strict_client(self.base_url)
+
+
+@pytest.fixture(scope="module")
+def pair(logs_dir: Path) -> Iterator[Pair]:
+    procs: list[Proc] = []
+    neurons: dict[str, Proc] = {}
+    try:
+        for i in range(2):
+            port = free_port()
+            args = ["neuron", "serve", "--engine", "sim", "--served-id", MODEL]
+            args += ["--port", str(port), "--metrics-port", str(free_port())]
+            proc = Proc(args, logs_dir / f"route-neuron-{i}.log")
+            procs.append(proc)
+            neurons[f"127.0.0.1:{port}"] = proc
+        port = free_port()
+        args = ["cortex", "--port", str(port), "--routing", "prefix_affinity", "--model", MODEL]
+        args += ["--poll-interval-s", "0.5", "--state-dir", str(logs_dir / "route-state")]
+        for address in neurons:
+            args += ["--neuron", address]
+        cortex = Proc(args, logs_dir / "route-cortex.log")
+        procs.append(cortex)
+        base = f"http://127.0.0.1:{port}"
+        wait_http_ready(cortex, f"{base}/readyz", 60)
+        _wait_both_ready(base, cortex)
+        yield Pair(base, neurons)
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+def _wait_both_ready(base: str, cortex: Proc) -> None:
+    """/readyz needs one neuron; the test needs both routable."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        up = [
+            s
+            for f in text_string_to_metric_families(httpx.get(f"{base}/metrics").text)
+            if f.name == "neuraxis_replica_up"
+            for s in f.samples
+            if s.value == 1
+        ]
+        if len(up) == 2:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"both neurons never ready:\n{cortex.log_tail()}")
+
+
+def _decisions(base: str) -> Counter[tuple[str, str]]:
+    """Requests routed so far, by (replica, decision)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for family in text_string_to_metric_families(httpx.get(f"{base}/metrics").text):
+        if family.name != DECISIONS:
+            continue
+        for sample in family.samples:
+            if sample.name == f"{DECISIONS}_total" and sample.labels["model"] == MODEL:
+                counts[(sample.labels["replica"], sample.labels["decision"])] += int(sample.value)
+    return counts
+
+
+def _turn(pair: Pair, text: str, previous: str | None) -> tuple[str, Counter[tuple[str, str]]]:
+    """One turn of the chain: its response id and the routing it caused."""
+    before = _decisions(pair.base_url)
+    if previous is None:
+        response = pair.client().responses.create(model=MODEL, input=text)
+    else:
+        response = pair.client().responses.create(
+            model=MODEL, input=text, previous_response_id=previous
+        )
+    assert response.status == "completed"
+    return response.id, _decisions(pair.base_url) - before
+
+
+def test_a_chain_stays_on_its_replica_and_moves_when_it_stops(pair: Pair) -> None:
+    first, routed = _turn(pair, "Turn one of a chain.", None)
+    ((home, decision),) = routed  # one request, one routing decision
+    assert routed[(home, decision)] == 1
+    previous = first
+    for text in ("Turn two.", "Turn three."):
+        previous, routed = _turn(pair, text, previous)
+        # The replica that served the previous response, because it did.
+        assert routed == Counter({(home, "chain"): 1})
+
+    pair.neurons[home].stop(signal.SIGTERM)
+    (other,) = [a for a in pair.neurons if a != home]
+    previous, routed = _turn(pair, "Turn four, its replica gone.", previous)
+    # Wherever the first attempt went (cortex may not have seen the neuron go
+    # yet), the response was served by the other replica.
+    assert {replica for replica, _ in routed} <= {home, other}
+    assert sum(n for (replica, _), n in routed.items() if replica == other) == 1
+    # And the chain now continues there.
+    _, routed = _turn(pair, "Turn five.", previous)
+    assert routed == Counter({(other, "chain"): 1})
