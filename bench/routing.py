@@ -206,7 +206,9 @@ def _percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def report(results: list[Result], out_dir: Path | None) -> str:
+def report(results: list[Result], out: Path | None) -> str:
+    """The table and the targets; with `out` (the JSON summary's path), the
+    markdown and the plots beside it, named after it."""
     header = [
         "workload",
         "policy",
@@ -233,14 +235,15 @@ def report(results: list[Result], out_dir: Path | None) -> str:
         for r in results
     ]
     text = plots.markdown_table(header, rows) + "\n\n" + "\n".join(targets(results))
-    if out_dir is not None:
-        where = [plots.write_markdown(out_dir, "routing", text)]
+    if out is not None:
+        out_dir, name = out.parent, out.stem
+        where = [plots.write_markdown(out_dir, name, text)]
         for workload in sorted({r.workload for r in results}):
             mine = [r for r in results if r.workload == workload]
             where.append(
                 plots.cdf_plot(
                     out_dir,
-                    f"ttft-cdf-{workload}",
+                    f"{name}-ttft-cdf-{workload}",
                     {r.policy: r.ttfts_ms for r in mine},
                     "time to first token (ms)",
                     f"TTFT per routing policy ({workload} workload)",
@@ -249,7 +252,7 @@ def report(results: list[Result], out_dir: Path | None) -> str:
             where.append(
                 plots.bar_plot(
                     out_dir,
-                    f"replica-share-{workload}",
+                    f"{name}-replica-share-{workload}",
                     {r.policy: r.shares for r in mine},
                     "share of requests",
                     f"Each replica's share of requests ({workload} workload)",
@@ -305,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 results.append(result)
     print()
-    print(report(results, out.parent if out is not None else None))
+    print(report(results, out))
     write_summary(out, {"results": [asdict(r) for r in results], "logs": str(logs)})
     return 0
 
