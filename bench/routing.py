@@ -12,7 +12,7 @@ Workloads (routing_workload.py): `shared`, 16 groups each with its own
 ~1,500-token system prompt (24k tokens of prefixes: more than one cache
 holds, less than two), 2 users per group, 3 turns each that extend their
 conversation, 16-token answers, 8 requests in flight, users interleaved; and
-`hot`, one group of 32 users (every request shares one prefix).
+`hot`, one group of 16 users (every request shares one prefix).
 
 The caches are not flushed between policies: each policy's prompts come from
 its own seed, so none finds blocks another left behind, and each starts with
@@ -48,7 +48,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import plots
 from bench.routing_workload import MODEL, Shape, User, conversations, run_workload
-from bench.stack import RESULTS, output_path, parser, running_stack, write_summary
+from bench.stack import (
+    ENGINE_START_TIMEOUT_S,
+    RESULTS,
+    output_path,
+    parser,
+    running_stack,
+    write_summary,
+)
 from cortex.routing.factory import PolicyName
 from tests.procs import Proc, free_port, wait_http_ready
 
@@ -57,7 +64,7 @@ SHAPES = {
         groups=16, users_per_group=2, turns=3, prefix_words=1500, max_tokens=16, concurrency=8
     ),
     "hot": Shape(
-        groups=1, users_per_group=32, turns=3, prefix_words=1500, max_tokens=16, concurrency=8
+        groups=1, users_per_group=16, turns=3, prefix_words=1500, max_tokens=16, concurrency=8
     ),
 }
 SMOKE = Shape(groups=2, users_per_group=2, turns=2, prefix_words=40, max_tokens=4, concurrency=2)
@@ -88,14 +95,20 @@ class Result:
         return max(self.shares.values()) * len(self.shares) if self.shares else 0.0
 
 
-def chat_neurons(base_url: str) -> list[Neuron]:
-    """The chat model's replicas, as cortex's service discovery lists them."""
-    groups = httpx.get(f"{base_url}/sd/neurons", timeout=10).json()
-    return [
-        Neuron(g["labels"]["replica"], g["targets"][0])
-        for g in groups
-        if g["labels"]["model"] == MODEL
-    ]
+def chat_neurons(base_url: str, replicas: int) -> list[Neuron]:
+    """The chat model's replicas, as cortex's service discovery lists them,
+    once there are `replicas` of them (cortex is ready with the first)."""
+    deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
+    while True:
+        groups = httpx.get(f"{base_url}/sd/neurons", timeout=10).json()
+        found = [
+            Neuron(g["labels"]["replica"], g["targets"][0])
+            for g in groups
+            if g["labels"]["model"] == MODEL
+        ]
+        if len(found) >= replicas or time.monotonic() > deadline:
+            return found
+        time.sleep(1)
 
 
 def _samples(url: str) -> list[tuple[str, dict[str, str], float]]:
@@ -287,12 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     cli = parser(__doc__)
     cli.add_argument("--policies", nargs="+", default=[p.value for p in PolicyName])
     cli.add_argument("--workloads", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    cli.add_argument("--replicas", type=int, default=2, help="chat replicas to wait for (smoke: 1)")
     args = cli.parse_args(argv)
+    if args.smoke:
+        args.replicas = 1
     out = output_path(args, "routing/routing.json")
     logs = Path(tempfile.mkdtemp(prefix="bench-routing-"))
     results: list[Result] = []
     with running_stack(args.base_url, RESULTS / "routing-up.log", UP_ARGS) as target:
-        neurons = chat_neurons(target.base_url)
+        neurons = chat_neurons(target.base_url, args.replicas)
         print(f"{len(neurons)} chat replicas: {', '.join(n.address for n in neurons)}")
         for w, workload in enumerate(args.workloads):
             shape = SMOKE if args.smoke else SHAPES[workload]
