@@ -22,6 +22,7 @@ from cortex.api import (
     observability,
     responses,
 )
+from cortex.api.disconnect import CancelOnDisconnect
 from cortex.api.errors import install_error_handlers
 from cortex.api.responses.run import fail_orphans
 from cortex.auth.authenticator import Authenticator, authenticate
@@ -63,6 +64,10 @@ def create_app(
         max_retries=settings.max_retries,
         policy=settings.policy_table(spec.routing() if spec else None),
         load_interval_s=settings.load_interval_s,
+        deadlines=settings.deadlines(),
+        ejection=settings.ejection(),
+        retry_budget=settings.retry_budget(),
+        health_timeout_s=settings.health_timeout_s,
     )
 
     store = store or _store_for(settings)
@@ -131,6 +136,8 @@ def create_app(
     app.include_router(models.router, dependencies=api)
     app.include_router(health.router)
     app.include_router(observability.router)
+    # Innermost: it watches for the disconnect once the body has been read.
+    app.add_middleware(CancelOnDisconnect)
     if keys is not None:
         app.add_middleware(RateLimitHeaders, limiter=limiter)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -11,7 +11,11 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from cortex.routing.deadlines import Deadlines
+from cortex.routing.ejection import EjectionOptions
 from cortex.routing.factory import DEFAULT_POLICY, PolicyName, PolicyOptions, PolicyTable
+from cortex.routing.retry_budget import RetryBudgetOptions
+from neuraxis.core.grpc_limits import MAX_MESSAGE_BYTES
 from neuraxis.core.logs import LogSettings
 from neuraxis.core.settings import Flag
 from neuraxis.core.tls import TlsFiles, tls_files
@@ -43,7 +47,55 @@ class CortexSettings(LogSettings):
         "default: any ready neuron will do)",
     )
     request_timeout_s: float = Field(
-        600.0, gt=0, description="gRPC deadline for one generation, in seconds"
+        600.0,
+        gt=0,
+        description="total deadline of one generation, retries included (a retry keeps the "
+        "original deadline), in seconds",
+    )
+    first_token_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="deadline for a neuron's first message of an attempt, queueing included; "
+        "past it the attempt fails and, nothing having been sent, is retried elsewhere (s)",
+    )
+    idle_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="deadline between two messages of a stream once it has started (long "
+        "enough for output held back, e.g. a tool call's arguments); past it the stream ends "
+        "with its terminal error event (s)",
+    )
+    health_timeout_s: float = Field(
+        1.0,
+        gt=0,
+        description="how long a neuron's Info poll may take before the neuron counts as not "
+        "answering: out of rotation, and its requests in flight abandoned (s)",
+    )
+    eject_consecutive_failures: int = Field(
+        5,
+        ge=1,
+        description="outlier ejection: failures in a row (INTERNAL, UNAVAILABLE, deadline, "
+        "broken stream; never the request's own errors) that eject a neuron (Envoy's 5)",
+    )
+    eject_base_s: float = Field(
+        30.0,
+        gt=0,
+        description="outlier ejection: a neuron is ejected for this x the times it has been "
+        "ejected, then comes back on probation: one success clears it, one failure ejects "
+        "it again; the last ready replica of a model is never ejected (s, Envoy's 30)",
+    )
+    eject_max_s: float = Field(
+        300.0, gt=0, description="outlier ejection: the longest ejection (s, Envoy's 300)"
+    )
+    retry_budget_ratio: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="at most this share of the requests in flight may be retrying at once "
+        "(a request during which an engine died is retried at most once)",
+    )
+    retry_budget_min: int = Field(
+        3, ge=0, description="retries allowed at once however few requests are in flight"
     )
     poll_interval_s: float = Field(
         1.0,
@@ -91,7 +143,11 @@ class CortexSettings(LogSettings):
         "avoided while another is not",
     )
     max_body_bytes: int = Field(
-        16 * 1024 * 1024, gt=0, description="largest accepted request body; larger ones get 413"
+        16 * 1024 * 1024,
+        gt=0,
+        le=MAX_MESSAGE_BYTES // 2,
+        description="largest accepted request body; larger ones get 413 (at most half of the "
+        "gRPC message limit, which leaves room for a previous_response_id chain)",
     )
     # The flag predates the field: --no-metrics (and so --metrics).
     metrics_enabled: Annotated[bool, Flag("metrics")] = Field(
@@ -211,6 +267,23 @@ class CortexSettings(LogSettings):
     @property
     def cluster_mode(self) -> bool:
         return self.ray_head or self.ray_address is not None
+
+    def deadlines(self) -> Deadlines:
+        return Deadlines(
+            first_token_s=self.first_token_timeout_s,
+            idle_s=self.idle_timeout_s,
+            total_s=self.request_timeout_s,
+        )
+
+    def ejection(self) -> EjectionOptions:
+        return EjectionOptions(
+            consecutive_failures=self.eject_consecutive_failures,
+            base_s=self.eject_base_s,
+            max_s=self.eject_max_s,
+        )
+
+    def retry_budget(self) -> RetryBudgetOptions:
+        return RetryBudgetOptions(ratio=self.retry_budget_ratio, minimum=self.retry_budget_min)
 
     def policy_table(self, spec_routing: Mapping[str, PolicyName] | None = None) -> PolicyTable:
         """The routing policies these settings ask for, one per model:

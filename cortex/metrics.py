@@ -96,6 +96,16 @@ RETRIES = Counter(
     "Requests retried elsewhere after a replica failed before the first token.",
     ["model", "replica"],
 )
+EJECTIONS = Counter(
+    "neuraxis_replica_ejections",
+    "Times a replica was ejected for failing requests in a row (outlier ejection).",
+    ["replica"],
+)
+RETRIES_REFUSED = Counter(
+    "neuraxis_retries_refused",
+    "Retries not made: the retry budget was spent, or an engine had died during the request.",
+    ["model"],
+)
 REPLICA_UP = Gauge(
     "neuraxis_replica_up",
     "1 if the replica answers and its engine is ready, else 0.",
@@ -262,6 +272,18 @@ def record_dropped_tool(api: str, kind: str) -> None:
     """A hosted tool left out of a request (`kind`: its tool type, a closed set)."""
     if _enabled:
         DROPPED_TOOLS.labels(api, kind).inc()
+
+
+def record_ejection(replica: str) -> None:
+    """A replica ejected by outlier ejection."""
+    if _enabled:
+        EJECTIONS.labels(replica).inc()
+
+
+def record_retry_refused(model: str) -> None:
+    """A retry the budget (or an engine's death) did not allow."""
+    if _enabled:
+        RETRIES_REFUSED.labels(model).inc()
 
 
 def record_store_write(backend: str, seconds: float) -> None:

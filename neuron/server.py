@@ -22,11 +22,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from neuraxis.core.errors import (
     ERROR_METADATA_KEY,
     PARAM_METADATA_KEY,
+    EngineDiedError,
     InternalError,
     NeuraxisError,
     UnavailableError,
     mapping_for,
 )
+from neuraxis.core.grpc_limits import MESSAGE_OPTIONS
 from neuraxis.core.tls import TlsFiles
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
@@ -130,7 +132,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
                 yield convert.generate_response(output)
         except NeuraxisError as e:
             call.failed(e)
-            await _abort(context, e)
+            await _abort(context, _as_death(self._engine, e))
         except asyncio.CancelledError as e:
             # The caller went away or its deadline passed: the engine's
             # generator has already aborted the request on the way out.
@@ -197,7 +199,15 @@ class NeuronServicer(pb_grpc.NeuronServicer):
 def _check_alive(engine: Engine) -> None:
     cause = engine.death_cause()
     if cause is not None or not engine.healthy():
-        raise UnavailableError(f"the neuron's engine has died: {cause or 'unknown cause'}")
+        raise EngineDiedError(f"the neuron's engine has died: {cause or 'unknown cause'}")
+
+
+def _as_death(engine: Engine, error: NeuraxisError) -> NeuraxisError:
+    """An UNAVAILABLE raised while the engine was dying says so by its kind:
+    cortex retries a request during which an engine died at most once."""
+    if isinstance(error, UnavailableError) and engine.death_cause() is not None:
+        return EngineDiedError(error.message)
+    return error
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: NeuraxisError) -> None:
@@ -240,6 +250,12 @@ async def _set_health(health_servicer: health.aio.HealthServicer, serving: bool)
         await health_servicer.set(name, status)
 
 
+def new_server() -> grpc.aio.Server:
+    """The gRPC server, taking messages as large as cortex may send
+    (neuraxis/core/grpc_limits.py says why)."""
+    return grpc.aio.server(options=MESSAGE_OPTIONS)
+
+
 async def _listen(
     servicer: NeuronServicer,
     health_servicer: health.aio.HealthServicer,
@@ -249,7 +265,7 @@ async def _listen(
 ) -> tuple[grpc.aio.Server, int]:
     """Start the gRPC server (NOT_SERVING until the engine has loaded), over
     mutual TLS with `credentials`, otherwise plaintext."""
-    server = grpc.aio.server()
+    server = new_server()
     pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     await _set_health(health_servicer, serving=False)

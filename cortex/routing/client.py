@@ -24,6 +24,7 @@ from neuraxis.core.errors import (
     UnavailableError,
     from_grpc,
 )
+from neuraxis.core.grpc_limits import MESSAGE_OPTIONS
 from neuraxis.core.tls import NEURON_SERVER_NAME, TlsFiles
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
@@ -39,6 +40,8 @@ _CHANNEL_OPTIONS = [
     # Reconnect quickly after a neuron restarts.
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2_000),
+    # Requests up to cortex's body limit and a stored chain (grpc_limits).
+    *MESSAGE_OPTIONS,
 ]
 
 # Over TLS the neuron's certificate is checked for this name, not for the

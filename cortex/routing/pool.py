@@ -5,9 +5,18 @@ follows the controller's endpoint table (`update`), and a replica that leaves
 the table takes no new requests while its in-flight ones finish. A background
 task polls every neuron's Info to learn which are ready and which models they
 serve; a neuron that fails a request with UNAVAILABLE is taken out at once
-and comes back with its next good poll. Each request counts against its
-neuron from the moment of dispatch. A request whose neuron fails before the
-first token is retried elsewhere.
+and comes back with its next good poll, and one that stops answering the
+poll within its timeout is taken out too, its requests in flight abandoned
+at once (retried elsewhere before their first token, failed after it). Each
+request counts against its neuron from the moment of dispatch.
+
+A request whose neuron fails before the first token is retried elsewhere,
+within the pool's retry budget (`retry_budget.py`) and its total deadline;
+waiting for each message is bounded by the first-token and idle deadlines
+(`deadlines.py`). A request's own errors (the error table's
+`caused_by_request`) go straight back to the caller; the neuron's failures
+count towards its outlier ejection (`ejection.py`): ejected neurons are
+passed over while any other ready neuron serves the model.
 
 Which of the eligible neurons takes an attempt is the routing policy's
 decision (`policy.py`; one per model from a `PolicyTable`, least outstanding
@@ -26,11 +35,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from cortex import metrics
 from cortex.routing.client import NeuronClient, NeuronConnection
+from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
+from cortex.routing.ejection import EjectionOptions, OutlierEjection
 from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import (
     Candidate,
@@ -41,13 +52,17 @@ from cortex.routing.policy import (
     RouteRequest,
     RoutingPolicy,
 )
+from cortex.routing.retry_budget import RetryBudget, RetryBudgetOptions, Ticket
 from neuraxis.core.errors import (
+    EngineDiedError,
     InternalError,
     InvalidRequestError,
     ModelNotFoundError,
     NeuraxisError,
     UnavailableError,
+    caused_by_request,
 )
+from neuraxis.core.grpc_limits import check_size
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex")
@@ -65,6 +80,9 @@ class NeuronState:
     info: pb.InfoResponse | None = None
     retired: bool = False  # left the endpoint table; closed once idle
     load: EngineLoad | None = None  # the engine's last Load report
+    # The attempts in flight here, abandoned when the health poll finds the
+    # neuron gone.
+    watchdogs: set[Watchdog] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -89,10 +107,16 @@ class NeuronPool:
         policy: RoutingPolicy | PolicyTable | None = None,
         clock: Callable[[], float] = time.monotonic,
         load_interval_s: float = 0.5,
+        deadlines: Deadlines | None = None,
+        ejection: EjectionOptions | None = None,
+        retry_budget: RetryBudgetOptions | None = None,
+        health_timeout_s: float = 1.0,
     ) -> None:
         """`clients` are the static neurons; `client_factory` makes the ones
         the endpoint table adds (`update`). `policy` is one policy for every
-        model, or a table of one per model (default: least outstanding)."""
+        model, or a table of one per model (default: least outstanding).
+        `request_timeout_s` is the total deadline; `deadlines` adds the
+        first-token and idle ones (default: the total for each)."""
         self._states = [NeuronState(c) for c in clients]
         self._expected = list(expected_models)
         self._poll_interval = poll_interval_s
@@ -107,6 +131,11 @@ class NeuronPool:
         self._clock = clock
         self._load_interval = load_interval_s
         self._pollers: list[asyncio.Task[None]] = []
+        t = request_timeout_s
+        self._deadlines = deadlines or Deadlines(first_token_s=t, idle_s=t, total_s=t)
+        self._ejection = OutlierEjection(ejection or EjectionOptions(), clock)
+        self._budget = RetryBudget(retry_budget)
+        self._health_timeout = health_timeout_s
 
     async def start(self) -> None:
         await self.refresh()
@@ -206,30 +235,79 @@ class NeuronPool:
         """The neuron's stream for `request`. An attempt that fails before its
         first message is retried on another neuron; after it, the error goes
         to the caller (part of the answer has already gone out)."""
-        tried: list[NeuronState] = []
-        attempt: _Attempt | None = self._first_attempt(request, hints)
-        while attempt is not None:
-            current, attempt = attempt, None
-            self._dispatch(current)
-            started = False
-            outcome = Outcome.CANCELLED  # unless the stream ends or fails
-            try:
-                async for response in current.state.client.generate(request, self._timeout):
-                    started = True
-                    yield response
-                outcome = Outcome.OK
-            except (UnavailableError, InternalError) as e:
-                outcome = Outcome.FAILED
-                attempt = self._retry_or_raise(request, current, e, tried, started)
-            except NeuraxisError:
-                outcome = Outcome.OK  # the neuron answered: the request was at fault
-                raise
-            finally:
-                await self._done(current, outcome)
+        check_size(request.ByteSize())  # before a neuron's transport refuses it
+        deadline = RequestDeadline(self._deadlines, self._clock)
+        with self._budget.ticket() as ticket:
+            tried: list[NeuronState] = []
+            attempt: _Attempt | None = self._first_attempt(request, hints)
+            while attempt is not None:
+                current, attempt = attempt, None
+                self._dispatch(current)
+                started = False
+                outcome = Outcome.CANCELLED  # unless the stream ends or fails
+                try:
+                    async for response in self._watched(current.state, request, deadline):
+                        started = True
+                        yield response
+                    outcome = Outcome.OK
+                except NeuraxisError as e:
+                    if caused_by_request(e):
+                        outcome = Outcome.OK  # the neuron answered: the request was at fault
+                        raise
+                    outcome = Outcome.FAILED
+                    attempt = self._retry_or_raise(
+                        request, current, e, tried, started, ticket, deadline
+                    )
+                finally:
+                    await self._done(current, outcome)
+
+    async def _watched(
+        self, state: NeuronState, request: pb.GenerateRequest, deadline: RequestDeadline
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        """One attempt's stream, each wait for a message bounded by the
+        request's deadlines and cut short if the health poll finds the
+        neuron gone."""
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise deadline.exceeded("total")
+        stream = aiter(state.client.generate(request, remaining))
+        watchdog = Watchdog(deadline)
+        state.watchdogs.add(watchdog)
+        try:
+            while True:
+                watchdog.waiting()
+                try:
+                    response = await anext(stream)
+                except StopAsyncIteration:
+                    return
+                except asyncio.CancelledError:
+                    if not watchdog.interrupted():
+                        raise
+                    if watchdog.expired == "neuron down":
+                        raise UnavailableError(
+                            f"neuron {state.client.address} stopped answering its health checks"
+                        ) from None
+                    raise deadline.exceeded(watchdog.expired or "total") from None
+                finally:
+                    watchdog.received()
+                watchdog.started()
+                yield response
+        finally:
+            watchdog.stop()
+            state.watchdogs.discard(watchdog)
+            if isinstance(stream, AsyncGenerator):
+                await stream.aclose()  # the neuron's call is cancelled now, not at collection
 
     async def embed(
         self, request: pb.EmbedRequest, hints: RouteHints | None = None
     ) -> pb.EmbedResponse:
+        with self._budget.ticket() as ticket:
+            return await self._embed(request, hints, ticket)
+
+    async def _embed(
+        self, request: pb.EmbedRequest, hints: RouteHints | None, ticket: Ticket
+    ) -> pb.EmbedResponse:
+        deadline = RequestDeadline(self._deadlines, self._clock)
         tried: list[NeuronState] = []
         attempt = self._first_attempt(request, hints)
         while True:
@@ -240,12 +318,12 @@ class NeuronPool:
                 response = await current.state.client.embed(request, self._timeout)
                 outcome = Outcome.OK
                 return response
-            except (UnavailableError, InternalError) as e:
+            except NeuraxisError as e:
+                if caused_by_request(e):
+                    outcome = Outcome.OK
+                    raise
                 outcome = Outcome.FAILED
-                attempt = self._retry_or_raise(request, current, e, tried, started=False)
-            except NeuraxisError:
-                outcome = Outcome.OK
-                raise
+                attempt = self._retry_or_raise(request, current, e, tried, False, ticket, deadline)
             finally:
                 await self._done(current, outcome)
 
@@ -295,30 +373,64 @@ class NeuronPool:
         self._policy_for(attempt.route.model).on_complete(
             state.client.address, attempt.route, outcome
         )
+        if outcome is Outcome.OK:
+            self._ejection.success(state.client.address)
+        elif outcome is Outcome.FAILED:
+            self._count_failure(state)
         if state.retired and state.outstanding == 0:
             await state.client.close()
+
+    def _count_failure(self, state: NeuronState) -> None:
+        address = state.client.address
+        ejected_for = self._ejection.failure(address, self._can_eject(state))
+        if ejected_for is not None:
+            metrics.record_ejection(address)
+            log.warning("neuron %s ejected for %.0f s after failing requests", address, ejected_for)
+
+    def _can_eject(self, state: NeuronState) -> bool:
+        """Not the last ready, not ejected replica of any model it serves."""
+        return all(
+            any(
+                other is not state
+                and other.ready
+                and model in other.models
+                and not self._ejection.ejected(other.client.address)
+                for other in self._states
+            )
+            for model in state.models
+        )
 
     def _retry_or_raise(
         self,
         request: pb.GenerateRequest | pb.EmbedRequest,
         failed: _Attempt,
-        error: UnavailableError | InternalError,
+        error: NeuraxisError,
         tried: list[NeuronState],
         started: bool,
+        ticket: Ticket,
+        deadline: RequestDeadline,
     ) -> _Attempt:
         """The next attempt after a failure, or raise the failure: only
-        before anything reached the client, and a bounded number of times."""
+        before anything reached the client, a bounded number of times,
+        within the retry budget and the request's total deadline."""
         state = failed.state
         if isinstance(error, UnavailableError):
             state.ready = False
         tried.append(state)
         retry = None
-        if not started and len(tried) <= self._max_retries:
+        if not started and len(tried) <= self._max_retries and deadline.remaining() > 0:
             route = self._route(
                 request, failed.route.hints, attempt=len(tried), prefix=failed.route.prefix
             )
             chosen = self._alternative(route, tried)
-            retry = _Attempt(chosen[0], route, chosen[1]) if chosen is not None else None
+            refusal = None
+            if chosen is not None:
+                refusal = ticket.refusal(engine_died=isinstance(error, EngineDiedError))
+            if refusal is not None:
+                metrics.record_retry_refused(self.model_label(request.model))
+                log.warning("request %s not retried: %s", request.request_id, refusal)
+            elif chosen is not None:
+                retry = _Attempt(chosen[0], route, chosen[1])
         if retry is None:
             raise error
         metrics.record_retry(self.model_label(request.model), state.client.address)
@@ -346,11 +458,13 @@ class NeuronPool:
         this request has not tried, and the kind of decision; or why there
         is none."""
         model = route.model
-        eligible = [
+        ready = [
             s
             for s in self._states
             if s.ready and model in s.models and all(s is not t for t in exclude)
         ]
+        # Ejected neurons only when nothing else is left (never all out).
+        eligible = [s for s in ready if not self._ejection.ejected(s.client.address)] or ready
         if eligible:
             candidates = [self._candidate(s) for s in eligible]
             choice = self._policy_for(model).choose(candidates, route)
@@ -406,11 +520,12 @@ class NeuronPool:
 
     async def _refresh_one(self, state: NeuronState) -> None:
         try:
-            info = await state.client.info(timeout=max(self._poll_interval, 1.0))
+            info = await state.client.info(timeout=self._health_timeout)
         except NeuraxisError as e:
             if state.ready:
                 log.warning("neuron %s is not answering: %s", state.client.address, e.message)
             state.ready = False
+            self._abandon(state)
             return
         if state.retired:
             return
@@ -421,9 +536,19 @@ class NeuronPool:
         state.ever_seen = True
         state.info = info
         state.ready = info.ready
+        if not info.ready:
+            self._abandon(state)
         if info.ready:
             state.models = {m.id: m for m in info.models}
             for model in state.models:
                 metrics.touch_replica(model, state.client.address)
                 policy = self._policy_for(model)
                 metrics.touch_decisions(model, state.client.address, policy.name, policy.decisions)
+
+    @staticmethod
+    def _abandon(state: NeuronState) -> None:
+        """End the waits of the attempts in flight on a neuron the health
+        poll found gone: each fails at once (retried elsewhere if nothing
+        was sent yet)."""
+        for watchdog in state.watchdogs:
+            watchdog.neuron_down()

@@ -10,6 +10,7 @@
     ├── NotFoundError              404 invalid_request_error          NOT_FOUND
     │   └── ModelNotFoundError     404 ... model_not_found            NOT_FOUND
     ├── UnavailableError           503 server_error, Retry-After      UNAVAILABLE
+    │   └── EngineDiedError        503 ... service_unavailable        UNAVAILABLE
     ├── DeadlineExceededError      504 server_error timeout           DEADLINE_EXCEEDED
     └── InternalError              500 server_error                   INTERNAL
 
@@ -22,6 +23,11 @@ that fails after it started, as that Response's `error.code` (invalid_prompt
 for the request's own errors, server_error for the rest). The table has no
 grpc dependency so that cortex's API layer can use it without one; gRPC codes
 are named by their enum member names.
+
+The table's `caused_by_request` column says whose fault an error is: the
+request's own (invalid, too large, past the context, unknown model) is
+returned to the client as it is, never retried on another neuron and never
+counted against the neuron that said so; the rest may be the neuron's.
 """
 
 from __future__ import annotations
@@ -101,6 +107,13 @@ class UnavailableError(NeuraxisError):
         self.retry_after = retry_after
 
 
+class EngineDiedError(UnavailableError):
+    """The neuron's engine died while (or before) serving the request: the
+    request may be what killed it, so it is retried at most once."""
+
+    kind = "engine_died"
+
+
 class DeadlineExceededError(NeuraxisError):
     kind = "deadline_exceeded"
 
@@ -120,11 +133,14 @@ class ErrorMapping:
     # request the model cannot take is "invalid_prompt" and the rest is the
     # server's; the message keeps the detail.
     response_code: str
+    # The request itself is at fault: returned to the client, never retried,
+    # never counted against the neuron (outlier ejection).
+    caused_by_request: bool
 
 
 ERROR_TABLE: dict[type[NeuraxisError], ErrorMapping] = {
     InvalidRequestError: ErrorMapping(
-        400, "invalid_request_error", None, "INVALID_ARGUMENT", "invalid_prompt"
+        400, "invalid_request_error", None, "INVALID_ARGUMENT", "invalid_prompt", True
     ),
     ContextLengthExceededError: ErrorMapping(
         400,
@@ -132,30 +148,43 @@ ERROR_TABLE: dict[type[NeuraxisError], ErrorMapping] = {
         "context_length_exceeded",
         "INVALID_ARGUMENT",
         "invalid_prompt",
+        True,
     ),
     RequestTooLargeError: ErrorMapping(
-        413, "invalid_request_error", "request_too_large", "RESOURCE_EXHAUSTED", "invalid_prompt"
+        413,
+        "invalid_request_error",
+        "request_too_large",
+        "RESOURCE_EXHAUSTED",
+        "invalid_prompt",
+        True,
+    ),
+    NotFoundError: ErrorMapping(
+        404, "invalid_request_error", None, "NOT_FOUND", "invalid_prompt", True
     ),
     AuthenticationError: ErrorMapping(
-        401, "invalid_request_error", "invalid_api_key", "UNAUTHENTICATED", "invalid_prompt"
+        401, "invalid_request_error", "invalid_api_key", "UNAUTHENTICATED", "invalid_prompt", True
     ),
     RateLimitError: ErrorMapping(
-        429, "requests", "rate_limit_exceeded", "RESOURCE_EXHAUSTED", "rate_limit_exceeded"
+        429, "requests", "rate_limit_exceeded", "RESOURCE_EXHAUSTED", "rate_limit_exceeded", True
     ),
     TokenRateLimitError: ErrorMapping(
-        429, "tokens", "rate_limit_exceeded", "RESOURCE_EXHAUSTED", "rate_limit_exceeded"
+        429, "tokens", "rate_limit_exceeded", "RESOURCE_EXHAUSTED", "rate_limit_exceeded", True
     ),
-    NotFoundError: ErrorMapping(404, "invalid_request_error", None, "NOT_FOUND", "invalid_prompt"),
     ModelNotFoundError: ErrorMapping(
-        404, "invalid_request_error", "model_not_found", "NOT_FOUND", "invalid_prompt"
+        404, "invalid_request_error", "model_not_found", "NOT_FOUND", "invalid_prompt", True
     ),
     UnavailableError: ErrorMapping(
-        503, "server_error", "service_unavailable", "UNAVAILABLE", "server_error"
+        503, "server_error", "service_unavailable", "UNAVAILABLE", "server_error", False
+    ),
+    EngineDiedError: ErrorMapping(
+        503, "server_error", "service_unavailable", "UNAVAILABLE", "server_error", False
     ),
     DeadlineExceededError: ErrorMapping(
-        504, "server_error", "timeout", "DEADLINE_EXCEEDED", "server_error"
+        504, "server_error", "timeout", "DEADLINE_EXCEEDED", "server_error", False
     ),
-    InternalError: ErrorMapping(500, "server_error", "internal_error", "INTERNAL", "server_error"),
+    InternalError: ErrorMapping(
+        500, "server_error", "internal_error", "INTERNAL", "server_error", False
+    ),
 }
 
 _BY_KIND: dict[str, type[NeuraxisError]] = {cls.kind: cls for cls in ERROR_TABLE}
@@ -166,7 +195,8 @@ _BY_GRPC_CODE: dict[str, type[NeuraxisError]] = {
     "OUT_OF_RANGE": InvalidRequestError,
     "NOT_FOUND": NotFoundError,
     "UNAVAILABLE": UnavailableError,
-    "RESOURCE_EXHAUSTED": UnavailableError,
+    # gRPC's own refusal of a message past its size limit: the request's size.
+    "RESOURCE_EXHAUSTED": RequestTooLargeError,
     "DEADLINE_EXCEEDED": DeadlineExceededError,
 }
 
@@ -176,6 +206,11 @@ def mapping_for(error: NeuraxisError) -> ErrorMapping:
         if cls in ERROR_TABLE:
             return ERROR_TABLE[cls]
     raise AssertionError(f"{type(error).__name__} is not in ERROR_TABLE")
+
+
+def caused_by_request(error: NeuraxisError) -> bool:
+    """Whether the request itself is at fault (the table's column)."""
+    return mapping_for(error).caused_by_request
 
 
 def from_grpc(grpc_code: str, message: str, kind: str | None, param: str | None) -> NeuraxisError:

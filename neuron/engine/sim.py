@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from neuraxis.core.errors import InternalError, ModelNotFoundError, UnavailableError
+from neuraxis.core.errors import EngineDiedError, InternalError, ModelNotFoundError
 from neuraxis.core.tasks import ModelTask
 from neuron.engine.base import (
     ChoiceDelta,
@@ -79,7 +79,7 @@ class SimEngine(Engine):
 
     def _check_alive(self) -> None:
         if self._death is not None:
-            raise UnavailableError(f"the neuron's engine has died: {self._death}")
+            raise EngineDiedError(f"the neuron's engine has died: {self._death}")
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[Output]:
         if request.model != self._model.id:

@@ -17,6 +17,7 @@ from cortex.routing.client import NeuronClient
 from neuraxis.core.errors import (
     ContextLengthExceededError,
     DeadlineExceededError,
+    EngineDiedError,
     InternalError,
     ModelNotFoundError,
     UnavailableError,
@@ -24,13 +25,19 @@ from neuraxis.core.errors import (
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 from neuron.engine.sim import SimEngine, SimOptions
-from neuron.server import ENGINE_DEATH_GRACE_S, EXIT_ENGINE_DIED, NeuronServicer, serve
+from neuron.server import (
+    ENGINE_DEATH_GRACE_S,
+    EXIT_ENGINE_DIED,
+    NeuronServicer,
+    new_server,
+    serve,
+)
 from tests.procs import free_port
 
 
 @contextlib.asynccontextmanager
 async def _serve(engine: SimEngine) -> AsyncIterator[NeuronClient]:
-    server = grpc.aio.server()
+    server = new_server()
     servicer = NeuronServicer(engine, pb.GPU_GENERATION_CPU)
     servicer.ready = True
     pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
@@ -199,3 +206,22 @@ async def test_a_dead_engine_ends_the_neuron_with_a_non_zero_status() -> None:
         for task in (neuron, watcher):
             if task is not None and not task.done():
                 task.cancel()
+
+
+async def test_a_call_during_which_the_engine_died_says_so_by_its_kind() -> None:
+    engine = SimEngine(SimOptions(served_id="m", itl_s=0.01, die_after_tokens=3))
+    async with _serve(engine) as client:
+        with pytest.raises(EngineDiedError):
+            [r async for r in client.generate(_request(max_tokens=50), timeout=10)]
+
+
+async def test_a_message_past_grpcs_default_4_mib_reaches_the_engine() -> None:
+    engine = SimEngine(SimOptions(served_id="m"))
+    async with _serve(engine) as client:
+        request = pb.GenerateRequest(
+            request_id="big",
+            model="m",
+            prompt="x" * (5 * 1024 * 1024),  # one word: one token
+        )
+        responses = [r async for r in client.generate(request, timeout=30)]
+        assert responses[-1].usage.prompt_tokens == 1

@@ -9,12 +9,15 @@ from neuraxis.core.errors import (
     ERROR_TABLE,
     ContextLengthExceededError,
     DeadlineExceededError,
+    EngineDiedError,
     InternalError,
     InvalidRequestError,
     ModelNotFoundError,
     NeuraxisError,
     NotFoundError,
+    RequestTooLargeError,
     UnavailableError,
+    caused_by_request,
     from_grpc,
     mapping_for,
 )
@@ -92,3 +95,33 @@ def test_every_response_code_is_one_the_responses_api_has() -> None:
         assert mapping.response_code in codes
     assert mapping_for(ContextLengthExceededError("x")).response_code == "invalid_prompt"
     assert mapping_for(InternalError("x")).response_code == "server_error"
+
+
+@pytest.mark.parametrize(
+    ("error", "by_request"),
+    [
+        (InvalidRequestError("x"), True),
+        (ContextLengthExceededError("x"), True),
+        (RequestTooLargeError("x"), True),
+        (NotFoundError("x"), True),
+        (ModelNotFoundError("x"), True),
+        (UnavailableError("x"), False),
+        (EngineDiedError("x"), False),
+        (DeadlineExceededError("x"), False),
+        (InternalError("x"), False),
+    ],
+)
+def test_the_table_says_which_errors_the_request_caused(
+    error: NeuraxisError, by_request: bool
+) -> None:
+    assert caused_by_request(error) is by_request
+
+
+def test_grpcs_own_message_size_refusal_is_the_requests_fault() -> None:
+    e = from_grpc("RESOURCE_EXHAUSTED", "Received message larger than max", None, None)
+    assert type(e) is RequestTooLargeError and caused_by_request(e)
+
+
+def test_a_dead_engine_is_a_kind_of_unavailable() -> None:
+    e = from_grpc("UNAVAILABLE", "the neuron's engine has died", "engine_died", None)
+    assert type(e) is EngineDiedError and mapping_for(e).http_status == 503

@@ -1,0 +1,76 @@
+"""The retry budget: how many requests may be retrying at once across the
+pool, so that a bad minute cannot multiply the load on the neurons left.
+
+At most `ratio` of the requests in flight (default 20 %, Envoy's), and never
+fewer than `minimum` (default 3, so a quiet pool can still retry), hold a
+retry at any moment. Each request holds a `Ticket` from its start to its
+end; its first retry takes a slot of the budget, kept until the request ends.
+A request during which an engine died is retried at most once: the request
+itself may be what killed it, and must not kill the fleet one engine at a
+time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import TracebackType
+
+
+@dataclass(frozen=True)
+class RetryBudgetOptions:
+    ratio: float = 0.2
+    minimum: int = 3
+
+
+class RetryBudget:
+    def __init__(self, options: RetryBudgetOptions | None = None) -> None:
+        self._options = options or RetryBudgetOptions()
+        self.in_flight = 0
+        self.retrying = 0
+
+    def ticket(self) -> Ticket:
+        """One request's share, to be used as a context manager."""
+        return Ticket(self)
+
+    def _allowance(self) -> int:
+        return max(self._options.minimum, math.floor(self._options.ratio * self.in_flight))
+
+
+class Ticket:
+    """One request's retries: whether the next may go, and the budget slot
+    it holds once it has retried."""
+
+    def __init__(self, budget: RetryBudget) -> None:
+        self._budget = budget
+        self.retries = 0
+        self.engine_deaths = 0
+        self._holds_slot = False
+
+    def __enter__(self) -> Ticket:
+        self._budget.in_flight += 1
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._budget.in_flight -= 1
+        if self._holds_slot:
+            self._budget.retrying -= 1
+
+    def refusal(self, engine_died: bool) -> str | None:
+        """Take the next retry, or say why it may not go (None: it may)."""
+        if engine_died:
+            self.engine_deaths += 1
+        if self.engine_deaths and self.retries >= 1:
+            return "an engine died during this request, which was already retried once"
+        if not self._holds_slot:
+            if self._budget.retrying >= self._budget._allowance():
+                return "the retry budget is spent"
+            self._budget.retrying += 1
+            self._holds_slot = True
+        self.retries += 1
+        return None
