@@ -147,6 +147,8 @@ class ChatCompletionRequest(SamplingFields, VllmSamplingFields, RefusesUnsupport
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None
+    # An affinity key for routing (see RouteHints); not sent to the model.
+    prompt_cache_key: str | None = None
 
 
 class FunctionCallOut(BaseModel):

@@ -129,7 +129,7 @@ class ReasoningConfig(BaseModel):
 
 class ResponsesRequest(RefusesUnsupported):
     model_config = ConfigDict(extra="forbid")
-    UNSUPPORTED = ("conversation", "prompt", "max_tool_calls", "prompt_cache_key")
+    UNSUPPORTED = ("conversation", "prompt")
 
     model: str = Field(min_length=1)
     input: str | list[InputItem]
@@ -151,6 +151,21 @@ class ResponsesRequest(RefusesUnsupported):
     stream: bool = False
     include: list[str] | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    # Function calls past this many in one response are dropped.
+    max_tool_calls: Annotated[int, Field(ge=0)] | None = None
+    # Open Responses' sampling penalties (the openai SDK does not send them).
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    # An affinity key for routing (requests sharing it share a neuron, so
+    # their common prefix is cached there), kept on the response.
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    # Kept on the response; this server serves one tier, answered "default".
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+    # The client's own annotations (Codex sends them): kept with the
+    # stored response, never sent to the model.
+    client_metadata: dict[str, Any] | None = None
 
     @field_validator("input", mode="before")
     @classmethod

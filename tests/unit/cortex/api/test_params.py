@@ -38,9 +38,9 @@ def test_false_or_null_asks_for_nothing() -> None:
 
 def test_unsupported_fields_are_named_in_order() -> None:
     body = ResponsesRequest.model_validate(
-        {"model": "m", "input": "x", "prompt_cache_key": "k", "max_tool_calls": 0}
+        {"model": "m", "input": "x", "prompt": {"id": "p"}, "conversation": "c"}
     )
-    assert body.unsupported == ["max_tool_calls", "prompt_cache_key"]
+    assert body.unsupported == ["conversation", "prompt"]
 
 
 @pytest.mark.parametrize(
