@@ -23,6 +23,7 @@ from cortex.api.choices import (
 )
 from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.streams import next_message
+from cortex.routing.policy import RouteHints
 from cortex.schemas.chat import (
     AssistantMessage,
     ChatCompletion,
@@ -113,7 +114,8 @@ async def create_chat_completion(
     request_id = dispatch.new_request_id("chatcmpl")
     internal = to_generate_request(body, request_id)
     created = int(time.time())
-    started = await dispatch.start(request, "chat", body.model, request_id, [internal])
+    hints = RouteHints(prompt_cache_key=body.prompt_cache_key)
+    started = await dispatch.start(request, "chat", body.model, request_id, [internal], hints)
     first, stream = started.only
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -26,6 +26,7 @@ from cortex.api.disconnect import ClientDisconnectedError, cancel_on_disconnect
 from cortex.api.streams import first_messages
 from cortex.auth.limiter import Admission, Limiter, estimate_embed, estimate_generate, metered
 from cortex.auth.principal import principal_of
+from cortex.routing.policy import RouteHints
 from cortex.routing.pool import NeuronPool
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -60,7 +61,12 @@ async def _admit(request: Request, tokens: int, parts: int) -> Admission | None:
 
 
 async def _route(
-    request: Request, api: str, model: str, request_id: str, internals: list[pb.GenerateRequest]
+    request: Request,
+    api: str,
+    model: str,
+    request_id: str,
+    internals: list[pb.GenerateRequest],
+    hints: RouteHints | None,
 ) -> tuple[list[Stream], Admission | None]:
     pool: NeuronPool = request.app.state.pool
     check_model(request, model)
@@ -71,18 +77,24 @@ async def _route(
     admission = await _admit(request, tokens, len(internals))
     tracker = metrics.start(api, pool.model_label(model), request_id, parts=len(internals))
     request.state.tracked = True  # the error handlers must not count it again
-    streams = [metrics.tracked(pool.generate(r), tracker) for r in internals]
+    # `hints` (the request's affinity keys) go to the routing policy of each.
+    streams = [metrics.tracked(pool.generate(r, hints), tracker) for r in internals]
     if admission is not None:
         streams = [metered(s, admission) for s in streams]
     return streams, admission
 
 
 async def route(
-    request: Request, api: str, model: str, request_id: str, internals: list[pb.GenerateRequest]
+    request: Request,
+    api: str,
+    model: str,
+    request_id: str,
+    internals: list[pb.GenerateRequest],
+    hints: RouteHints | None = None,
 ) -> list[Stream]:
     """Admit and start the internal requests of one API request; no stream
     is read."""
-    streams, _ = await _route(request, api, model, request_id, internals)
+    streams, _ = await _route(request, api, model, request_id, internals, hints)
     return streams
 
 
@@ -101,9 +113,14 @@ class Started:
 
 
 async def start(
-    request: Request, api: str, model: str, request_id: str, internals: list[pb.GenerateRequest]
+    request: Request,
+    api: str,
+    model: str,
+    request_id: str,
+    internals: list[pb.GenerateRequest],
+    hints: RouteHints | None = None,
 ) -> Started:
-    streams, admission = await _route(request, api, model, request_id, internals)
+    streams, admission = await _route(request, api, model, request_id, internals, hints)
     try:
         if len(streams) == 1:  # the common case, without a task per stream
             return Started([await anext(streams[0])], streams)

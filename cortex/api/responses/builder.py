@@ -7,13 +7,22 @@ ends every one of them: a normal end (`finish`), a failure (`fail`), a
 cancel, and a response found running after a restart (`resume` rebuilds the
 builder from its stored record, then it fails like any other). Sequence
 numbers and SSE framing are added by the caller.
+
+What the request asked of the output is honoured here: token logprobs on
+output_text parts and text deltas (present when the neuron sends them, that
+is when the request included "message.output_text.logprobs"), and
+`max_tool_calls` (calls past it are dropped). `completed_at` is set when a
+response completes.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cortex.api.choices import logprobs_out
 from cortex.api.responses import calls
 from cortex.api.responses.events import (
     ContentPart,
@@ -31,7 +40,17 @@ from cortex.api.tools import CallNaming
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 # The keys of the response object the builder owns; the rest echo the request.
-_OWN = ("id", "object", "created_at", "status", "error", "incomplete_details", "output", "usage")
+_OWN = (
+    "id",
+    "object",
+    "created_at",
+    "completed_at",
+    "status",
+    "error",
+    "incomplete_details",
+    "output",
+    "usage",
+)
 _DELTAS = (
     "response.output_text.delta",
     "response.reasoning_text.delta",
@@ -55,11 +74,29 @@ class _Call:
     arguments: list[str] = field(default_factory=list)
 
 
+def _logprobs(entries: Sequence[pb.TokenLogprob]) -> list[Json]:
+    """The Responses spelling of token logprobs, which is chat's."""
+    return [entry.model_dump() for entry in logprobs_out(list(entries))]
+
+
 class ResponseBuilder:
-    def __init__(self, response_id: str, created_at: int, fields: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        response_id: str,
+        created_at: int,
+        fields: dict[str, Any],
+        *,
+        max_tool_calls: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.response_id = response_id
         self.created_at = created_at
+        self.completed_at: int | None = None
         self.fields = fields
+        self._clock = clock
+        self._max_tool_calls = max_tool_calls
+        self._call_count = 0  # function calls opened, over the whole response
+        self._dropped: set[int] = set()  # the neuron's indexes of dropped calls
         self.output: list[Json] = []
         self.usage: Json | None = None
         self.status = "in_progress"
@@ -67,6 +104,10 @@ class ResponseBuilder:
         self.incomplete: dict[str, str] | None = None
         self._message: Json | None = None
         self._text: list[str] = []
+        self._logprobs: list[Json] = []  # of the open message's text
+        # Logprobs of tokens that made no text yet (a character split across
+        # tokens): they go with the next text delta.
+        self._pending: list[pb.TokenLogprob] = []
         self._reasoning: Json | None = None
         self._thought: list[str] = []
         self._calls: dict[int, _Call] = {}
@@ -79,7 +120,13 @@ class ResponseBuilder:
         open again (their text taken from the stored deltas), so that it can
         be ended like a running one."""
         fields = {k: v for k, v in response.items() if k not in _OWN}
-        builder = cls(response["id"], response["created_at"], fields)
+        builder = cls(
+            response["id"],
+            response["created_at"],
+            fields,
+            max_tool_calls=response.get("max_tool_calls"),
+        )
+        builder.completed_at = response.get("completed_at")
         builder.status = response.get("status", "in_progress")
         builder.usage = response.get("usage")
         builder.incomplete = response.get("incomplete_details")
@@ -89,6 +136,9 @@ class ResponseBuilder:
         for e in events:
             if e["type"] in _DELTAS:
                 deltas.setdefault(e["item_id"], []).append(e["delta"])
+        builder._call_count = sum(
+            item["type"] in ("function_call", calls.CUSTOM) for item in builder.output
+        )
         for index, item in enumerate(builder.output):
             if item["id"] in done:
                 continue
@@ -107,6 +157,7 @@ class ResponseBuilder:
             "id": self.response_id,
             "object": "response",
             "created_at": self.created_at,
+            "completed_at": self.completed_at,
             "status": self.status,
             "error": self.error,
             "incomplete_details": self.incomplete,
@@ -127,7 +178,9 @@ class ResponseBuilder:
             if delta.reasoning:
                 events += self._reasoning_delta(delta.reasoning)
             if delta.text:
-                events += self._text_delta(delta.text)
+                events += self._text_delta(delta.text, delta.logprobs)
+            elif delta.logprobs and not (delta.reasoning or delta.tool_calls):
+                self._pending.extend(delta.logprobs)
             for call in delta.tool_calls:
                 events += self._call_delta(call)
             if delta.finish_reason:
@@ -154,6 +207,8 @@ class ResponseBuilder:
         (a stream that stopped without a finish reason) is closed first."""
         events = self._close_all()
         self.status = "incomplete" if self.incomplete else "completed"
+        if self.status == "completed":
+            self.completed_at = int(self._clock())
         return [*events, self._lifecycle(f"response.{self.status}")]
 
     def cancel(self) -> None:
@@ -194,7 +249,7 @@ class ResponseBuilder:
             _done(output_index=index, item=dict(item)),
         ]
 
-    def _text_delta(self, text: str) -> list[ResponseEvent]:
+    def _text_delta(self, text: str, logprobs: Sequence[pb.TokenLogprob]) -> list[ResponseEvent]:
         events: list[ResponseEvent] = self._close_reasoning()
         if self._message is None:
             self._message = {
@@ -204,7 +259,7 @@ class ResponseBuilder:
                 "status": "in_progress",
                 "content": [],
             }
-            self._text = []
+            self._text, self._logprobs = [], []
             self.output.append(self._message)
             index = len(self.output) - 1
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
@@ -218,14 +273,31 @@ class ResponseBuilder:
                 ),
             ]
         self._text.append(text)
+        entries = _logprobs([*self._pending, *logprobs])
+        self._pending.clear()
+        self._logprobs += entries
         index = self.output.index(self._message)
-        events.append(OutputTextDelta(item_id=self._message["id"], output_index=index, delta=text))
+        events.append(
+            OutputTextDelta(
+                item_id=self._message["id"], output_index=index, delta=text, logprobs=entries
+            )
+        )
         return events
 
     def _call_delta(self, call: pb.ToolCallDelta) -> list[ResponseEvent]:
         events: list[ResponseEvent] = []
+        if call.index in self._dropped:
+            return events
         state = self._calls.get(call.index)
         if state is None:
+            if self._max_tool_calls is not None and self._call_count >= self._max_tool_calls:
+                # Past max_tool_calls the call is dropped, not the generation
+                # stopped: as OpenAI documents it, further calls are ignored,
+                # and the calls already made (and any text) stay whole; the
+                # response still completes normally.
+                self._dropped.add(call.index)
+                return events
+            self._call_count += 1
             events += self._close_reasoning()
             events += self._close_message()
             # A new call means the model has finished the one before it:
@@ -248,11 +320,12 @@ class ResponseBuilder:
         message, self._message = self._message, None
         index = self.output.index(message)
         text = "".join(self._text)
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        logprobs = list(self._logprobs)
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
         message["content"] = [part]
         message["status"] = status
         return [
-            OutputTextDone(item_id=message["id"], output_index=index, text=text),
+            OutputTextDone(item_id=message["id"], output_index=index, text=text, logprobs=logprobs),
             ContentPart(
                 type="response.content_part.done",
                 item_id=message["id"],

@@ -19,7 +19,6 @@ from cortex.schemas.responses import (
     FunctionCallOutputItem,
     InputItem,
     MessageItem,
-    ResponsesRequest,
 )
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -92,31 +91,3 @@ def _call(item: FunctionCallItem | CustomToolCallItem) -> pb.ToolCall:
         arguments = json.dumps({"input": item.input})
         return pb.ToolCall(id=item.call_id, name=name, arguments=arguments)
     return pb.ToolCall(id=item.call_id, name=name, arguments=item.arguments)
-
-
-def request_fields(body: ResponsesRequest) -> dict[str, Any]:
-    """The response object's echo of the request's settings."""
-    choice: Any = body.tool_choice or "auto"
-    if not isinstance(choice, str):
-        choice = choice.model_dump(exclude_none=True)
-    text = {"format": {"type": "text"}}
-    if body.text is not None and body.text.format is not None:
-        text = {"format": body.text.format.model_dump(by_alias=True, exclude_none=True)}
-    return {
-        "instructions": body.instructions,
-        "model": body.model,
-        "parallel_tool_calls": body.parallel_tool_calls is not False,
-        "tool_choice": choice,
-        "tools": [t.model_dump(by_alias=True, exclude_none=True) for t in body.tools or []],
-        "temperature": body.temperature,
-        "top_p": body.top_p,
-        "metadata": body.metadata or {},
-        "previous_response_id": body.previous_response_id,
-        "store": body.store,
-        "text": text,
-        "reasoning": {"effort": None, "summary": None},
-        "max_output_tokens": body.max_output_tokens,
-        "truncation": body.truncation or "disabled",
-        "user": body.user,
-        "background": False,
-    }

@@ -24,9 +24,11 @@ from cortex.api import dispatch
 from cortex.api.responses import run as runs
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import TERMINAL
-from cortex.api.responses.items import new_id, normalise, parse_items, request_fields
+from cortex.api.responses.fields import request_fields
+from cortex.api.responses.items import new_id, normalise, parse_items
 from cortex.api.responses.translate import generation_params, history, to_generate_request
 from cortex.auth.principal import principal_of
+from cortex.routing.policy import RouteHints
 from cortex.schemas.responses import ResponsesRequest
 from cortex.sse import event_frame
 from cortex.store.base import ResponseStore, StoredResponse
@@ -54,9 +56,18 @@ async def create_response(
     internal = to_generate_request(
         shared, body.instructions, earlier + parse_items(items), response_id
     )
+    # The internal request's id is the response id, which is what a policy
+    # remembers a chain by (on_complete) and what the next turn names as
+    # previous_response_id.
+    hints = RouteHints(previous_response_id=previous, prompt_cache_key=body.prompt_cache_key)
     run = runs.ResponseRun(
         store,
-        ResponseBuilder(response_id, int(time.time()), request_fields(body)),
+        ResponseBuilder(
+            response_id,
+            int(time.time()),
+            request_fields(body),
+            max_tool_calls=body.max_tool_calls,
+        ),
         previous_response_id=body.previous_response_id,
         input_items=items,
         stored=body.store,
@@ -65,10 +76,12 @@ async def create_response(
     )
     headers = {"X-Request-Id": response_id}
     if body.background:
-        (stream,) = await dispatch.route(request, "responses", body.model, response_id, [internal])
+        (stream,) = await dispatch.route(
+            request, "responses", body.model, response_id, [internal], hints
+        )
         await runs.start_background(run, stream, request.app.state.background)
         return JSONResponse(run.builder.snapshot(), headers=headers)
-    started = await dispatch.start(request, "responses", body.model, response_id, [internal])
+    started = await dispatch.start(request, "responses", body.model, response_id, [internal], hints)
     first, rest = started.only
     if body.stream:
         frames = runs.stream(run, first, rest)

@@ -18,6 +18,8 @@ from neuraxis.core.errors import InvalidRequestError, NotFoundError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 _MAX_CHAIN = 1000
+# The `include` value asking for token logprobs on output_text.
+LOGPROBS = "message.output_text.logprobs"
 
 
 def generation_params(body: ResponsesRequest) -> params.Generation:
@@ -42,7 +44,12 @@ def generation_params(body: ResponsesRequest) -> params.Generation:
     shared = params.Generation(
         model=body.model,
         sampling=pb.SamplingParams(
-            max_tokens=body.max_output_tokens, temperature=body.temperature, top_p=body.top_p
+            max_tokens=body.max_output_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            frequency_penalty=body.frequency_penalty,
+            presence_penalty=body.presence_penalty,
+            logprobs=logprobs(body),
         ),
         stream=body.stream,
         tools=catalog.tools,
@@ -55,6 +62,15 @@ def generation_params(body: ResponsesRequest) -> params.Generation:
     )
     params.check(shared)
     return shared
+
+
+def logprobs(body: ResponsesRequest) -> int | None:
+    """How many alternatives per token the neuron returns logprobs with
+    (None: no logprobs). As in OpenAI's API, logprobs come only when
+    `include` asks for them; `top_logprobs` alone sets the count."""
+    if LOGPROBS not in (body.include or []):
+        return None
+    return body.top_logprobs or 0
 
 
 def check_call_outputs(conversation: list[Item]) -> None:

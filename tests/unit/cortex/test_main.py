@@ -19,6 +19,7 @@ import uvicorn
 from cortex.app import create_app
 from cortex.config import CortexSettings
 from cortex.main import Server
+from cortex.routing.policy import RouteHints
 from cortex.shutdown import Cutoff
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -43,7 +44,9 @@ class EndlessPool:
     def model_label(self, model: str) -> str:
         return model
 
-    async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
+    async def generate(
+        self, request: pb.GenerateRequest, hints: RouteHints | None = None
+    ) -> AsyncIterator[pb.GenerateResponse]:
         yield pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text="Once")])
         self.streaming.set()
         await asyncio.Event().wait()

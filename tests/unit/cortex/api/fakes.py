@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from cortex.app import create_app
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.config import CortexSettings
+from cortex.routing.policy import RouteHints
 from cortex.store.keys import SQLITE_FILE
 from cortex.store.sqlite_keys import SqliteKeyStore
 from neuraxis.core.errors import NeuraxisError
@@ -29,6 +30,7 @@ class ScriptedPool:
     def __init__(self, script: Script) -> None:
         self.script = script
         self.requests: list[pb.GenerateRequest] = []
+        self.hints: list[RouteHints | None] = []  # each request's, in order
         self.release = asyncio.Event()
 
     async def start(self) -> None: ...
@@ -51,8 +53,11 @@ class ScriptedPool:
     def model_label(self, model: str) -> str:
         return model
 
-    async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
+    async def generate(
+        self, request: pb.GenerateRequest, hints: RouteHints | None = None
+    ) -> AsyncIterator[pb.GenerateResponse]:
         self.requests.append(request)
+        self.hints.append(hints)
         for item in self.script:
             if isinstance(item, NeuraxisError):
                 raise item
