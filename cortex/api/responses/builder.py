@@ -133,9 +133,11 @@ class ResponseBuilder:
         builder.output = [dict(item) for item in response.get("output", [])]
         done = {e["item"]["id"] for e in events if e["type"] == "response.output_item.done"}
         deltas: dict[str, list[str]] = {}
+        logprobs: dict[str, list[Json]] = {}
         for e in events:
             if e["type"] in _DELTAS:
                 deltas.setdefault(e["item_id"], []).append(e["delta"])
+                logprobs.setdefault(e["item_id"], []).extend(e.get("logprobs", []))
         builder._call_count = sum(
             item["type"] in ("function_call", calls.CUSTOM) for item in builder.output
         )
@@ -145,6 +147,7 @@ class ResponseBuilder:
             pieces = deltas.get(item["id"], [])
             if item["type"] == "message":
                 builder._message, builder._text = item, pieces
+                builder._logprobs = logprobs.get(item["id"], [])
             elif item["type"] == "reasoning":
                 builder._reasoning, builder._thought = item, pieces
             elif item["type"] in ("function_call", calls.CUSTOM):

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cortex.api.chat import to_generate_request
+from cortex.routing.policy import RouteHints
 from cortex.schemas.chat import ChatCompletionRequest
 from neuraxis.core.errors import InvalidRequestError, UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
@@ -336,3 +337,11 @@ def test_a_bad_tool_is_a_400_naming_its_field(
 ) -> None:
     r = _chat(client, tools=[tool])
     assert r.status_code == 400 and r.json()["error"]["param"] == param
+
+
+def test_prompt_cache_key_goes_to_routing_not_to_the_model() -> None:
+    c, pool = _client(SCRIPT)
+    body = {"model": "m", "messages": [{"role": "user", "content": "a"}], "prompt_cache_key": "k"}
+    with c:
+        assert c.post("/v1/chat/completions", json=body).status_code == 200
+    assert pool.hints == [RouteHints(previous_response_id=None, prompt_cache_key="k")]

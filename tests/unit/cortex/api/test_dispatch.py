@@ -13,12 +13,16 @@ from starlette.types import Message, Scope
 
 from cortex.api import dispatch
 from cortex.api.disconnect import ClientDisconnectedError
+from cortex.routing.factory import PolicyTable
+from cortex.routing.policy import RouteHints
+from cortex.routing.pool import NeuronPool
 from neuraxis.core.errors import UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import Script, ScriptedPool
+from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
 
 
-def _request(pool: ScriptedPool, client_leaves: bool = True) -> Request:
+def _request(pool: ScriptedPool | NeuronPool, client_leaves: bool = True) -> Request:
     async def receive() -> Message:
         if not client_leaves:
             await asyncio.Event().wait()
@@ -75,3 +79,46 @@ async def test_an_error_before_the_first_message_is_raised() -> None:
     pool = ScriptedPool([UnavailableError("no neuron")])
     with pytest.raises(UnavailableError):
         await dispatch.start(_request(pool), "chat", "m", "c", [pb.GenerateRequest(model="m")])
+
+
+# --- routing hints, at the seam with the real pool ----------------------------
+
+
+def _affinity_pool(neurons: list[FakeNeuron]) -> NeuronPool:
+    return NeuronPool(
+        neurons,
+        expected_models=["m"],
+        poll_interval_s=0.05,
+        request_timeout_s=5.0,
+        max_retries=1,
+        client_factory=Fleet(),
+        policy=PolicyTable("prefix_affinity"),
+    )
+
+
+def _turn(request_id: str, content: str) -> pb.GenerateRequest:
+    message = pb.ChatMessage(role="user", content=content)
+    return pb.GenerateRequest(request_id=request_id, model="m", messages=[message])
+
+
+async def _answer(request: Request, internal: pb.GenerateRequest, hints: RouteHints) -> None:
+    started = await dispatch.start(
+        request, "responses", "m", internal.request_id, [internal], hints
+    )
+    first, rest = started.only
+    assert first.choices and [m async for m in rest]
+
+
+async def test_the_hints_reach_the_policy_and_a_chain_returns_to_its_neuron() -> None:
+    neurons = [FakeNeuron(f"hint-{i}:1") for i in range(4)]
+    pool = _affinity_pool(neurons)
+    await pool.refresh()
+    request = _request(pool, client_leaves=False)
+    await _answer(request, _turn("resp_a", "first turn"), RouteHints())
+    (served,) = [n for n in neurons if n.generate_requests]
+    # Prompts that share nothing with the first: only the hint (the id the
+    # first was dispatched under) leads back to its neuron.
+    for i in range(6):
+        hints = RouteHints(previous_response_id="resp_a")
+        await _answer(request, _turn(f"resp_{i}", f"unrelated {i} " * (i + 1)), hints)
+    assert len(served.generate_requests) == 7

@@ -7,7 +7,13 @@ from __future__ import annotations
 import json
 
 from cortex.api.responses.builder import ResponseBuilder
-from cortex.api.responses.events import OutputTextDelta, ResponseLifecycle, parse_event
+from cortex.api.responses.events import (
+    OutputItem,
+    OutputTextDelta,
+    OutputTextDone,
+    ResponseLifecycle,
+    parse_event,
+)
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 
@@ -177,3 +183,77 @@ def test_a_second_call_closes_the_first_as_it_starts() -> None:
         ("call_a", "{}"),
         ("call_b", '{"k": 2}'),
     ]
+
+
+def _logprob(token: str, logprob: float) -> pb.TokenLogprob:
+    top = [pb.TopLogprob(token=token, logprob=logprob, bytes=token.encode())]
+    return pb.TokenLogprob(token=token, logprob=logprob, bytes=token.encode(), top=top)
+
+
+def test_logprobs_go_on_each_text_delta_and_on_the_part() -> None:
+    builder = ResponseBuilder("resp_1", 1, {})
+    events = builder.start()
+    events += builder.feed(_msg(text="Par", logprobs=[_logprob("Par", -0.5)]))
+    # A token that made no text yet: its logprob goes with the next text.
+    events += builder.feed(_msg(logprobs=[_logprob("\xe2", -1.0)]))
+    events += builder.feed(_msg(text="is", logprobs=[_logprob("is", -0.25)]))
+    events += builder.feed(_end())
+    events += builder.finish()
+    deltas = [e for e in events if isinstance(e, OutputTextDelta)]
+    assert [[lp["token"] for lp in d.logprobs] for d in deltas] == [["Par"], ["\xe2", "is"]]
+    first = deltas[0].logprobs[0]
+    assert first == {
+        "token": "Par",
+        "logprob": -0.5,
+        "bytes": list(b"Par"),
+        "top_logprobs": [{"token": "Par", "logprob": -0.5, "bytes": list(b"Par")}],
+    }
+    (done,) = [e for e in events if isinstance(e, OutputTextDone)]
+    (part,) = builder.output[0]["content"]
+    assert [lp["logprob"] for lp in part["logprobs"]] == [-0.5, -1.0, -0.25]
+    assert done.logprobs == part["logprobs"]
+
+
+def test_without_logprobs_the_part_has_an_empty_list() -> None:
+    builder, _ = _run(_msg(text="Paris"), _end())
+    assert builder.output[0]["content"][0]["logprobs"] == []
+
+
+def _call(index: int, name: str, arguments: str = "") -> pb.ToolCallDelta:
+    return pb.ToolCallDelta(
+        index=index, id=f"call_{index}" if name else "", name=name, arguments=arguments
+    )
+
+
+def test_calls_past_max_tool_calls_are_dropped_and_the_response_completes() -> None:
+    builder = ResponseBuilder("resp_1", 1, {}, max_tool_calls=1)
+    events = builder.start()
+    events += builder.feed(_msg(tool_calls=[_call(0, "f", "{}"), _call(1, "g", '{"a"')]))
+    events += builder.feed(_msg(tool_calls=[_call(1, "", ": 1}")]))
+    events += builder.feed(_end(pb.FINISH_REASON_TOOL_CALLS))
+    events += builder.finish()
+    (call,) = builder.output
+    assert call["name"] == "f" and call["status"] == "completed"
+    ids = {
+        e.item["id"] if isinstance(e, OutputItem) else getattr(e, "item_id", None) for e in events
+    }
+    assert ids == {None, call["id"]}  # no event of the dropped call
+    assert builder.status == "completed"
+
+
+def test_max_tool_calls_counts_the_calls_of_a_resumed_response() -> None:
+    running = ResponseBuilder("resp_1", 1, {"max_tool_calls": 1}, max_tool_calls=1)
+    stored = [e.model_dump() for e in running.feed(_msg(tool_calls=[_call(0, "f", "{}")]))]
+    resumed = ResponseBuilder.resume(running.snapshot(), stored)
+    assert resumed.feed(_msg(tool_calls=[_call(1, "g", "{}")])) == []
+
+
+def test_completed_at_comes_from_the_clock_on_completion_only() -> None:
+    done = ResponseBuilder("resp_1", 1, {}, clock=lambda: 42.9)
+    done.feed(_msg(text="Hi"))
+    done.finish()
+    cut = ResponseBuilder("resp_2", 1, {}, clock=lambda: 42.9)
+    cut.feed(_end(pb.FINISH_REASON_LENGTH))
+    cut.finish()
+    assert done.snapshot()["completed_at"] == 42
+    assert cut.snapshot()["status"] == "incomplete" and cut.snapshot()["completed_at"] is None

@@ -4,11 +4,21 @@ store: create (streamed and not), retrieve, replay, and the 404s."""
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
+from fastapi.testclient import TestClient
+
+from cortex.app import create_app
+from cortex.config import CortexSettings
+from cortex.routing.factory import PolicyTable
+from cortex.routing.policy import RouteHints
+from cortex.routing.pool import NeuronPool
 from neuraxis.core.errors import ContextLengthExceededError
 from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import client
+from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
 
 HI = pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text="Hi")])
 END = pb.GenerateResponse(
@@ -86,3 +96,64 @@ def test_a_forced_hosted_tool_is_a_400_naming_it() -> None:
         r = c.post("/v1/responses", json=body)
     assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
     assert "web_search_preview" in r.json()["error"]["message"]
+
+
+def test_the_stored_copy_equals_the_created_object() -> None:
+    c, _ = client([HI, END])
+    body = {"model": "m", "input": "Hello", "prompt_cache_key": "k", "client_metadata": {"a": 1}}
+    with c:
+        created = c.post("/v1/responses", json=body).json()
+        stored = c.get(f"/v1/responses/{created['id']}").json()
+        streamed = _events(c.post("/v1/responses", json={**body, "stream": True}).text)
+        completed = streamed[-1]["response"]
+        stored_streamed = c.get(f"/v1/responses/{completed['id']}").json()
+    assert stored == created and created["completed_at"] is not None
+    assert created["client_metadata"] == {"a": 1} and created["prompt_cache_key"] == "k"
+    assert stored_streamed == completed
+
+
+def test_the_routing_hints_name_the_chain_and_the_cache_key() -> None:
+    c, pool = client([HI, END])
+    with c:
+        first = c.post("/v1/responses", json={"model": "m", "input": "Hello"}).json()
+        body = {
+            "model": "m",
+            "input": "Again",
+            "previous_response_id": first["id"],
+            "prompt_cache_key": "k",
+        }
+        c.post("/v1/responses", json=body)
+    assert pool.hints == [
+        RouteHints(),
+        RouteHints(previous_response_id=first["id"], prompt_cache_key="k"),
+    ]
+    # The id a policy remembers a chain by (the request id) is the response's.
+    assert pool.requests[0].request_id == first["id"]
+
+
+def test_a_chain_returns_to_the_neuron_that_served_it() -> None:
+    neurons = [FakeNeuron(f"route-{i}:1") for i in range(4)]
+    pool = NeuronPool(
+        neurons,
+        expected_models=["m"],
+        poll_interval_s=0.05,
+        request_timeout_s=5.0,
+        max_retries=1,
+        client_factory=Fleet(),
+        policy=PolicyTable("prefix_affinity"),
+    )
+    settings = CortexSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")))
+    with TestClient(create_app(settings, pool=pool)) as c:
+        previous = c.post("/v1/responses", json={"model": "m", "input": "first"}).json()["id"]
+        (served,) = [n for n in neurons if n.generate_requests]
+        for i in range(5):
+            # Instructions that change the prompt's first block: the ring
+            # alone would scatter these turns; the chain keeps them home.
+            body = {
+                "model": "m",
+                "input": f"turn {i}",
+                "instructions": f"persona {i} " * (i + 1),
+                "previous_response_id": previous,
+            }
+            previous = c.post("/v1/responses", json=body).json()["id"]
+    assert len(served.generate_requests) == 6

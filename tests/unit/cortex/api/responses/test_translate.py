@@ -176,3 +176,24 @@ def test_a_custom_call_output_must_answer_an_earlier_call() -> None:
 def test_stored_custom_calls_keep_their_ids() -> None:
     (item,) = parse_items([{"type": "custom_tool_call", "call_id": "c", "name": "t", "input": "x"}])
     assert normalise(item)["id"].startswith("ctc_")
+
+
+def test_penalties_reach_the_sampling() -> None:
+    sampling = generation_params(_body(frequency_penalty=0.5, presence_penalty=-1)).sampling
+    assert sampling.frequency_penalty == 0.5 and sampling.presence_penalty == -1
+
+
+@pytest.mark.parametrize(
+    ("fields", "logprobs"),
+    [
+        ({"include": ["message.output_text.logprobs"], "top_logprobs": 3}, 3),
+        ({"include": ["message.output_text.logprobs"]}, 0),
+        ({"top_logprobs": 3}, None),  # not asked for in `include`
+        ({"include": ["reasoning.encrypted_content"]}, None),
+    ],
+)
+def test_logprobs_are_asked_of_the_neuron_when_included(
+    fields: dict[str, Any], logprobs: int | None
+) -> None:
+    sampling = generation_params(_body(**fields)).sampling
+    assert (sampling.logprobs if sampling.HasField("logprobs") else None) == logprobs
