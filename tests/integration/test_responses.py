@@ -570,3 +570,92 @@ def test_neuron_killed_mid_stream_ends_with_response_failed(logs_dir: Path) -> N
     finally:
         cortex.stop()
         neuron.stop()
+
+
+# --- the response object real clients read (issue 16 part 1) ------------------
+
+
+def test_every_sdk_field_and_the_stored_copy_equal_to_the_created(stack: Stack) -> None:
+    body = {
+        "model": MODEL,
+        "input": QUESTION,
+        "temperature": 0,
+        "max_output_tokens": 20,
+        "prompt_cache_key": "france",
+        "safety_identifier": "hashed-user-1",
+        "user": "u-1",
+        "service_tier": "auto",
+        "client_metadata": {"x-client": "integration"},
+    }
+    created = httpx.post(f"{stack.base_url}/v1/responses", json=body, timeout=120).json()
+    stored = httpx.get(f"{stack.base_url}/v1/responses/{created['id']}", timeout=10).json()
+    assert stored == created
+    sdk_fields = {f.alias or n for n, f in openai.types.responses.Response.model_fields.items()}
+    assert sdk_fields <= set(created)
+    assert created["status"] in ("completed", "incomplete")
+    if created["status"] == "completed":
+        assert created["completed_at"] >= created["created_at"]
+    assert created["prompt_cache_key"] == "france" and created["service_tier"] == "default"
+    assert created["safety_identifier"] == "hashed-user-1" and created["user"] == "u-1"
+    assert created["client_metadata"] == {"x-client": "integration"}
+    # The strict SDK reads it, completed_at included.
+    response = strict_client(stack.base_url).responses.retrieve(created["id"])
+    assert response.completed_at == created["completed_at"]
+
+
+def test_completed_at_on_a_completed_response(stack: Stack) -> None:
+    before = int(time.time())
+    response = strict_client(stack.base_url).responses.create(
+        model=MODEL, input=QUESTION, temperature=0
+    )
+    assert response.status == "completed"
+    assert response.completed_at is not None and before <= response.completed_at <= time.time()
+
+
+def test_logprobs_on_text_deltas_and_on_the_part(stack: Stack) -> None:
+    events = _events(
+        stack,
+        input=QUESTION,
+        temperature=0,
+        max_output_tokens=12,
+        top_logprobs=2,
+        include=["message.output_text.logprobs"],
+    )
+    _check_event_stack(events)
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas and all(d["logprobs"] for d in deltas)
+    for entry in (lp for d in deltas for lp in d["logprobs"]):
+        assert entry["logprob"] <= 0 and len(entry["top_logprobs"]) == 2
+    (part,) = next(e for e in events if e["type"] == "response.output_item.done")["item"]["content"]
+    assert part["logprobs"] == [lp for d in deltas for lp in d["logprobs"]]
+    plain = _events(stack, input=QUESTION, temperature=0, max_output_tokens=12)
+    assert all(e["logprobs"] == [] for e in plain if e["type"] == "response.output_text.delta")
+
+
+# A prompt the small model answers with two calls when tool_choice is required.
+TWO_CITIES = (
+    "What is the weather in Paris and what is the weather in Tokyo? "
+    "Call the tool once for each city."
+)
+
+
+def _calls(stack: Stack, **body: Any) -> list[Any]:
+    response = strict_client(stack.base_url).responses.create(
+        model=MODEL,
+        input=TWO_CITIES,
+        tools=[WEATHER],
+        tool_choice="required",
+        temperature=0,
+        **body,
+    )
+    assert response.status == "completed"
+    return [item for item in response.output if item.type == "function_call"]
+
+
+def test_max_tool_calls_caps_the_calls_in_a_response(stack: Stack) -> None:
+    # The same request without the cap makes several calls: the cap, not the
+    # model, is what leaves one.
+    assert len(_calls(stack)) >= 2
+    capped = _calls(stack, max_tool_calls=1)
+    assert len(capped) == 1 and capped[0].name == "get_weather"
+    json.loads(capped[0].arguments)
