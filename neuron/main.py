@@ -33,6 +33,7 @@ log = logging.getLogger("neuraxis.neuron")
 def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
     if settings.engine == "sim":
         from neuron.engine.sim import SimEngine, SimOptions
+        from neuron.engine.sim_cache import PrefixCacheOptions
 
         return SimEngine(
             SimOptions(
@@ -41,6 +42,12 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
                 ttft_s=settings.sim_ttft_s,
                 itl_s=settings.sim_itl_s,
                 fail_after_tokens=settings.sim_fail_after_tokens,
+                prefix_cache=PrefixCacheOptions(
+                    capacity_blocks=settings.sim_prefix_cache_blocks,
+                    block_tokens=settings.sim_block_tokens,
+                    chars_per_token=settings.sim_chars_per_token,
+                    prefill_s_per_token=settings.sim_prefill_s_per_token,
+                ),
             )
         )
     from neuron.engine.vllm import VllmEngine

@@ -115,6 +115,18 @@ class NeuronSettings(LogSettings):
     sim_fail_after_tokens: int | None = Field(
         None, ge=0, description="sim engine: fail after this many tokens"
     )
+    sim_prefix_cache_blocks: int = Field(
+        0,
+        ge=0,
+        description="sim engine: capacity of its modelled prefix cache in blocks (0: none)",
+    )
+    sim_block_tokens: int = Field(16, gt=0, description="sim engine: tokens per cache block")
+    sim_chars_per_token: int = Field(
+        4, gt=0, description="sim engine: prompt characters per token (it has no tokenizer)"
+    )
+    sim_prefill_s_per_token: float = Field(
+        0.0, ge=0, description="sim engine: prefill time per uncached prompt token (s)"
+    )
     sim_generation: Generation | None = Field(
         None,
         description="sim engine: the GPU generation it stands in for (no detection)",

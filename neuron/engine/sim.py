@@ -4,6 +4,11 @@ An honest test double for what does not need a real model: routing, failover,
 gateway overhead and error paths in tests and benchmarks. It produces words
 ("tok0 tok1 ..."), counts a token per word and a prompt token per
 whitespace-separated word of the messages. Never the default engine.
+
+With a `prefix_cache` capacity it also models vLLM's prefix cache and a
+prefill proportional to the uncached prompt (`sim_cache.py`): prompt tokens
+are then characters / chars_per_token, usage reports the cached ones, and
+Load reports the requests queued for prefill as waiting.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from neuraxis.core.errors import EngineDiedError, InternalError, ModelNotFoundError
 from neuraxis.core.tasks import ModelTask
@@ -26,6 +31,7 @@ from neuron.engine.base import (
     Usage,
     check_context,
 )
+from neuron.engine.sim_cache import PrefillModel, PrefixCacheOptions
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class SimOptions:
     # as vLLM's does when its engine core process exits: every request in
     # flight fails, and so does every later one. None means never.
     die_after_tokens: int | None = None
+    prefix_cache: PrefixCacheOptions = field(default_factory=PrefixCacheOptions)
 
 
 class SimEngine(Engine):
@@ -50,6 +57,7 @@ class SimEngine(Engine):
         self._running = 0
         self._tokens = 0
         self._death: str | None = None
+        self.prefill = PrefillModel(options.prefix_cache)
         self._model = ServedModel(
             id=options.served_id,
             max_context_length=options.max_context_length,
@@ -68,7 +76,8 @@ class SimEngine(Engine):
         return [self._model]
 
     def load(self) -> EngineLoad:
-        return EngineLoad(running=self._running, waiting=0)
+        waiting = self.prefill.waiting  # counted in _running too: the engine has them
+        return EngineLoad(running=self._running - waiting, waiting=waiting)
 
     def death_cause(self) -> str | None:
         return self._death
@@ -91,13 +100,14 @@ class SimEngine(Engine):
             if request.prompt is not None
             else " ".join(m.content for m in request.messages)
         )
-        prompt_tokens = len(text_in.split())
+        prompt_tokens = self.prefill.prompt_tokens(text_in)
         wanted = request.sampling.max_tokens or opts.default_tokens
         max_tokens = min(check_context(self._model, prompt_tokens, wanted), wanted)
         n = request.sampling.n
         self._running += 1
         try:
             await asyncio.sleep(opts.ttft_s)
+            cached = (await self.prefill.prefill(text_in)).cached_tokens
             for i in range(max_tokens):
                 if i == opts.fail_after_tokens:
                     raise InternalError("simulated engine failure")
@@ -113,7 +123,7 @@ class SimEngine(Engine):
                 choices = tuple(
                     ChoiceDelta(index=c, text=text, finish_reason=finish) for c in range(n)
                 )
-                usage = Usage(prompt_tokens, max_tokens * n) if last else None
+                usage = Usage(prompt_tokens, max_tokens * n, cached) if last else None
                 yield Output(choices=choices, usage=usage)
         finally:
             self._running -= 1
