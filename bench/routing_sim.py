@@ -1,0 +1,270 @@
+"""`make bench-routing-sim`: the routing policies at scale, on simulated
+replicas with a modelled prefix cache.
+
+16 sim replicas (bench/sim_farm.py: one process, one grpc.aio server per
+replica, each engine with its own LRU prefix cache and prefill lane), one
+cortex process per policy in front of all of them (started together, so the
+policies alternate within one run on the same replicas), and two workloads
+(bench/sessions.py): many groups, each with a ~1,000-token system prompt
+and users sending 3 turns, interleaved; and one hot group. Each run tags its
+prompts afresh, so it starts with caches holding nothing it can use.
+
+Reported per workload and policy: TTFT p50/p90, output tokens/s, the
+prefix-cache hit rate (cached / prompt tokens, counted by the client from
+each response's usage: the sim engine does not export vLLM's Prometheus
+counters) and each replica's share of requests (cortex's
+neuraxis_routing_decisions_total). `--sweep` runs prefix_affinity over
+epsilon and the prefix block size instead.
+
+Writes bench/results/routing_sim/ (or --out): summary.json, <name>.md,
+ttft_cdf_<workload>.png, share_<workload>.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import plots
+from bench.sessions import Result, Shape, run
+from bench.sim_farm import FarmOptions, start_farm
+from bench.stack import RESULTS, parser, write_summary
+from tests.procs import Proc, free_port, wait_http_ready
+
+MODEL = "sim-model"
+POLICIES = ("least_outstanding", "power_of_two", "prefix_affinity")
+# The cache holds 512 blocks of 16 tokens (8 of the 64 groups' prompts): the
+# prefixes fit in the 16 caches together, not in one. A miss costs 0.1 ms a
+# token of prefill (~100 ms for a system prompt), decoding 20 ms a token.
+FARM = FarmOptions(
+    replicas=16,
+    ttft_s=0.005,
+    itl_s=0.02,
+    cache_blocks=512,
+    block_tokens=16,
+    prefill_s_per_token=0.0001,
+)
+WORKLOADS = {
+    "groups": Shape(groups=64, users_per_group=4, concurrency=32),
+    "hot": Shape(groups=1, users_per_group=256, concurrency=32),
+}
+SMOKE_FARM = FarmOptions(replicas=4, ttft_s=0, itl_s=0.001, cache_blocks=64)
+SMOKE_WORKLOADS = {
+    "groups": Shape(groups=3, users_per_group=2, system_chars=400, concurrency=4),
+    "hot": Shape(groups=1, users_per_group=4, system_chars=400, concurrency=4),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """One cortex in front of the farm."""
+
+    policy: str
+    epsilon: float = 0.25
+    block_bytes: int = 256
+
+    @property
+    def name(self) -> str:
+        if self.policy != "prefix_affinity" or (self.epsilon, self.block_bytes) == (0.25, 256):
+            return self.policy
+        return f"prefix_affinity eps={self.epsilon} block={self.block_bytes}"
+
+
+SWEEP = [Config("prefix_affinity", e, 256) for e in (0.1, 0.25, 0.5, 1.0)] + [
+    Config("prefix_affinity", 0.25, b) for b in (64, 1024)
+]
+
+
+@contextmanager
+def cortex(config: Config, neurons: Sequence[str], log_dir: Path) -> Iterator[str]:
+    port = free_port()
+    args = ["cortex", "--port", str(port), "--routing", config.policy]
+    args += ["--routing-epsilon", str(config.epsilon)]
+    args += ["--routing-block-bytes", str(config.block_bytes)]
+    for address in neurons:
+        args += ["--neuron", address]
+    log = log_dir / f"cortex-{config.name.replace(' ', '_')}.log"
+    proc = Proc(args, log)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_http_ready(proc, f"{base}/v1/models/{MODEL}", 60)
+        yield base
+    finally:
+        proc.stop()
+
+
+_ROUTED = re.compile(r"^neuraxis_routing_decisions_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_REPLICA = re.compile(r'replica="([^"]*)"')
+
+
+def routed(base_url: str) -> dict[str, float]:
+    """Requests cortex has routed to each replica so far."""
+    counts: dict[str, float] = {}
+    for line in httpx.get(f"{base_url}/metrics", timeout=10).text.splitlines():
+        match = _ROUTED.match(line)
+        replica = _REPLICA.search(match["labels"]) if match else None
+        if match and replica:
+            counts[replica[1]] = counts.get(replica[1], 0.0) + float(match["value"])
+    return counts
+
+
+@dataclass
+class Cell:
+    """One (workload, config) over all its rounds."""
+
+    result: Result
+    routed: dict[str, float]
+
+    def add(self, result: Result, routed: dict[str, float]) -> None:
+        self.result.ttfts += result.ttfts
+        self.result.prompt_tokens += result.prompt_tokens
+        self.result.cached_tokens += result.cached_tokens
+        self.result.completion_tokens += result.completion_tokens
+        self.result.wall_s += result.wall_s
+        for replica, n in routed.items():
+            self.routed[replica] = self.routed.get(replica, 0.0) + n
+
+    def shares(self, replicas: Sequence[str]) -> list[float]:
+        """Each replica's share of requests relative to the average (1.0 = fair)."""
+        total = sum(self.routed.get(r, 0.0) for r in replicas)
+        average = total / len(replicas) if total else 1.0
+        return [self.routed.get(r, 0.0) / average for r in replicas]
+
+
+def measure(
+    configs: Sequence[Config],
+    workloads: dict[str, Shape],
+    rounds: int,
+    farm: FarmOptions,
+    log_dir: Path,
+) -> tuple[dict[tuple[str, str], Cell], list[str]]:
+    cells: dict[tuple[str, str], Cell] = {}
+    with start_farm(farm, log_dir / "sim-farm.log") as replicas, ExitStack() as stack:
+        bases = {
+            c.name: stack.enter_context(cortex(c, replicas.addresses, log_dir)) for c in configs
+        }
+        for r in range(rounds):
+            # Alternate the order (A B C, then C B A) so drift falls on all alike.
+            order = list(configs) if r % 2 == 0 else list(configs)[::-1]
+            for workload, shape in workloads.items():
+                for config in order:
+                    base = bases[config.name]
+                    before = routed(base)
+                    tag = f"{workload} {config.name} round {r}"
+                    result = asyncio.run(run(base, MODEL, shape, tag, seed=r))
+                    after = routed(base)
+                    delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+                    cell = cells.setdefault((workload, config.name), Cell(Result(), {}))
+                    cell.add(result, delta)
+                    print(
+                        f"  {workload:<6} {config.name:<40} round {r}: ttft p50 "
+                        f"{result.ttft_ms(0.5):7.1f} ms  hit {result.hit_rate:5.1%}  "
+                        f"{result.tokens_per_s:6.1f} tok/s",
+                        flush=True,
+                    )
+    return cells, replicas.addresses
+
+
+def table(cells: dict[tuple[str, str], Cell], replicas: Sequence[str]) -> str:
+    header = [
+        "workload",
+        "policy",
+        "TTFT p50 (ms)",
+        "TTFT p90 (ms)",
+        "output tokens/s",
+        "prefix-cache hit rate",
+        "max replica share (x avg)",
+        "min replica share (x avg)",
+    ]
+    rows: list[list[object]] = []
+    for (workload, name), cell in cells.items():
+        shares = cell.shares(replicas)
+        rows.append(
+            [
+                workload,
+                name,
+                cell.result.ttft_ms(0.5),
+                cell.result.ttft_ms(0.9),
+                cell.result.tokens_per_s,
+                f"{cell.result.hit_rate:.1%}",
+                max(shares),
+                min(shares),
+            ]
+        )
+    return plots.markdown_table(header, rows)
+
+
+def write(
+    out: Path, name: str, cells: dict[tuple[str, str], Cell], replicas: Sequence[str], text: str
+) -> list[Path]:
+    written = [plots.write_markdown(out, name, text)]
+    summary: dict[str, Any] = {}
+    for workload in sorted({w for w, _ in cells}):
+        mine = {n: c for (w, n), c in cells.items() if w == workload}
+        cdf = {n: [t * 1000 for t in c.result.ttfts] for n, c in mine.items()}
+        written.append(
+            plots.cdf_plot(
+                out, f"{name}_ttft_cdf_{workload}", cdf, "TTFT (ms)", f"TTFT, {workload} workload"
+            )
+        )
+        share = {
+            n: {f"r{i:02d}": s for i, s in enumerate(c.shares(replicas))} for n, c in mine.items()
+        }
+        written.append(
+            plots.bar_plot(
+                out,
+                f"{name}_share_{workload}",
+                share,
+                "share of requests (x average)",
+                f"per-replica share, {workload} workload",
+            )
+        )
+        for n, c in mine.items():
+            summary[f"{workload}/{n}"] = {
+                "ttft_p50_ms": c.result.ttft_ms(0.5),
+                "ttft_p90_ms": c.result.ttft_ms(0.9),
+                "tokens_per_s": c.result.tokens_per_s,
+                "hit_rate": c.result.hit_rate,
+                "shares": c.shares(replicas),
+                "requests": len(c.result.ttfts),
+            }
+    path = out / f"{name}.json"
+    write_summary(path, summary)
+    return [*written, path]
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--rounds", type=int, default=2, help="runs of each policy per workload")
+    p.add_argument(
+        "--sweep", action="store_true", help="prefix_affinity over epsilon and block size"
+    )
+    args = p.parse_args()
+    farm, workloads = (SMOKE_FARM, SMOKE_WORKLOADS) if args.smoke else (FARM, WORKLOADS)
+    configs = SWEEP if args.sweep else [Config(policy) for policy in POLICIES]
+    rounds = 1 if args.smoke or args.sweep else args.rounds
+    name = "sweep" if args.sweep else "routing_sim"
+    out: Path | None = (
+        args.out if args.out is not None else None if args.smoke else RESULTS / "routing_sim"
+    )
+    log_dir = (out or Path("bench/results/routing_sim-smoke")) / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    shapes = ", ".join(f"{w}: {s.requests} requests" for w, s in workloads.items())
+    print(f"{farm.replicas} sim replicas, {len(configs)} cortex configs, {shapes}", flush=True)
+    cells, replicas = measure(configs, workloads, rounds, farm, log_dir)
+    text = table(cells, replicas)
+    print(text)
+    if out is not None:
+        for path in write(out, name, cells, replicas, text):
+            print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
