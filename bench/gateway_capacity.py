@@ -141,11 +141,8 @@ def report(runs: dict[str, list[Level]], floor: Level, out: Path | None) -> None
         ["cortex", f"most streams with p99 added ITL < {LIMIT_MS:.0f} ms", "events/s there"],
         [[k, summary[k]["max_streams"], summary[k]["events_per_s"]] for k in runs],
     )
-    rows.insert(
-        0,
-        ["none (gRPC straight to a neuron)", floor.streams, floor.events_per_s]
-        + [added_p99_ms(floor), floor.client_cpu, floor.errors],
-    )
+    direct = ["none (gRPC straight to a neuron)", floor.streams, floor.events_per_s]
+    rows.insert(0, [*direct, added_p99_ms(floor), floor.client_cpu, floor.errors])
     summary["direct_floor_p99_added_ms"] = added_p99_ms(floor)
     text = plots.markdown_table(header, rows) + "\n\n" + verdict
     print(text)
