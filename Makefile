@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-vs-vllm bench-profile install clean
+.PHONY: run test unit lint typecheck proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-vs-vllm bench-profile bench-routing-sim bench-gateway install clean
 
 install: $(STAMP)
 
@@ -65,6 +65,8 @@ bench: $(STAMP)
 	$(PY) -m bench.tool_stream
 	$(PY) -m bench.auth_cost
 	$(PY) -m bench.routing
+	$(PY) -m bench.routing_sim
+	$(PY) -m bench.gateway_capacity
 
 bench-smoke: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/bench
@@ -102,6 +104,16 @@ bench-profile: $(STAMP)
 .PHONY: bench-routing
 bench-routing: $(STAMP)
 	$(PY) -m bench.routing
+
+# 16 sim replicas with modelled prefix caches, each routing policy in turn;
+# then prefix_affinity over epsilon and the prefix block size (--sweep).
+bench-routing-sim: $(STAMP)
+	$(PY) -m bench.routing_sim
+	$(PY) -m bench.routing_sim --sweep
+
+# Streams and SSE events/s one cortex (then two workers) sustains.
+bench-gateway: $(STAMP)
+	$(PY) -m bench.gateway_capacity
 
 clean:
 	rm -rf $(VENV)

@@ -5,7 +5,9 @@ Nothing here judges speed: a run passes when it exits 0 and prints its table.
 The benchmarks that measure the real stack run as separate processes against
 the session's `neuraxis up` (--base-url), the way `make bench` runs them but
 without starting a second engine; the failover benchmark builds its own
-simulated Ray cluster.
+simulated Ray cluster, and the routing-at-scale and gateway-capacity ones
+their own farm of sim neurons (writing their tables and plots to a temporary
+directory, so the plotting is exercised too).
 """
 
 from __future__ import annotations
@@ -77,3 +79,18 @@ def test_auth_cost_benchmark_runs() -> None:
     # Starts its own sim neuron and two cortexes (auth off and on).
     out = _smoke("bench.auth_cost")
     assert "| concurrency | auth + limits | TTFT p50 (ms) |" in out, out
+
+
+def test_routing_sim_benchmark_runs(tmp_path: Path) -> None:
+    out = _smoke("bench.routing_sim", "--out", str(tmp_path))
+    assert "| groups | prefix_affinity |" in out, out
+    assert "| hot | least_outstanding |" in out, out
+    for name in ("routing_sim.md", "routing_sim_ttft_cdf_groups.png", "routing_sim_share_hot.png"):
+        assert (tmp_path / name).is_file(), name
+
+
+def test_gateway_capacity_benchmark_runs(tmp_path: Path) -> None:
+    out = _smoke("bench.gateway_capacity", "--out", str(tmp_path))
+    assert "| 2 workers | 4 |" in out, out
+    for name in ("gateway.md", "events_per_s.png", "added_itl_p99.png"):
+        assert (tmp_path / name).is_file(), name
