@@ -41,15 +41,17 @@ from tests.procs import Proc, free_port, wait_http_ready
 MODEL = "sim-model"
 POLICIES = ("least_outstanding", "power_of_two", "prefix_affinity")
 # The cache holds 512 blocks of 16 tokens (8 of the 64 groups' prompts): the
-# prefixes fit in the 16 caches together, not in one. A miss costs 0.1 ms a
-# token of prefill (~100 ms for a system prompt), decoding 20 ms a token.
+# prefixes fit in the 16 caches together, not in one. A miss costs 0.3 ms a
+# token of prefill (~300 ms for a system prompt), decoding 30 ms a token:
+# slow enough that the timer slips of a busy 2-core machine (tens of ms)
+# do not drown the difference between a hit and a miss.
 FARM = FarmOptions(
     replicas=16,
     ttft_s=0.005,
-    itl_s=0.02,
+    itl_s=0.03,
     cache_blocks=512,
     block_tokens=16,
-    prefill_s_per_token=0.0001,
+    prefill_s_per_token=0.0003,
 )
 WORKLOADS = {
     "groups": Shape(groups=64, users_per_group=4, concurrency=32),
@@ -214,8 +216,11 @@ def write(
                 out, f"{name}_ttft_cdf_{workload}", cdf, "TTFT (ms)", f"TTFT, {workload} workload"
             )
         )
+        # Replicas on the axis, one bar per policy: 16 legend entries would
+        # cover the bars.
         share = {
-            n: {f"r{i:02d}": s for i, s in enumerate(c.shares(replicas))} for n, c in mine.items()
+            f"r{i:02d}": {n: c.shares(replicas)[i] for n, c in mine.items()}
+            for i in range(len(replicas))
         }
         written.append(
             plots.bar_plot(
