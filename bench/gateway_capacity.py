@@ -28,6 +28,7 @@ import asyncio
 import collections
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -178,7 +179,8 @@ def profile(base: str, proc: Proc, streams: int, seconds: float, out: Path) -> N
     """py-spy on the cortex process while `streams` streams run; the top
     functions by own time and by inclusive time."""
     raw = out / f"profile-{streams}.txt"
-    command = ["py-spy", "record", "--pid", str(proc.popen.pid), "--format", "raw"]
+    py_spy = str(Path(sys.executable).parent / "py-spy")  # installed in the venv
+    command = [py_spy, "record", "--pid", str(proc.popen.pid), "--format", "raw"]
     command += ["--rate", "250", "--duration", str(int(seconds)), "--nonblocking", "-o", str(raw)]
     spy = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     level = asyncio.run(run_level(base, MODEL, streams, seconds + 1, MAX_TOKENS))
