@@ -108,8 +108,14 @@ _REPLICA = re.compile(r'replica="([^"]*)"')
 
 def routed(base_url: str) -> dict[str, float]:
     """Requests cortex has routed to each replica so far."""
+    return parse_routed(httpx.get(f"{base_url}/metrics", timeout=10).text)
+
+
+def parse_routed(metrics: str) -> dict[str, float]:
+    """Per replica, the sum of its neuraxis_routing_decisions_total series
+    (whatever other labels they carry) in Prometheus text."""
     counts: dict[str, float] = {}
-    for line in httpx.get(f"{base_url}/metrics", timeout=10).text.splitlines():
+    for line in metrics.splitlines():
         match = _ROUTED.match(line)
         replica = _REPLICA.search(match["labels"]) if match else None
         if match and replica:
