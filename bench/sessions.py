@@ -14,6 +14,7 @@ What does not live here: starting processes and reporting (routing_sim.py).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import statistics
@@ -81,9 +82,13 @@ def conversations(shape: Shape, tag: str, seed: int = 0) -> list[list[str]]:
     groups shuffled. `tag` leads every system prompt, so that two runs of
     the same shape share no prefix (each run starts with cold caches)."""
     rng = random.Random(seed)
+    # The tag goes in short (8 hex digits): a long one would fill the first
+    # prefix block with text every group shares, and a router that homes a
+    # prefix by its first block would see one group where there are many.
+    short = hashlib.blake2b(tag.encode(), digest_size=4).hexdigest()
     users = []
     for g in range(shape.groups):
-        system = f"[{tag} group {g}] " + _text(rng, shape.system_chars)
+        system = f"[{short} group {g}] " + _text(rng, shape.system_chars)
         for u in range(shape.users_per_group):
             turns = [f"user {u}: " + _text(rng, shape.user_chars) for _ in range(shape.turns)]
             users.append([system, *turns])

@@ -16,7 +16,7 @@ def test_each_user_has_its_groups_system_prompt_and_its_own_turns() -> None:
     systems = [u[0] for u in users]
     assert len(set(systems)) == 3
     assert all(systems.count(s) == 2 for s in systems)
-    assert all(len(s) == len("[t group 0] ") + 100 for s in systems)
+    assert all(len(s) == len("[01234567 group 0] ") + 100 for s in systems)
     assert len({turn for u in users for turn in u[1:]}) == 18
 
 
