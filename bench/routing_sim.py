@@ -66,30 +66,36 @@ SMOKE_WORKLOADS = {
 
 @dataclass(frozen=True)
 class Config:
-    """One cortex in front of the farm."""
+    """One cortex in front of the farm; None: cortex's default setting."""
 
     policy: str
-    epsilon: float = 0.25
-    block_bytes: int = 256
+    epsilon: float | None = None
+    block_bytes: int | None = None
 
     @property
     def name(self) -> str:
-        if self.policy != "prefix_affinity" or (self.epsilon, self.block_bytes) == (0.25, 256):
-            return self.policy
-        return f"prefix_affinity eps={self.epsilon} block={self.block_bytes}"
+        tuned = [f"eps={self.epsilon}"] if self.epsilon is not None else []
+        tuned += [f"block={self.block_bytes}"] if self.block_bytes is not None else []
+        return " ".join([self.policy, *tuned])
+
+    def args(self) -> list[str]:
+        args = ["--routing", self.policy]
+        if self.epsilon is not None:
+            args += ["--routing-epsilon", str(self.epsilon)]
+        if self.block_bytes is not None:
+            args += ["--routing-block-bytes", str(self.block_bytes)]
+        return args
 
 
-SWEEP = [Config("prefix_affinity", e, 256) for e in (0.1, 0.25, 0.5, 1.0)] + [
-    Config("prefix_affinity", 0.25, b) for b in (64, 1024)
+SWEEP = [Config("prefix_affinity", e, 256) for e in (0.25, 0.5, 1.0)] + [
+    Config("prefix_affinity", 0.5, b) for b in (128, 1024)
 ]
 
 
 @contextmanager
 def cortex(config: Config, neurons: Sequence[str], log_dir: Path) -> Iterator[str]:
     port = free_port()
-    args = ["cortex", "--port", str(port), "--routing", config.policy]
-    args += ["--routing-epsilon", str(config.epsilon)]
-    args += ["--routing-block-bytes", str(config.block_bytes)]
+    args = ["cortex", "--port", str(port), *config.args()]
     for address in neurons:
         args += ["--neuron", address]
     log = log_dir / f"cortex-{config.name.replace(' ', '_')}.log"
@@ -260,7 +266,7 @@ def main() -> None:
     args = p.parse_args()
     farm, workloads = (SMOKE_FARM, SMOKE_WORKLOADS) if args.smoke else (FARM, WORKLOADS)
     configs = SWEEP if args.sweep else [Config(policy) for policy in POLICIES]
-    rounds = 1 if args.smoke or args.sweep else args.rounds
+    rounds = 1 if args.smoke else args.rounds
     name = "sweep" if args.sweep else "routing_sim"
     out: Path | None = (
         args.out if args.out is not None else None if args.smoke else RESULTS / "routing_sim"
