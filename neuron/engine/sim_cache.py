@@ -19,7 +19,9 @@ beyond the sim's time to first token, as before the model existed.
 
 What does not live here: the token stream and the faults (`sim.py`). The
 cache models only reusable (evictable) blocks; the KV memory of running
-requests is not modelled, so the sim reports no KV-cache usage.
+requests is not modelled, so the sim reports no KV-cache usage. Nor does it
+export vLLM's prefix-cache counters: the hit rate is read from the cached
+prompt tokens each response's usage reports.
 """
 
 from __future__ import annotations
@@ -97,8 +99,6 @@ class PrefillModel:
         self._cache = BlockLru(options.capacity_blocks)
         self._lane = asyncio.Lock()
         self.waiting = 0  # requests queued for the lane
-        self.queries = 0  # prompt tokens looked up (vLLM's prefix_cache_queries)
-        self.hits = 0  # of those, found cached (vLLM's prefix_cache_hits)
 
     def prompt_tokens(self, text: str) -> int:
         if not self._options.enabled:
@@ -133,8 +133,6 @@ class PrefillModel:
             self.waiting -= 1
         try:
             cached = min(self._cache.hits(blocks) * self._options.block_tokens, tokens)
-            self.queries += tokens
-            self.hits += cached
             await asyncio.sleep((tokens - cached) * self._options.prefill_s_per_token)
             self._cache.insert(blocks)
         finally:
