@@ -263,9 +263,17 @@ def main() -> None:
     p.add_argument(
         "--sweep", action="store_true", help="prefix_affinity over epsilon and block size"
     )
+    p.add_argument(
+        "--also-epsilon",
+        type=float,
+        nargs="*",
+        default=[],
+        help="add prefix_affinity with these epsilons to the comparison",
+    )
     args = p.parse_args()
     farm, workloads = (SMOKE_FARM, SMOKE_WORKLOADS) if args.smoke else (FARM, WORKLOADS)
     configs = SWEEP if args.sweep else [Config(policy) for policy in POLICIES]
+    configs += [Config("prefix_affinity", e) for e in args.also_epsilon]
     rounds = 1 if args.smoke else args.rounds
     name = "sweep" if args.sweep else "routing_sim"
     out: Path | None = (
