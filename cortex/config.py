@@ -120,10 +120,11 @@ class CortexSettings(LogSettings):
         0.5,
         ge=0,
         description="prefix_affinity: no neuron takes more than (1 + epsilon) x the average load. "
-        "0.5 from make bench-routing-sim (16 replicas, 64 prompt groups): TTFT p50 2.5x lower "
-        "than 0.25 (more requests reach the neuron holding their prefix) with no replica "
-        "above 1.25x the average share, and the same TTFT p90 on one hot prefix; 1.0 gave "
-        "a replica 1.29x and a worse p90 on the hot prefix",
+        "0.5 from make bench-routing-sim (16 replicas, 64 prompt groups, two runs): TTFT p50 "
+        "2.5-2.9x lower than with 0.25 (more requests reach the neuron holding their prefix), "
+        "replica shares up to 1.24-1.29x the average (0.25: 1.07-1.21x), one hot prefix's TTFT "
+        "p90 about the same; 1.0 cut TTFT further but gave a replica 1.29x and a worse p90 on "
+        "the hot prefix",
     )
     routing_block_bytes: int = Field(
         256, gt=0, description="prefix_affinity: size of one hashed block of the prompt prefix"
