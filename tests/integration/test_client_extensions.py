@@ -59,7 +59,10 @@ def test_chat_with_tools_and_sampling_extensions(stack: Stack) -> None:
         messages=[{"role": "user", "content": "What is the weather in Paris?"}],
         tools=[WEATHER],
         tool_choice="required",
+        # One call: sampled (top_k 20), the model sometimes calls twice.
+        parallel_tool_calls=False,
         max_tokens=80,
+        seed=7,
         extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05},
     )
     (call,) = chat.choices[0].message.tool_calls or []
