@@ -13,6 +13,7 @@ failure message.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -24,6 +25,19 @@ from tests.stacks import MODEL, Stack
 CODEX = ("@openai/codex", "0.169.0")
 PROMPT = "What is the capital of France? Answer in one word, without running any command."
 TURN_TIMEOUT_S = 600
+
+
+def _greedy(body: bytes) -> bytes:
+    """Codex sends no temperature, so the server samples at 1.0; with Codex's
+    ~4,600-token prompt the 135M model then sometimes writes until the context
+    is full (an incomplete response, which Codex reports as an error). The
+    proxy adds `temperature: 0` where none is given, so the turn is the same
+    every run; every field Codex sends still reaches cortex unchanged."""
+    request = json.loads(body)
+    if isinstance(request, dict) and "input" in request and "temperature" not in request:
+        request["temperature"] = 0
+        return json.dumps(request).encode()
+    return body
 
 
 def _config(base_url: str) -> str:
@@ -49,7 +63,7 @@ def test_codex_exec_completes_a_turn(stack: Stack, tmp_path: Path) -> None:
     # Nothing of the developer's own OpenAI or Codex setup may leak in.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
     env |= {"CODEX_HOME": str(home), "NO_COLOR": "1"}
-    with recording_proxy(stack.base_url) as (url, recording):
+    with recording_proxy(stack.base_url, _greedy) as (url, recording):
         (home / "config.toml").write_text(_config(url))
         run = subprocess.run(
             [
