@@ -9,8 +9,10 @@ policy changes; the policies take turns, in reverse order for the second
 workload, so drift on a shared machine falls on all of them.
 
 Workloads (routing_workload.py): `shared`, 16 groups each with its own
-~1,500-token system prompt (24k tokens of prefixes: more than one cache
-holds, less than two), 2 users per group, 3 turns each that extend their
+~2,200-token system prompt (35k tokens of prefixes: 1.5 caches, so they
+fit in the two together, not in one; with 1,500 words, 24k tokens, they
+overflowed one cache by 4 % and least_outstanding kept most of them), 2
+users per group, 3 turns each that extend their
 conversation, 16-token answers, 8 requests in flight, users interleaved; and
 `hot`, one group of 16 users (every request shares one prefix).
 
@@ -61,10 +63,10 @@ from tests.procs import Proc, free_port, wait_http_ready
 
 SHAPES = {
     "shared": Shape(
-        groups=16, users_per_group=2, turns=3, prefix_words=1500, max_tokens=16, concurrency=8
+        groups=16, users_per_group=2, turns=3, prefix_words=2200, max_tokens=16, concurrency=8
     ),
     "hot": Shape(
-        groups=1, users_per_group=16, turns=3, prefix_words=1500, max_tokens=16, concurrency=8
+        groups=1, users_per_group=16, turns=3, prefix_words=2200, max_tokens=16, concurrency=8
     ),
 }
 SMOKE = Shape(groups=2, users_per_group=2, turns=2, prefix_words=40, max_tokens=4, concurrency=2)
@@ -88,6 +90,7 @@ class Result:
     shares: dict[str, float]  # replica -> share of requests
     decisions: dict[str, int]  # kind of decision -> requests
     ttfts_ms: list[float]
+    failed: int = 0  # requests whose stream ended with an error event
 
     @property
     def max_share_ratio(self) -> float:
@@ -189,7 +192,7 @@ def measure(
         counts.setdefault(n.address, 0)
     decisions = {k: v - decisions_before.get(k, 0) for k, v in by_decision.items()}
     total = sum(counts.values()) or 1
-    ttfts = sorted(s.ttft_s * 1000 for s in samples)
+    ttfts = sorted(s.ttft_s * 1000 for s in samples if not s.failed) or [0.0]
     return Result(
         workload=workload,
         policy=policy,
@@ -200,6 +203,7 @@ def measure(
         shares={r: c / total for r, c in sorted(counts.items())},
         decisions={k: v for k, v in decisions.items() if v},
         ttfts_ms=ttfts,
+        failed=sum(s.failed for s in samples),
     )
 
 
@@ -232,6 +236,7 @@ def report(results: list[Result], out: Path | None) -> str:
         "max share / average",
         "replica shares",
         "decisions",
+        "failed",
     ]
     rows = [
         [
@@ -244,6 +249,7 @@ def report(results: list[Result], out: Path | None) -> str:
             r.max_share_ratio,
             " ".join(f"{s:.2f}" for s in r.shares.values()),
             " ".join(f"{k}:{v}" for k, v in sorted(r.decisions.items())),
+            r.failed,
         ]
         for r in results
     ]

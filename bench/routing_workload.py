@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import httpx
 
 MODEL = "smollm2-135m-instruct"
-# Ordinary words, so the tokenizer sees ~1.3 tokens a word, not bytes.
+# Ordinary words, so the tokenizer sees about one token a word (SmolLM2: 1,515
+# tokens for 1,500 words), not bytes.
 _VOCABULARY = (
     "river stone garden window morning light winter paper market signal harbour "
     "engine letter forest mountain valley silver copper station bridge lantern "
@@ -52,12 +53,14 @@ class User:
 
 @dataclass(frozen=True)
 class Sample:
-    """One request: time to its first token, tokens out, and its group."""
+    """One request: time to its first token, tokens out, its group, and
+    whether it failed (counted, not timed)."""
 
     ttft_s: float
     output_tokens: int
     group: int
     turn: int
+    failed: bool = False  # the stream ended with an error event
 
 
 def conversations(shape: Shape, seed: int) -> list[User]:
@@ -79,7 +82,10 @@ def conversations(shape: Shape, seed: int) -> list[User]:
 
 async def _one(
     http: httpx.AsyncClient, base: str, messages: list[dict[str, str]], max_tokens: int
-) -> tuple[float, int, str]:
+) -> tuple[float, int, str, bool]:
+    """Time to first token, tokens out, the answer, and whether the stream
+    ended with an error event (a neuron declared hung under CPU starvation
+    ends its streams so: the run goes on and counts them)."""
     body = {
         "model": MODEL,
         "messages": messages,
@@ -98,13 +104,16 @@ async def _one(
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
+            if "error" in chunk:
+                return time.perf_counter() - started, tokens, "".join(text), True
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
             if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                 ttft = ttft if ttft is not None else time.perf_counter() - started
                 text.append(chunk["choices"][0]["delta"]["content"])
     # A first chunk without text (an empty answer) still ends the wait.
-    return (ttft if ttft is not None else time.perf_counter() - started), tokens, "".join(text)
+    first = ttft if ttft is not None else time.perf_counter() - started
+    return first, tokens, "".join(text), False
 
 
 async def run_workload(base: str, users: list[User], shape: Shape) -> tuple[list[Sample], float]:
@@ -119,8 +128,8 @@ async def run_workload(base: str, users: list[User], shape: Shape) -> tuple[list
         for turn, question in enumerate(user.questions):
             messages.append({"role": "user", "content": question})
             async with gate:
-                ttft, tokens, answer = await _one(http, base, messages, shape.max_tokens)
-            samples.append(Sample(ttft, tokens, user.group, turn))
+                ttft, tokens, answer, failed = await _one(http, base, messages, shape.max_tokens)
+            samples.append(Sample(ttft, tokens, user.group, turn, failed))
             messages.append({"role": "assistant", "content": answer})
 
     limits = httpx.Limits(max_connections=shape.concurrency + 4)

@@ -42,6 +42,11 @@ class EngineLoad:
     waiting: int
     measured_at: float
     kv_cache_usage: float | None = None  # 0..1, when the engine reports it
+    # This cortex's outstanding count when the report arrived, when the pool
+    # knows it: the engine's count minus this is what *other* senders have
+    # on it (`load.effective_load`). Not part of equality: it is bookkeeping
+    # about the report, not what the engine said.
+    own: int | None = field(default=None, compare=False)
 
     def age(self, now: float) -> float:
         return now - self.measured_at

@@ -15,11 +15,16 @@ The pool hands the policy the request's chained prefix-block hashes
 
 Each step takes a neuron only under the bound: a neuron is eligible when
 its load + 1 <= ceil((1 + epsilon) * (total load + 1) / n), so none takes
-more than (1 + epsilon) times the average; an ineligible home sends the walk
-on to the next neuron on the ring. The least-loaded candidate always fits,
-so the walk ends. A neuron whose KV cache is saturated (`load.saturated`)
-is passed over as well while any candidate is not. A request without a
-prefix (embeddings) goes to the least loaded candidate.
+more than (1 + epsilon) times the average (rounded up). When the preferred
+neuron is over it, the request *overflows* to the least loaded neuron
+within the bound (ties in ring order from the prefix's hash), and the
+prefix stays homed where it was: the overflow's neuron owns only the
+blocks nobody owned yet (that request's own tail). A hot prefix thus keeps
+one home at the bound and spreads the rest by load, and a group that
+overflows now and then keeps its cache on its home. A neuron whose KV
+cache is saturated (`load.saturated`) is passed over as well while any
+candidate is not. A request without a prefix (embeddings) goes to the
+least loaded candidate.
 
 Load is `load.effective_load`. With several cortex processes (or uvicorn
 workers) each sees only its own outstanding counts; the shared signal is
@@ -56,7 +61,7 @@ from cortex.routing.prefix import PrefixHasher
 from cortex.routing.ring import HashRing
 
 
-class _Lru(OrderedDict[int | str, str]):
+class _Lru(OrderedDict[int | str | tuple[str, int], str]):
     """A mapping that forgets its least recently written keys past `size`
     (the policy remembers recent prefixes and chains, not all of them)."""
 
@@ -64,7 +69,7 @@ class _Lru(OrderedDict[int | str, str]):
         super().__init__()
         self._size = size
 
-    def put(self, key: int | str, value: str) -> None:
+    def put(self, key: int | str | tuple[str, int], value: str) -> None:
         self[key] = value
         self.move_to_end(key)
         while len(self) > self._size:
@@ -101,6 +106,8 @@ class PrefixAffinity(RoutingPolicy):
         self._virtual_nodes = virtual_nodes
         self._owners = _Lru(max_prefixes)  # block hash -> address
         self._chains = _Lru(max_chains)  # response id -> address
+        # (request id, attempt) -> the neuron an overflow chose, until dispatch
+        self._overflows = _Lru(1024)
         self._ring: HashRing | None = None
         self._rotation = itertools.count()
 
@@ -119,38 +126,67 @@ class PrefixAffinity(RoutingPolicy):
         def eligible(i: int) -> bool:
             return loads[i] + 1 <= limit and not (avoid_full and full[i])
 
+        # The ring order from the prefix's first block: the home first, then
+        # the order in which ties among overflow targets are broken (so a
+        # group's overflow tends to find the neuron its last overflow warmed).
+        # Without a prefix, a rotation, so ties take turns.
+        n = len(candidates)
+        if request.prefix:
+            walk = self._ring_for(index).walk(request.prefix[0])
+            position = {index[address]: p for p, address in enumerate(walk)}
+        else:
+            start = next(self._rotation)
+            position = {i: (i - start) % n for i in range(n)}
+        preferred = self._preferred(request)
+        if request.prefix:
+            home = min(position, key=position.__getitem__)
+            preferred.append((candidates[home].address, Decision.HOME))
+
         # A preferred neuron that is not a candidate (not ready, or already
         # tried) is skipped; one passed over for its load makes the choice
-        # an overflow, whatever step then takes the request.
+        # an overflow.
         passed_over = False
-        for address, kind in self._preferred(request):
+        for address, kind in preferred:
             i = index.get(address)
             if i is None:
                 continue
             if eligible(i):
-                return Choice(candidates[i], Decision.OVERFLOW if passed_over else kind)
+                return self._chosen(request, candidates[i], passed_over, kind)
             passed_over = True
-        if request.prefix:
-            for address in self._ring_for(index).walk(request.prefix[0]):
-                if eligible(index[address]):
-                    kind = Decision.OVERFLOW if passed_over else Decision.HOME
-                    return Choice(candidates[index[address]], kind)
-                passed_over = True
-        # No prefix, or every unsaturated neuron is over the bound: within the
-        # bound (the least loaded always is), unsaturated first, then the
-        # least loaded, ties in turn.
-        start, n = next(self._rotation), len(candidates)
 
+        # Overflow (or nothing to prefer): the least loaded neuron within the
+        # bound (the least loaded always is), unsaturated first, ties in ring
+        # order. Not the next neuron on the ring: a hot prefix then filled
+        # one neuron after another up to the bound (with 16 neurons at ~2
+        # in flight the bound is 4, twice the average) while the rest idled.
         def rank(i: int) -> tuple[bool, bool, int, int]:
-            return (loads[i] + 1 > limit, avoid_full and full[i], loads[i], (i - start) % n)
+            return (loads[i] + 1 > limit, avoid_full and full[i], loads[i], position[i])
 
-        kind = Decision.OVERFLOW if passed_over else Decision.FALLBACK
-        return Choice(candidates[min(range(n), key=rank)], kind)
+        chosen = candidates[min(range(n), key=rank)]
+        return self._chosen(request, chosen, passed_over, Decision.FALLBACK)
+
+    def _chosen(
+        self, request: RouteRequest, candidate: Candidate, passed_over: bool, kind: Decision
+    ) -> Choice:
+        if not passed_over:
+            return Choice(candidate, kind)
+        # Told to `on_dispatch`, which then leaves the prefix's owner alone.
+        self._overflows.put((request.request_id, request.attempt), candidate.address)
+        return Choice(candidate, Decision.OVERFLOW)
 
     def on_dispatch(self, candidate: Candidate, request: RouteRequest) -> None:
         # Remembered at dispatch, not at the end: a burst of requests sharing
         # a long prefix should follow the first one while it still runs.
+        # An overflow keeps the prefix homed: only blocks nobody owns yet
+        # (the request's own tail, e.g. its conversation) go to the neuron
+        # that took it. Moving the owner on every overflow spread each
+        # group over both caches of two replicas (hit rate 0.60, where
+        # keeping it gives each group one cache).
+        overflow = self._overflows.pop((request.request_id, request.attempt), None)
+        keep = overflow == candidate.address
         for block in request.prefix:
+            if keep and block in self._owners:
+                continue
             self._owners.put(block, candidate.address)
 
     def on_complete(self, address: str, request: RouteRequest, outcome: Outcome) -> None:

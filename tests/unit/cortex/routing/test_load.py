@@ -43,3 +43,18 @@ def test_an_unknown_or_stale_kv_usage_is_not_saturated() -> None:
     assert not saturated(_kv(None), now=10.0, max_age_s=2.0, kv_limit=0.8)
     assert not saturated(_kv(0.99, measured_at=7.0), now=10.0, max_age_s=2.0, kv_limit=0.8)
     assert not saturated(Candidate("kv:1", outstanding=9), now=10.0, max_age_s=2.0, kv_limit=0.8)
+
+
+def _reported(outstanding: int, engine: int, own: int) -> Candidate:
+    load = EngineLoad(running=engine, waiting=0, measured_at=9.5, own=own)
+    return Candidate("own:1", outstanding=outstanding, load=load)
+
+
+def test_a_report_that_knows_our_count_adds_only_the_others_share() -> None:
+    # The engine ran 4 when the report came, all 4 ours; 3 have ended since:
+    # the report is not load any more (the larger-of rule said 4).
+    assert effective_load(_reported(1, engine=4, own=4), now=10.0, max_age_s=2.0) == 1
+    # 2 of the engine's 5 were another cortex's: they still count.
+    assert effective_load(_reported(1, engine=5, own=3), now=10.0, max_age_s=2.0) == 3
+    # The engine had not yet seen all of ours: no negative share.
+    assert effective_load(_reported(6, engine=1, own=3), now=10.0, max_age_s=2.0) == 6

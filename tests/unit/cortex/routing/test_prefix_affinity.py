@@ -323,3 +323,87 @@ def test_select_is_the_candidate_choose_picks() -> None:
     candidates = _with(_idle(), _home(prefix)[0], outstanding=3)
     chosen = PrefixAffinity(hasher=HASHER).select(candidates, _route(prefix))
     assert chosen is PrefixAffinity(hasher=HASHER).choose(candidates, _route(prefix)).candidate
+
+
+# --- overflow: the prefix stays homed, the load spreads -------------------------
+
+
+def test_an_overflow_keeps_the_prefix_on_its_home() -> None:
+    policy = PrefixAffinity(epsilon=0.25, hasher=HASHER)
+    system = "A group's system prompt, homed on one neuron."
+    first = HASHER.blocks(_chat(system, "first user"))
+    home = _dispatch(policy, _idle(), _route(first, request_id="a"))
+    # The home is busy: the next request of the group overflows elsewhere...
+    busy = _with(_idle(), home, outstanding=3)
+    second = _route(HASHER.blocks(_chat(system, "second user")), request_id="b")
+    choice = policy.choose(busy, second)
+    assert choice.decision is Decision.OVERFLOW and choice.candidate.address != home
+    policy.on_dispatch(choice.candidate, second)
+    # ...and the group's next request goes home again once it has room.
+    third = _route(HASHER.blocks(_chat(system, "third user")), request_id="c")
+    assert _decision(policy, _idle(), third) == (home, Decision.PREFIX)
+
+
+def test_an_overflowed_conversation_follows_its_own_tail() -> None:
+    # The blocks nobody owned (this user's turns) belong to where they went.
+    policy = PrefixAffinity(epsilon=0.25, hasher=HASHER)
+    system = "Another group's system prompt for this test."
+    home = _dispatch(policy, _idle(), _route(HASHER.blocks(_chat(system, "x")), request_id="a"))
+    busy = _with(_idle(), home, outstanding=3)
+    turn = HASHER.blocks(_chat(system, "A user question long enough for blocks."))
+    went = _dispatch(policy, busy, _route(turn, request_id="b"))
+    later = HASHER.blocks(
+        _chat(system, "A user question long enough for blocks.", "And a second turn.")
+    )
+    assert went != home
+    assert _dispatch(policy, _idle(), _route(later, request_id="c")) == went
+
+
+def test_an_owner_that_is_gone_hands_the_prefix_to_its_new_home() -> None:
+    policy = PrefixAffinity(hasher=HASHER)
+    prefix = HASHER.blocks(_chat("A prefix whose neuron leaves."))
+    home = _dispatch(policy, _idle(), _route(prefix, request_id="a"))
+    without = _idle([a for a in ADDRESSES if a != home])
+    moved = _dispatch(policy, without, _route(prefix, request_id="b"))
+    # Back in the pool, the old neuron does not get the prefix back.
+    assert _dispatch(policy, _idle(), _route(prefix, request_id="c")) == moved != home
+
+
+def test_a_hot_prefix_spreads_over_the_others_by_load() -> None:
+    # Every request shares one prefix; none ends while 32 are sent to 16
+    # neurons. The home fills to the bound, then the rest take turns by load
+    # (the ring walk filled neuron after neuron up to the bound instead).
+    addresses = [f"hot-{i}:1" for i in range(16)]
+    policy = PrefixAffinity(epsilon=0.5, hasher=HASHER)
+    prefix = HASHER.blocks(_chat("The one hot system prompt."))
+    home = _home(prefix, addresses)[0]
+    outstanding = dict.fromkeys(addresses, 0)
+    for i in range(32):
+        candidates = [Candidate(address=a, outstanding=outstanding[a]) for a in addresses]
+        limit = bound(list(outstanding.values()), 0.5)
+        chosen = _dispatch(policy, candidates, _route(prefix, request_id=f"h{i}"))
+        assert outstanding[chosen] + 1 <= limit
+        outstanding[chosen] += 1
+        others = [v for a, v in outstanding.items() if a != home]
+        assert max(others) - min(others) <= 1, (i, outstanding)
+    assert outstanding[home] > max(v for a, v in outstanding.items() if a != home)
+
+
+def test_the_bound_holds_while_requests_come_and_go() -> None:
+    # The policy's own bookkeeping (owners, overflows) over a long run with
+    # completions: no choice ever takes a neuron past the bound.
+    rng = random.Random(11)
+    policy = PrefixAffinity(epsilon=0.25, hasher=HASHER)
+    prefixes = [HASHER.blocks(_chat(f"group {g} prompt", f"user {g}")) for g in range(6)]
+    outstanding = dict.fromkeys(ADDRESSES, 0)
+    running: list[str] = []
+    for i in range(3000):
+        if running and rng.random() < 0.45:
+            outstanding[running.pop(rng.randrange(len(running)))] -= 1
+            continue
+        candidates = [Candidate(address=a, outstanding=outstanding[a]) for a in ADDRESSES]
+        before = list(outstanding.values())
+        chosen = _dispatch(policy, candidates, _route(rng.choice(prefixes), request_id=f"q{i}"))
+        assert outstanding[chosen] + 1 <= bound(before, 0.25), (i, before)
+        outstanding[chosen] += 1
+        running.append(chosen)
