@@ -14,14 +14,20 @@ terminal event. What the objects are, and what ends an API's stream, is the
 - The Responses API's framing (`cortex.api.responses.run`): `event:` and
   `data:` lines, ending with the response's own terminal event.
 
-Each frame is one bytes object, so that it is written in one flush.
+The body yields *groups*: the objects made from one neuron message (a
+token's chunks for several choices, a Responses delta with the events that
+open or close items around it). A group is framed into one bytes object, so
+that one neuron message costs one body chunk, one `transport.write` and
+one trip through the ASGI send chain, however many frames it holds (one
+write per frame was 14 % of cortex's time at 64 streams). A group is never
+held back to wait for the next: nothing is delayed.
 """
 
 from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Generic, TypeVar
 
 from fastapi.responses import StreamingResponse
@@ -69,12 +75,16 @@ class Framing(abc.ABC, Generic[T]):
 UNEXPECTED = "The server had an error while processing your request."
 
 
-async def sse(body: AsyncIterator[T], framing: Framing[T], request_id: str) -> AsyncIterator[bytes]:
-    """Frame `body`, then its end: the framing's completion, or its error."""
+async def sse(
+    body: AsyncIterator[Sequence[T]], framing: Framing[T], request_id: str
+) -> AsyncIterator[bytes]:
+    """Frame `body`, one bytes object per group, then its end: the framing's
+    completion, or its error."""
     extra = {"request_id": request_id}
     try:
-        async for item in body:
-            yield framing.frame(item)
+        async for group in body:
+            if group:
+                yield b"".join([framing.frame(item) for item in group])
         tail = [framing.frame(item) for item in await framing.completed()]
     except NeuraxisError as e:
         log.info("stream ended with %s: %s", e.kind, e.message, extra=extra)
@@ -82,8 +92,10 @@ async def sse(body: AsyncIterator[T], framing: Framing[T], request_id: str) -> A
     except Exception:
         log.exception("stream failed", extra=extra)
         tail = await _failed(framing, InternalError(UNEXPECTED), request_id)
-    for frame in tail:
-        yield frame
+    # The ending is one write as well (a Responses stream's closing events:
+    # the text, part and item done, then response.completed).
+    if tail:
+        yield b"".join(tail)
     if framing.closing:
         yield framing.closing
 
@@ -116,10 +128,11 @@ class ChunkFraming(Framing[BaseModel]):
 
 
 def chunk_response(
-    chunks: AsyncIterator[BaseModel], request_id: str, include_usage: bool
+    chunks: AsyncIterator[Sequence[BaseModel]], request_id: str, include_usage: bool
 ) -> StreamingResponse:
-    """A streamed chat or legacy completion. With include_usage every chunk
-    carries "usage": null; without it the key is left out, as OpenAI does."""
+    """A streamed chat or legacy completion (chunks grouped per neuron
+    message). With include_usage every chunk carries "usage": null; without
+    it the key is left out, as OpenAI does."""
     framing = ChunkFraming(exclude=None if include_usage else {"usage"})
     return StreamingResponse(
         sse(chunks, framing, request_id),

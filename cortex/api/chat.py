@@ -223,26 +223,36 @@ async def _chunks(
     chunker: _Chunker,
     n: int,
     forced_tools: bool,
-) -> AsyncIterator[ChatCompletionChunk]:
-    """The neuron's stream as chunks; errors are the stream wrapper's."""
-    for index in range(n):
-        yield chunker.choice(index, {"role": "assistant", "content": None if forced_tools else ""})
+) -> AsyncIterator[list[ChatCompletionChunk]]:
+    """The neuron's stream as chunks, one group per neuron message (written
+    in one piece, `sse.py`); errors are the stream wrapper's."""
+    opening = {"role": "assistant", "content": None if forced_tools else ""}
+    group = [chunker.choice(index, opening) for index in range(n)]
     response = first
     while True:
-        for delta in response.choices:
-            if delta.reasoning:
-                yield chunker.choice(delta.index, {"reasoning_content": delta.reasoning})
-            if delta.text or delta.logprobs:
-                yield chunker.choice(
-                    delta.index, {"content": delta.text}, logprobs=list(delta.logprobs)
-                )
-            for call in delta.tool_calls:
-                for piece in _tool_call_deltas(call):
-                    yield chunker.choice(delta.index, piece)
-            if delta.finish_reason:
-                yield chunker.choice(delta.index, {}, finish_reason(delta.finish_reason))
+        group += _message_chunks(response, chunker)
         if response.HasField("usage"):
             break
+        yield group
+        group = []
         response = await next_message(rest)
     if chunker.include_usage:
-        yield chunker.usage(response.usage)
+        group.append(chunker.usage(response.usage))
+    yield group
+
+
+def _message_chunks(response: pb.GenerateResponse, chunker: _Chunker) -> list[ChatCompletionChunk]:
+    """The chunks of one neuron message, in the order OpenAI sends them."""
+    out: list[ChatCompletionChunk] = []
+    for delta in response.choices:
+        if delta.reasoning:
+            out.append(chunker.choice(delta.index, {"reasoning_content": delta.reasoning}))
+        if delta.text or delta.logprobs:
+            out.append(
+                chunker.choice(delta.index, {"content": delta.text}, logprobs=list(delta.logprobs))
+            )
+        for call in delta.tool_calls:
+            out += [chunker.choice(delta.index, piece) for piece in _tool_call_deltas(call)]
+        if delta.finish_reason:
+            out.append(chunker.choice(delta.index, {}, finish_reason(delta.finish_reason)))
+    return out

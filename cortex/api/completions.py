@@ -115,8 +115,9 @@ async def _chunks(
     echo: list[str] | None,
     n: int,
     include_usage: bool,
-) -> AsyncIterator[Completion]:
-    """The prompts' streams as completion chunks; errors are the stream
+) -> AsyncIterator[list[Completion]]:
+    """The prompts' streams as completion chunks, one group per neuron
+    message (written in one piece, `sse.py`); errors are the stream
     wrapper's."""
 
     def chunk(
@@ -127,11 +128,12 @@ async def _chunks(
 
     total = pb.Usage()
     offsets: dict[int, int] = {}
+    group: list[Completion] = []
     if echo is not None:
         for p, prompt in enumerate(echo):
             for i in range(n):
                 offsets[p * n + i] = len(prompt)
-                yield chunk(p * n + i, prompt, None, None)
+                group.append(chunk(p * n + i, prompt, None, None))
     ended = 0
     async for p, response in merge(firsts, streams):
         for delta in response.choices:
@@ -142,13 +144,16 @@ async def _chunks(
                 logprobs = _legacy_logprobs(list(delta.logprobs), offsets.get(index, 0))
             offsets[index] = offsets.get(index, 0) + len(delta.text)
             if delta.text or finish or logprobs:
-                yield chunk(index, delta.text, finish, logprobs)
+                group.append(chunk(index, delta.text, finish, logprobs))
         if response.HasField("usage"):
             ended += 1
             total.prompt_tokens += response.usage.prompt_tokens
             total.completion_tokens += response.usage.completion_tokens
             total.cached_prompt_tokens += response.usage.cached_prompt_tokens
+        yield group
+        group = []
     if ended < len(streams):
         raise InternalError("The stream ended early.")
     if include_usage:
-        yield base.model_copy(update={"usage": usage_of(total)})
+        group.append(base.model_copy(update={"usage": usage_of(total)}))
+    yield group

@@ -19,14 +19,15 @@ class Chunk(BaseModel):
     usage: int | None = None
 
 
-async def _body(*items: Chunk | Exception) -> AsyncIterator[Chunk]:
+async def _body(*items: Chunk | Exception | list[Chunk]) -> AsyncIterator[list[Chunk]]:
+    """Each item a group of its own, unless it is a list (a group)."""
     for item in items:
         if isinstance(item, Exception):
             raise item
-        yield item
+        yield item if isinstance(item, list) else [item]
 
 
-async def _frames(body: AsyncIterator[BaseModel], framing: Framing[BaseModel]) -> list[bytes]:
+async def _frames(body: AsyncIterator[list[Chunk]], framing: Framing[BaseModel]) -> list[bytes]:
     return [frame async for frame in sse(body, framing, "req-42")]
 
 
@@ -38,6 +39,16 @@ def test_frames() -> None:
 async def test_chunks_then_done_with_excluded_keys() -> None:
     frames = await _frames(_body(Chunk(text="a"), Chunk(text="b")), ChunkFraming({"usage"}))
     assert frames == [b'data: {"text":"a"}\n\n', b'data: {"text":"b"}\n\n', DONE]
+
+
+async def test_a_group_is_one_write_and_an_empty_group_none() -> None:
+    body = _body([Chunk(text="a"), Chunk(text="b")], [], Chunk(text="c"))
+    frames = await _frames(body, ChunkFraming({"usage"}))
+    assert frames == [
+        b'data: {"text":"a"}\n\ndata: {"text":"b"}\n\n',
+        b'data: {"text":"c"}\n\n',
+        DONE,
+    ]
 
 
 async def test_typed_error_mid_stream_ends_with_its_envelope_then_done() -> None:
@@ -94,3 +105,17 @@ class _Ending(ChunkFraming):
 async def test_completed_objects_follow_a_normal_body() -> None:
     frames = await _frames(_body(Chunk(text="a")), _Ending({"usage"}))
     assert frames == [b'data: {"text":"a"}\n\n', b'data: {"text":"end"}\n\n', DONE]
+
+
+class _LongEnding(ChunkFraming):
+    async def completed(self) -> list[BaseModel]:
+        return [Chunk(text="x"), Chunk(text="y")]
+
+
+async def test_the_ending_is_one_write() -> None:
+    frames = await _frames(_body(Chunk(text="a")), _LongEnding({"usage"}))
+    assert frames == [
+        b'data: {"text":"a"}\n\n',
+        b'data: {"text":"x"}\n\ndata: {"text":"y"}\n\n',
+        DONE,
+    ]

@@ -4,13 +4,13 @@ internal request, and the wire shape of answers and stream chunks."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
-from cortex.api.chat import to_generate_request
+from cortex.api.chat import _Chunker, _chunks, to_generate_request
 from cortex.routing.policy import RouteHints
 from cortex.schemas.chat import ChatCompletionRequest
 from neuraxis.core.errors import InvalidRequestError, UnavailableError
@@ -345,3 +345,53 @@ def test_prompt_cache_key_goes_to_routing_not_to_the_model() -> None:
     with c:
         assert c.post("/v1/chat/completions", json=body).status_code == 200
     assert pool.hints == [RouteHints(previous_response_id=None, prompt_cache_key="k")]
+
+
+async def _rest(*messages: pb.GenerateResponse) -> AsyncIterator[pb.GenerateResponse]:
+    for message in messages:
+        yield message
+
+
+async def test_each_neuron_message_is_one_group_of_chunks() -> None:
+    # Two choices advance in each message: their chunks are one group (one
+    # write at the edge); the opening chunks ride with the first message and
+    # the usage chunk with the last.
+    def both(
+        a: str, b: str, finish: pb.FinishReason = pb.FINISH_REASON_UNSPECIFIED
+    ) -> list[pb.ChoiceDelta]:
+        return [
+            pb.ChoiceDelta(index=0, text=a, finish_reason=finish),
+            pb.ChoiceDelta(index=1, text=b, finish_reason=finish),
+        ]
+
+    first = pb.GenerateResponse(choices=both("A", "B"))
+    last = pb.GenerateResponse(
+        choices=both("C", "D", pb.FINISH_REASON_STOP),
+        usage=pb.Usage(prompt_tokens=3, completion_tokens=4),
+    )
+    chunker = _Chunker("chatcmpl-g", 1, "m", include_usage=True)
+    groups = [g async for g in _chunks(first, _rest(last), chunker, 2, forced_tools=False)]
+    shapes = [
+        [
+            (c.choices[0].index, c.choices[0].delta, c.choices[0].finish_reason)
+            if c.choices
+            else "usage"
+            for c in g
+        ]
+        for g in groups
+    ]
+    assert shapes == [
+        [
+            (0, {"role": "assistant", "content": ""}, None),
+            (1, {"role": "assistant", "content": ""}, None),
+            (0, {"content": "A"}, None),
+            (1, {"content": "B"}, None),
+        ],
+        [
+            (0, {"content": "C"}, None),
+            (0, {}, "stop"),
+            (1, {"content": "D"}, None),
+            (1, {}, "stop"),
+            "usage",
+        ],
+    ]
