@@ -31,6 +31,7 @@ from neuraxis.core.errors import (
 log = logging.getLogger("neuraxis.cortex")
 
 _FIELD_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+_LOCATIONS = {"body", "query", "path", "header", "cookie"}
 
 
 def error_envelope(error: NeuraxisError) -> ErrorEnvelope:
@@ -80,7 +81,11 @@ def validation_error(exc: RequestValidationError) -> NeuraxisError:
         return InvalidRequestError(
             "We could not parse the JSON body of your request. Please send valid JSON."
         )
-    loc = [p for p in first.get("loc", ()) if p != "body"]
+    loc = list(first.get("loc", ()))
+    # FastAPI says where it looked first ("body", "query", "path"); the client
+    # named the parameter alone.
+    if loc and loc[0] in _LOCATIONS:
+        loc = loc[1:]
     param = ""
     for part in loc:
         if isinstance(part, int):

@@ -13,6 +13,7 @@ from cortex.schemas.common import (
     CompletionUsage,
     RefusesUnsupported,
     SamplingFields,
+    TokenCount,
     only_text_parts,
 )
 from cortex.schemas.tools import ChatNamedCustomChoice, ChatTool, by_type
@@ -50,8 +51,40 @@ class CustomToolCallIn(BaseModel):
     custom: CustomCallIn
 
 
+# `_content_rules` below, in JSON Schema, for the published schema (a client
+# or a fuzzer generating from it should make messages that pass).
+_NOT_NULL: dict[str, Any] = {"not": {"type": "null"}}
+_MESSAGE_RULES: dict[str, Any] = {
+    "allOf": [
+        {
+            "if": {"properties": {"role": {"const": "tool"}}, "required": ["role"]},
+            "then": {
+                "required": ["tool_call_id"],
+                "properties": {"tool_call_id": {"type": "string", "minLength": 1}},
+            },
+        },
+        {
+            "if": {"properties": {"role": {"const": "assistant"}}, "required": ["role"]},
+            "then": {
+                "anyOf": [
+                    {"required": ["content"], "properties": {"content": _NOT_NULL}},
+                    {
+                        "required": ["tool_calls"],
+                        "properties": {"tool_calls": {"type": "array", "minItems": 1}},
+                    },
+                ]
+            },
+            "else": {
+                "required": ["content"],
+                "properties": {"content": _NOT_NULL, "tool_calls": {"type": "null"}},
+            },
+        },
+    ]
+}
+
+
 class ChatMessageIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_MESSAGE_RULES)
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
@@ -92,7 +125,14 @@ class JsonSchemaFormat(BaseModel):
 
 
 class ResponseFormatIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # `_schema_given`, in JSON Schema, for the published schema.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "if": {"properties": {"type": {"const": "json_schema"}}, "required": ["type"]},
+            "then": {"required": ["json_schema"], "properties": {"json_schema": _NOT_NULL}},
+        },
+    )
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
@@ -127,8 +167,8 @@ class ChatCompletionRequest(SamplingFields, VllmSamplingFields, RefusesUnsupport
     messages: list[ChatMessageIn] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: TokenCount | None = None
+    max_completion_tokens: TokenCount | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     tools: list[ChatTool] | None = None

@@ -8,6 +8,14 @@ from pydantic import BaseModel, Field, ModelWrapValidatorHandler, PrivateAttr, m
 
 Stop = str | Annotated[list[str], Field(max_length=4)] | None
 
+# Integers that travel in a protobuf field of neuron.proto must fit it: past
+# its range the encoder raises, and the request would end in a 500 instead of
+# a 400 naming the parameter.
+UINT32_END = 2**32
+Int64 = Annotated[int, Field(ge=-(2**63), lt=2**63)]
+# A token count (max_tokens and its spellings): at least one, a uint32.
+TokenCount = Annotated[int, Field(ge=1, lt=UINT32_END)]
+
 
 class RefusesUnsupported(BaseModel):
     """A request that takes the fields OpenAI defines and this server does
@@ -42,9 +50,9 @@ class SamplingFields(BaseModel):
 
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    top_k: Annotated[int, Field(ge=-1)] | None = None  # a vLLM extension
+    top_k: Annotated[int, Field(ge=-1, lt=2**31)] | None = None  # a vLLM extension
     n: Annotated[int, Field(ge=1, le=16)] | None = None
-    seed: int | None = None
+    seed: Int64 | None = None
     stop: Stop = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None

@@ -12,6 +12,7 @@ from cortex.schemas.common import (
     CompletionUsage,
     RefusesUnsupported,
     SamplingFields,
+    TokenCount,
 )
 from cortex.schemas.vllm_sampling import VLLM_UNSUPPORTED, VllmSamplingFields
 
@@ -25,7 +26,7 @@ class CompletionRequest(SamplingFields, VllmSamplingFields, RefusesUnsupported):
     stream: bool = False
     stream_options: StreamOptions | None = None
     # OpenAI's default for this endpoint.
-    max_tokens: Annotated[int, Field(ge=1)] | None = 16
+    max_tokens: TokenCount | None = 16
     best_of: Annotated[int, Field(ge=1, le=1)] | None = None
     echo: bool = False
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None

@@ -6,7 +6,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TokenArray = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+from cortex.schemas.common import UINT32_END
+
+TokenArray = Annotated[list[Annotated[int, Field(ge=0, lt=UINT32_END)]], Field(min_length=1)]
 
 
 class EmbeddingRequest(BaseModel):
@@ -20,7 +22,7 @@ class EmbeddingRequest(BaseModel):
         | Annotated[list[TokenArray], Field(min_length=1, max_length=2048)]
     )
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Annotated[int, Field(ge=1)] | None = None
+    dimensions: Annotated[int, Field(ge=1, lt=UINT32_END)] | None = None
     user: str | None = None
 
     def inputs(self) -> list[str | list[int]]:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cortex.schemas.common import RefusesUnsupported, only_text_parts
+from cortex.schemas.common import RefusesUnsupported, TokenCount, only_text_parts
 from cortex.schemas.tools import ResponsesTool, ResponsesToolChoice
 
 
@@ -134,7 +134,7 @@ class ResponsesRequest(RefusesUnsupported):
     model: str = Field(min_length=1)
     input: str | list[InputItem]
     instructions: str | None = None
-    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_output_tokens: TokenCount | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None
     tools: list[ResponsesTool] | None = None

@@ -30,6 +30,8 @@ from typing import Annotated, ClassVar, Self
 
 from pydantic import BaseModel, Field, model_validator
 
+from cortex.schemas.common import UINT32_END
+
 # vLLM's token ids are int32 in the engine.
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 
@@ -60,7 +62,7 @@ class VllmSamplingFields(BaseModel):
 
     min_p: Annotated[float, Field(ge=0, le=1)] | None = None
     repetition_penalty: Annotated[float, Field(gt=0, le=2)] | None = None
-    min_tokens: Annotated[int, Field(ge=0)] | None = None
+    min_tokens: Annotated[int, Field(ge=0, lt=UINT32_END)] | None = None
     ignore_eos: bool | None = None
     stop_token_ids: list[TokenId] | None = None
     include_stop_str_in_output: bool | None = None
@@ -69,8 +71,9 @@ class VllmSamplingFields(BaseModel):
     allowed_token_ids: Annotated[list[TokenId], Field(min_length=1)] | None = None
     bad_words: list[str] | None = None
     # Beam search's length penalty at its neutral value asks for nothing
-    # (`use_beam_search: false` is let through by RefusesUnsupported).
-    length_penalty: float | None = None
+    # (`use_beam_search: false` is let through by RefusesUnsupported); the
+    # published schema says so (const), as `_no_beam_search` checks.
+    length_penalty: Annotated[float, Field(json_schema_extra={"const": 1.0})] | None = None
 
     @model_validator(mode="after")
     def _no_beam_search(self) -> Self:

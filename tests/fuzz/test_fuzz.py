@@ -1,0 +1,131 @@
+"""schemathesis against a real cortex with sim neurons, auth off and on.
+
+`make test` sends 2,000 generated requests (half to each cortex) across
+every /v1 operation; `make fuzz` sends 20,000 (`make fuzz FUZZ_REQUESTS=N`;
+here NEURAXIS_FUZZ_REQUESTS). Pass = no 5xx, every 4xx in the OpenAI
+envelope with its status, a stream made of JSON events, no request left
+without an answer past driver.REQUEST_TIMEOUT_S. The counts go to
+bench/results/fuzz/<target>-<requests>.json and the end of pytest's
+report; NEURAXIS_FUZZ_SEED replays a run (its seed is printed with them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.fuzz.driver import Fuzzer, Tally, Target
+from tests.procs import REPO, Proc, child_env, free_port, wait_http_ready
+
+DEFAULT_REQUESTS = 2_000
+RESULTS = REPO / "bench" / "results" / "fuzz"
+# Two generating sim neurons answering at once: the run measures cortex's
+# answers, not the engine's pace. A large max_tokens still costs a loop.
+SIM = ["--engine", "sim", "--sim-ttft-s", "0", "--sim-itl-s", "0"]
+MODELS = ("sim-a", "sim-b")
+
+# Lines for pytest's terminal summary (conftest.py prints them).
+REPORT: list[str] = []
+
+
+@dataclass(frozen=True)
+class Cluster:
+    off: Target
+    on: Target
+
+
+def _requests() -> int:
+    return int(os.environ.get("NEURAXIS_FUZZ_REQUESTS", DEFAULT_REQUESTS))
+
+
+def _seed() -> int:
+    return int(os.environ.get("NEURAXIS_FUZZ_SEED") or random.randrange(1 << 32))
+
+
+def _new_key(state_dir: Path) -> str:
+    command = [sys.executable, "-m", "neuraxis.app.cli", "keys", "create", "--tenant", "fuzz"]
+    done = subprocess.run(
+        [*command, "--state-dir", str(state_dir)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=REPO,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Two sim neurons and two cortexes in front of them: auth off, and
+    auth required with one key."""
+    logs = tmp_path_factory.mktemp("fuzz-logs")
+    state = tmp_path_factory.mktemp("fuzz-state")
+    procs: list[Proc] = []
+    try:
+        neurons: list[str] = []
+        for served_id in MODELS:
+            port = free_port()
+            neurons += ["--neuron", f"127.0.0.1:{port}"]
+            args = ["neuron", "serve", *SIM, "--port", str(port), "--served-id", served_id]
+            args += ["--metrics-port", str(free_port())]
+            procs.append(Proc(args, logs / f"{served_id}.log"))
+        bases = []
+        for label, extra in (("off", []), ("on", ["--auth", "required"])):
+            port = free_port()
+            args = ["cortex", "--port", str(port), *neurons, *extra]
+            args += ["--state-dir", str(state / label)]
+            cortex = Proc(args, logs / f"cortex-{label}.log")
+            procs.append(cortex)
+            bases.append((cortex, f"http://127.0.0.1:{port}"))
+        for cortex, base in bases:
+            wait_http_ready(cortex, f"{base}/readyz", 60)
+        (_, off), (_, on) = bases
+        key = _new_key(state / "on")
+        yield Cluster(Target("auth-off", off, MODELS), Target("auth-on", on, MODELS, key))
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+def _report(target: Target, tally: Tally, run_seed: int) -> None:
+    summary = {"target": target.label, "seed": run_seed, **tally.summary()}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    # Named by the run's size: make test's run never replaces make fuzz's.
+    name = f"{target.label}-{_requests()}.json"
+    (RESULTS / name).write_text(json.dumps(summary, indent=2))
+    statuses = ", ".join(f"{s}: {n}" for s, n in summary["by_status"].items())
+    REPORT.append(
+        f"fuzz {target.label}: {tally.requests} requests in {summary['seconds']} s "
+        f"(seed {run_seed}); {statuses}; 5xx {tally.server_errors}; "
+        f"failures {len(tally.failures)}"
+    )
+
+
+@pytest.mark.parametrize("auth", ["off", "on"])
+def test_no_generated_request_gets_a_5xx_or_a_bare_error(cluster: Cluster, auth: str) -> None:
+    target = cluster.off if auth == "off" else cluster.on
+    budget = _requests() // 2
+    run_seed = _seed()
+    with requests.Session() as session:
+        tally = Fuzzer(target, session).run(budget, run_seed)
+    _report(target, tally, run_seed)
+    # Every /v1 operation was asked, and (nearly) the whole budget was sent:
+    # an operation schemathesis runs out of cases for leaves its share to
+    # the next.
+    assert len(tally.by_operation) >= 10, tally.by_operation
+    assert tally.requests >= budget * 0.95, tally.summary()
+    shown = "\n".join(
+        f"{f.operation}: {'; '.join(f.problems)}\n  {f.curl[:2000]}" for f in tally.failures[:20]
+    )
+    assert not tally.failures, f"{len(tally.failures)} failures (seed {run_seed}):\n{shown}"
