@@ -38,9 +38,10 @@ MODES = ("off", "on")
 
 
 @contextmanager
-def two_cortexes(logs: Path) -> Iterator[tuple[dict[str, str], str]]:
+def two_cortexes(logs: Path, counters: str = "auto") -> Iterator[tuple[dict[str, str], str]]:
     """A sim neuron serving MODEL, a cortex with auth off and one with auth
-    required in front of it; their base URLs by mode, and the key."""
+    required (its rate-limit counters where `counters` says) in front of it;
+    their base URLs by mode, and the key."""
     logs.mkdir(parents=True, exist_ok=True)
     state = Path(tempfile.mkdtemp(prefix="neuraxis-bench-auth-"))
     neuron_port = free_port()
@@ -64,6 +65,7 @@ def two_cortexes(logs: Path) -> Iterator[tuple[dict[str, str], str]]:
             port = free_port()
             args = ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}"]
             args += ["--state-dir", str(state), "--auth", "required" if mode == "on" else "off"]
+            args += ["--rate-limit-counters", counters]
             procs.append(Proc(args, logs / f"auth-cortex-{mode}.log"))
             bases[mode] = f"http://127.0.0.1:{port}"
             wait_http_ready(procs[-1], f"{bases[mode]}/readyz", 120)
@@ -171,12 +173,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     cli.add_argument("--max-tokens", type=int, default=32)
     cli.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    cli.add_argument(
+        "--counters",
+        choices=["auto", "local", "shared"],
+        default="auto",
+        help="where the limited cortex keeps its rate-limit counters (shared: one SQLite "
+        "transaction per admission and settlement, as with --workers N)",
+    )
     args = cli.parse_args(argv)
     if args.smoke:
         args.rounds, args.requests_per_client, args.max_tokens = 1, 2, 4
         args.concurrency = [1, 2]
     # --base-url is not used: both cortexes and their neuron are started here.
-    with two_cortexes(RESULTS / "auth_cost-logs") as (bases, key):
+    with two_cortexes(RESULTS / "auth_cost-logs", args.counters) as (bases, key):
         summary, _ = measure(
             bases, key, args.concurrency, args.rounds, args.requests_per_client, args.max_tokens
         )

@@ -43,7 +43,7 @@ class RateLimitHeaders:
         principal: Principal | None = state.get("principal")
         if principal is None or principal.key_id is None:
             return {}
-        if principal.limits.rpm is None and principal.limits.tpm is None:
+        if not principal.limits.any:
             return {}
         ready: dict[str, str] | None = state.get("ratelimit")
         return ready if ready is not None else await self.limiter.headers(principal)

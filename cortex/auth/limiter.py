@@ -26,6 +26,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from cortex import metrics
 from cortex.auth import limits
 from cortex.auth.principal import Principal
 from cortex.store.keys import KeyStore, Usage
@@ -74,6 +75,7 @@ class Limiter:
         # The same pure function on the same inputs: the decision the store applied.
         decision = limits.admit(key_limits, seen, now, tokens)
         if not decision.admitted:
+            metrics.record_rate_limited(principal.tenant, decision.limit or "requests")
             error = TokenRateLimitError if decision.limit == "tokens" else RateLimitError
             raise error(decision.message, retry_after_ms=math.ceil(decision.retry_after_s * 1000))
         return Admission(

@@ -125,4 +125,12 @@ def headers(limits: Limits, usage: Usage, now: float) -> dict[str, str]:
         out["x-ratelimit-limit-tokens"] = str(limits.tpm)
         out["x-ratelimit-remaining-tokens"] = str(max(0, limits.tpm - seen.tokens))
         out["x-ratelimit-reset-tokens"] = reset if seen.tokens else "0s"
+    if limits.max_concurrent is not None:
+        # OpenAI has no concurrency limit and so no header for it; these
+        # follow its naming. A key limited only in concurrency gets no
+        # requests/tokens trio: made-up numbers there would mislead the
+        # clients that pace themselves on them.
+        out["x-ratelimit-limit-concurrent-requests"] = str(limits.max_concurrent)
+        remaining = max(0, limits.max_concurrent - seen.in_flight)
+        out["x-ratelimit-remaining-concurrent-requests"] = str(remaining)
     return out

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from cortex.auth.keys import KeyRequest
 from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import auth_client
@@ -70,6 +72,32 @@ def test_a_request_bigger_than_the_token_budget_is_refused_before_routing() -> N
     over = c.post("/v1/chat/completions", json=CHAT, headers=_bearer(secret))
     assert over.status_code == 429 and over.json()["error"]["type"] == "tokens"
     assert pool.requests == []
+
+
+def test_a_key_limited_only_in_concurrency_gets_its_own_headers_and_no_invented_trio() -> None:
+    c, _, (secret,) = auth_client([HI, END], KeyRequest("acme", [], max_concurrent=3))
+    response = c.post("/v1/chat/completions", json=CHAT, headers=_bearer(secret))
+    assert response.status_code == 200
+    assert response.headers["x-ratelimit-limit-concurrent-requests"] == "3"
+    assert response.headers["x-ratelimit-remaining-concurrent-requests"] == "2"  # itself
+    assert "x-ratelimit-limit-requests" not in response.headers
+    assert "x-ratelimit-limit-tokens" not in response.headers
+    models = c.get("/v1/models", headers=_bearer(secret))  # reserves nothing
+    assert models.headers["x-ratelimit-remaining-concurrent-requests"] == "3"
+
+
+def test_refusals_are_counted_by_tenant_and_limit() -> None:
+    c, _, (secret,) = auth_client([HI, END], KeyRequest("refused-co", [], rpm=1, tpm=1000))
+
+    def refused(reason: str) -> float:
+        labels = {"tenant": "refused-co", "reason": reason}
+        return REGISTRY.get_sample_value("neuraxis_rate_limited_total", labels) or 0.0
+
+    before = refused("requests")
+    assert c.post("/v1/chat/completions", json=CHAT, headers=_bearer(secret)).status_code == 200
+    assert c.post("/v1/chat/completions", json=CHAT, headers=_bearer(secret)).status_code == 429
+    assert refused("requests") == before + 1
+    assert refused("tokens") == 0
 
 
 def test_a_key_without_limits_gets_no_rate_limit_headers() -> None:

@@ -1,4 +1,5 @@
-"""The limiter on a real key store (SQLite) and a hand-moved clock:
+"""The limiter on a real key store (SQLite, its counters shared or local)
+and a hand-moved clock:
 reservations under concurrency, settlement with the real usage, release on
 failure, the 429s."""
 
@@ -13,6 +14,7 @@ import pytest
 
 from cortex.auth.limiter import Limiter, estimate_generate, metered
 from cortex.auth.limits import Limits
+from cortex.auth.local_usage import counters_for
 from cortex.auth.principal import Principal
 from cortex.store.keys import KeyStore
 from cortex.store.sqlite_keys import SqliteKeyStore
@@ -30,10 +32,12 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[KeyStore]:
+@pytest.fixture(params=["shared", "local"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KeyStore]:
+    """The SQLite store's counters, or this process's in front of it: the
+    limiter behaves the same on both."""
     opened = SqliteKeyStore(tmp_path / "responses.sqlite3")
-    yield opened
+    yield counters_for(opened, local=request.param == "local")
     await opened.close()
 
 

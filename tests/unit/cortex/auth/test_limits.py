@@ -98,6 +98,14 @@ def test_headers_only_for_the_limits_a_key_has() -> None:
     assert got["x-ratelimit-reset-tokens"] == "0s"  # nothing used: nothing to reset
 
 
+def test_a_concurrency_limit_has_headers_of_its_own() -> None:
+    got = headers(Limits(max_concurrent=4), Usage(window=int(T0), in_flight=3), T0 + 1)
+    assert got == {
+        "x-ratelimit-limit-concurrent-requests": "4",
+        "x-ratelimit-remaining-concurrent-requests": "1",
+    }
+
+
 def test_windows_are_aligned_to_the_minute() -> None:
     assert window_of(T0 + 59.999) == int(T0)
     assert window_of(T0 + 60) == int(T0) + 60
