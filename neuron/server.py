@@ -185,6 +185,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
             generation=self._generation,
             ready=ready,
             metrics_port=self._metrics_port,
+            max_concurrency=self._engine.max_concurrency() if ready else 0,
         )
 
     async def Load(  # noqa: N802

@@ -28,6 +28,12 @@ policy judges its age. For a policy that routes on the prompt's prefix the
 pool hashes the request once (`prefix.py`) and every attempt carries it.
 Clients are made by a factory and time is read from a clock, both passed
 in, so the pool is tested with in-memory neurons.
+
+Before its first attempt a request passes admission control
+(`admission.py`): each replica takes at most its concurrency cap, the pool
+tells the admission queue how many slots a model has free and wakes it
+whenever one may have freed, and the policy chooses among the replicas
+below their caps.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from cortex import metrics
+from cortex.routing.admission import AdmissionControl, AdmissionOptions, Sleep
 from cortex.routing.client import NeuronClient, NeuronConnection
 from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
 from cortex.routing.ejection import EjectionOptions, OutlierEjection
@@ -111,6 +118,8 @@ class NeuronPool:
         ejection: EjectionOptions | None = None,
         retry_budget: RetryBudgetOptions | None = None,
         health_timeout_s: float = 1.0,
+        admission: AdmissionOptions | None = None,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         """`clients` are the static neurons; `client_factory` makes the ones
         the endpoint table adds (`update`). `policy` is one policy for every
@@ -136,6 +145,8 @@ class NeuronPool:
         self._ejection = OutlierEjection(ejection or EjectionOptions(), clock)
         self._budget = RetryBudget(retry_budget)
         self._health_timeout = health_timeout_s
+        self._admission_options = admission or AdmissionOptions()
+        self._admission = AdmissionControl(self._admission_options, self._free_slots, clock, sleep)
 
     async def start(self) -> None:
         await self.refresh()
@@ -176,6 +187,7 @@ class NeuronPool:
             for model in state.models:
                 counts[model] = counts.get(model, 0) + (1 if state.ready else 0)
         metrics.set_healthy_replicas(counts)
+        self._admission.wake()  # replicas (and their caps) may have come
 
     def served_models(self) -> dict[str, pb.ModelInfo]:
         """Models that at least one ready neuron serves right now."""
@@ -236,6 +248,8 @@ class NeuronPool:
         first message is retried on another neuron; after it, the error goes
         to the caller (part of the answer has already gone out)."""
         check_size(request.ByteSize())  # before a neuron's transport refuses it
+        # Time queued for a slot is bounded by the queue timeout, not the deadlines.
+        await self._admission.admit(request.model, self.model_label(request.model))
         deadline = RequestDeadline(self._deadlines, self._clock)
         with self._budget.ticket() as ticket:
             tried: list[NeuronState] = []
@@ -301,6 +315,7 @@ class NeuronPool:
     async def embed(
         self, request: pb.EmbedRequest, hints: RouteHints | None = None
     ) -> pb.EmbedResponse:
+        await self._admission.admit(request.model, self.model_label(request.model))
         with self._budget.ticket() as ticket:
             return await self._embed(request, hints, ticket)
 
@@ -377,6 +392,8 @@ class NeuronPool:
             self._ejection.success(state.client.address)
         elif outcome is Outcome.FAILED:
             self._count_failure(state)
+        for model in state.models:
+            self._admission.wake(model)  # a slot freed
         if state.retired and state.outstanding == 0:
             await state.client.close()
 
@@ -463,6 +480,9 @@ class NeuronPool:
             for s in self._states
             if s.ready and model in s.models and all(s is not t for t in exclude)
         ]
+        # Below their caps if any is (an admitted first attempt always finds
+        # one; a retry may go over rather than fail).
+        ready = [s for s in ready if self._below_cap(s)] or ready
         # Ejected neurons only when nothing else is left (never all out).
         eligible = [s for s in ready if not self._ejection.ejected(s.client.address)] or ready
         if eligible:
@@ -480,6 +500,31 @@ class NeuronPool:
                 f"No neuron serving '{model}' is ready; try again shortly.", retry_after=2
             )
         raise ModelNotFoundError(f"The model '{model}' does not exist.")
+
+    def _cap(self, state: NeuronState) -> int | None:
+        reported = state.info.max_concurrency if state.info is not None else 0
+        return self._admission_options.cap(reported)
+
+    def _below_cap(self, state: NeuronState) -> bool:
+        cap = self._cap(state)
+        return cap is None or state.outstanding < cap
+
+    def _free_slots(self, model: str) -> int | None:
+        """Slots free on `model`'s ready replicas, or None when no cap
+        applies (a replica without one, or none ready: `_pick` answers)."""
+        free, ready = 0, False
+        for state in self._states:
+            if state.ready and model in state.models:
+                cap = self._cap(state)
+                if cap is None:
+                    return None
+                free += max(0, cap - state.outstanding)
+                ready = True
+        return free if ready else None
+
+    def queued(self, model: str) -> int:
+        """Requests for `model` waiting in its admission queue."""
+        return self._admission.depth(model)
 
     @staticmethod
     def _candidate(state: NeuronState) -> Candidate:
@@ -516,6 +561,7 @@ class NeuronPool:
             waiting=response.waiting,
             measured_at=self._clock(),
             kv_cache_usage=kv,
+            own=state.outstanding,
         )
 
     async def _refresh_one(self, state: NeuronState) -> None:

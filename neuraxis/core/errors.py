@@ -10,7 +10,8 @@
     ├── NotFoundError              404 invalid_request_error          NOT_FOUND
     │   └── ModelNotFoundError     404 ... model_not_found            NOT_FOUND
     ├── UnavailableError           503 server_error, Retry-After      UNAVAILABLE
-    │   └── EngineDiedError        503 ... service_unavailable        UNAVAILABLE
+    │   ├── EngineDiedError        503 ... service_unavailable        UNAVAILABLE
+    │   └── ModelOverloadedError   503 ... model_overloaded           UNAVAILABLE
     ├── DeadlineExceededError      504 server_error timeout           DEADLINE_EXCEEDED
     └── InternalError              500 server_error                   INTERNAL
 
@@ -114,6 +115,15 @@ class EngineDiedError(UnavailableError):
     kind = "engine_died"
 
 
+class ModelOverloadedError(UnavailableError):
+    """Every ready replica of the model is at its concurrency cap and the
+    model's admission queue is full, or the request waited in it past the
+    queue timeout (cortex/routing/admission.py): answered at once, not after
+    a long wait."""
+
+    kind = "model_overloaded"
+
+
 class DeadlineExceededError(NeuraxisError):
     kind = "deadline_exceeded"
 
@@ -178,6 +188,9 @@ ERROR_TABLE: dict[type[NeuraxisError], ErrorMapping] = {
     ),
     EngineDiedError: ErrorMapping(
         503, "server_error", "service_unavailable", "UNAVAILABLE", "server_error", False
+    ),
+    ModelOverloadedError: ErrorMapping(
+        503, "server_error", "model_overloaded", "UNAVAILABLE", "server_error", False
     ),
     DeadlineExceededError: ErrorMapping(
         504, "server_error", "timeout", "DEADLINE_EXCEEDED", "server_error", False

@@ -242,6 +242,11 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def load(self) -> EngineLoad: ...
 
+    def max_concurrency(self) -> int:
+        """The most requests the engine runs at once (its batch size), which
+        cortex takes as this replica's default concurrency cap; 0: unknown."""
+        return 0
+
     def healthy(self) -> bool:
         """False once the engine has died and can serve nothing more."""
         return self.death_cause() is None

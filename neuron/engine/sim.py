@@ -49,6 +49,8 @@ class SimOptions:
     # flight fails, and so does every later one. None means never.
     die_after_tokens: int | None = None
     prefix_cache: PrefixCacheOptions = field(default_factory=PrefixCacheOptions)
+    # Reported by Info as the engine's batch size (0: unknown); not enforced.
+    max_concurrency: int = 0
 
 
 class SimEngine(Engine):
@@ -78,6 +80,9 @@ class SimEngine(Engine):
     def load(self) -> EngineLoad:
         waiting = self.prefill.waiting  # counted in _running too: the engine has them
         return EngineLoad(running=self._running - waiting, waiting=waiting)
+
+    def max_concurrency(self) -> int:
+        return self._options.max_concurrency
 
     def death_cause(self) -> str | None:
         return self._death

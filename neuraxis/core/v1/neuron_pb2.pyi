@@ -341,18 +341,20 @@ class ModelInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., max_context_length: _Optional[int] = ..., task: _Optional[_Union[ModelTask, str]] = ..., created: _Optional[int] = ..., auto_tool_choice: _Optional[bool] = ..., supports_dimensions: _Optional[bool] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("models", "engine", "generation", "ready", "metrics_port")
+    __slots__ = ("models", "engine", "generation", "ready", "metrics_port", "max_concurrency")
     MODELS_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
     engine: str
     generation: GpuGeneration
     ready: bool
     metrics_port: int
-    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ..., engine: _Optional[str] = ..., generation: _Optional[_Union[GpuGeneration, str]] = ..., ready: _Optional[bool] = ..., metrics_port: _Optional[int] = ...) -> None: ...
+    max_concurrency: int
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ..., engine: _Optional[str] = ..., generation: _Optional[_Union[GpuGeneration, str]] = ..., ready: _Optional[bool] = ..., metrics_port: _Optional[int] = ..., max_concurrency: _Optional[int] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
     __slots__ = ()

@@ -136,6 +136,13 @@ class VllmEngine(Engine):
             kv_cache_usage=self._stats.kv_cache_usage,
         )
 
+    def max_concurrency(self) -> int:
+        # vLLM's scheduler runs at most max_num_seqs sequences per step; more
+        # wait in its queue, where cortex can neither see nor bound them.
+        if self._llm is None:
+            return 0
+        return int(self._llm.vllm_config.scheduler_config.max_num_seqs)
+
     def healthy(self) -> bool:
         return self._llm is not None and not self._llm.errored
 

@@ -150,6 +150,11 @@ async def test_engine_failure_is_internal_without_details() -> None:
         assert info.ready and info.engine == "sim" and [m.id for m in info.models] == ["m"]
 
 
+async def test_info_reports_the_engines_batch_size_as_its_max_concurrency() -> None:
+    async with _serve(SimEngine(SimOptions(served_id="m", max_concurrency=7))) as client:
+        assert (await client.info(timeout=5)).max_concurrency == 7
+
+
 async def test_a_dead_engine_fails_the_calls_in_flight_naming_the_cause() -> None:
     engine = SimEngine(SimOptions(served_id="m", itl_s=0.01, die_after_tokens=3))
     async with _serve(engine) as client:

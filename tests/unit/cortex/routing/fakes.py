@@ -46,12 +46,18 @@ class FakeNeuron:
         self.streams_open = 0
         self.waiting = 0  # what its engine reports as queued (other senders' work)
         self.kv_cache_usage: float | None = None  # None: not reported (as the sim engine)
+        self.max_concurrency = 0  # the engine's batch size as Info reports it (0: unknown)
         self.closed = False
 
     async def info(self, timeout: float) -> pb.InfoResponse:
         if not self.reachable:
             raise UnavailableError(f"neuron {self.address} is unreachable")
-        return pb.InfoResponse(models=self.models, engine="fake", ready=self.ready)
+        return pb.InfoResponse(
+            models=self.models,
+            engine="fake",
+            ready=self.ready,
+            max_concurrency=self.max_concurrency,
+        )
 
     async def embed(self, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse:
         self.embed_requests.append(request)

@@ -495,6 +495,24 @@ async def test_the_kv_cache_usage_reaches_the_candidates_when_reported() -> None
     )
 
 
+async def test_a_load_report_carries_our_own_count_when_it_came() -> None:
+    # What the engine says minus this count is other senders' work
+    # (load.effective_load); the count is the one at the report, not later.
+    a = FakeNeuron("load-own:1")
+    hold = asyncio.Event()
+    a.script = [text("x"), hold, DONE]
+    policy, clock = Recorder(), Clock(7.0)
+    pool = await _polled(_timed_pool([a], policy, clock))
+    stream = pool.generate(_request())
+    await _first(stream)  # one request of ours in flight
+    await pool.refresh_load()
+    hold.set()
+    await _texts(stream)
+    await _texts(pool.generate(_request("m", "req-2")))
+    load = policy.candidates[-1][0].load
+    assert load is not None and (load.running, load.own) == (1, 1)
+
+
 async def test_a_stale_engine_load_no_longer_steers_requests() -> None:
     a, b = FakeNeuron("stale-a:1"), FakeNeuron("stale-b:1")
     a.waiting = 5  # other cortex processes keep a's engine busy

@@ -1,0 +1,194 @@
+"""NeuronPool's admission hook with in-memory neurons: per-replica caps
+(the setting, or what the neuron reports), requests beyond them queued
+until a slot frees, the policy shown only replicas below their caps, and
+the queue timing out and filling up."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+from cortex.routing.admission import AdmissionOptions
+from cortex.routing.policy import Candidate, RouteRequest, RoutingPolicy
+from cortex.routing.pool import NeuronPool
+from neuraxis.core.errors import ModelOverloadedError
+from neuraxis.core.v1 import neuron_pb2 as pb
+from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, text
+from tests.unit.cortex.routing.timing import FakeTime, until
+
+
+class FirstCandidate(RoutingPolicy):
+    """Takes the first candidate and records the addresses it was shown."""
+
+    def __init__(self) -> None:
+        self.shown: list[list[str]] = []
+
+    def select(self, candidates: Sequence[Candidate], request: RouteRequest) -> Candidate:
+        self.shown.append([c.address for c in candidates])
+        return candidates[0]
+
+
+def _pool(
+    neurons: Sequence[FakeNeuron],
+    time: FakeTime,
+    *,
+    cap: int = 1,
+    size: int = 8,
+    timeout_s: float = 5.0,
+    policy: RoutingPolicy | None = None,
+) -> NeuronPool:
+    return NeuronPool(
+        neurons,
+        expected_models=["m"],
+        poll_interval_s=60,
+        request_timeout_s=60,
+        max_retries=1,
+        clock=time.clock,
+        admission=AdmissionOptions(
+            replica_max_concurrency=cap, queue_size=size, queue_timeout_s=timeout_s
+        ),
+        sleep=time.sleep,
+        policy=policy,
+    )
+
+
+def _held(neuron: FakeNeuron) -> asyncio.Event:
+    hold = asyncio.Event()
+    neuron.script = [text("first"), hold, DONE]
+    return hold
+
+
+def _request(i: int = 0) -> pb.GenerateRequest:
+    return pb.GenerateRequest(request_id=f"req-{i}", model="m")
+
+
+async def _drain(stream: AsyncIterator[pb.GenerateResponse]) -> list[str]:
+    return [c.text async for r in stream for c in r.choices]
+
+
+async def test_requests_beyond_the_caps_wait_and_proceed_when_a_slot_frees() -> None:
+    a, b = FakeNeuron("adm-pool-a:1"), FakeNeuron("adm-pool-b:1")
+    holds = {a.address: _held(a), b.address: _held(b)}
+    time = FakeTime()
+    pool = _pool([a, b], time, cap=1)
+    await pool.refresh()
+    first, second = pool.generate(_request(1)), pool.generate(_request(2))
+    await anext(first)
+    await anext(second)
+    assert (a.streams_open, b.streams_open) == (1, 1)  # one each: both at their caps
+    third = asyncio.ensure_future(anext(pool.generate(_request(3))))
+    await until(lambda: pool.queued("m") == 1)
+    assert len(a.generate_requests) + len(b.generate_requests) == 2  # not dispatched
+    holds[b.address].set()  # b's request ends: its slot frees
+    assert await _drain(second) == ["!"]
+    await third
+    assert pool.queued("m") == 0
+    assert [r.request_id for r in b.generate_requests] == ["req-2", "req-3"]
+    holds[a.address].set()
+    await _drain(first)
+
+
+async def test_the_cap_defaults_to_what_the_neuron_reports() -> None:
+    neuron = FakeNeuron("adm-pool-reported:1")
+    neuron.max_concurrency = 2
+    hold = _held(neuron)
+    time = FakeTime()
+    pool = _pool([neuron], time, cap=0)
+    await pool.refresh()
+    streams = [pool.generate(_request(i)) for i in range(2)]
+    for stream in streams:
+        await anext(stream)
+    waiting = asyncio.ensure_future(anext(pool.generate(_request(2))))
+    await until(lambda: pool.queued("m") == 1)
+    assert neuron.streams_open == 2
+    hold.set()
+    for stream in streams:
+        await _drain(stream)
+    await waiting
+
+
+async def test_without_a_reported_batch_size_nothing_is_capped() -> None:
+    neuron = FakeNeuron("adm-pool-uncapped:1")  # reports max_concurrency 0
+    hold = _held(neuron)
+    pool = _pool([neuron], FakeTime(), cap=0, size=0)
+    await pool.refresh()
+    streams = [pool.generate(_request(i)) for i in range(5)]
+    for stream in streams:
+        await anext(stream)
+    assert neuron.streams_open == 5
+    hold.set()
+    for stream in streams:
+        await _drain(stream)
+
+
+async def test_the_policy_sees_only_replicas_below_their_caps() -> None:
+    a, b = FakeNeuron("adm-pool-full:1"), FakeNeuron("adm-pool-free:1")
+    hold_a, hold_b = _held(a), _held(b)
+    policy = FirstCandidate()
+    pool = _pool([a, b], FakeTime(), cap=1, policy=policy)
+    await pool.refresh()
+    first, second = pool.generate(_request(1)), pool.generate(_request(2))
+    await anext(first)  # to a: the first candidate
+    await anext(second)  # a is at its cap: b is the only candidate
+    assert policy.shown == [[a.address, b.address], [b.address]]
+    assert (a.streams_open, b.streams_open) == (1, 1)
+    hold_a.set()
+    hold_b.set()
+    await _drain(first)
+    await _drain(second)
+
+
+async def test_a_full_queue_and_a_timed_out_wait_are_503_model_overloaded() -> None:
+    neuron = FakeNeuron("adm-pool-overload:1")
+    hold = _held(neuron)
+    time = FakeTime()
+    pool = _pool([neuron], time, cap=1, size=1, timeout_s=5.0)
+    await pool.refresh()
+    busy = pool.generate(_request(0))
+    await anext(busy)
+    queued = asyncio.ensure_future(anext(pool.generate(_request(1))))
+    await until(lambda: pool.queued("m") == 1)
+    with pytest.raises(ModelOverloadedError, match="already waiting"):
+        await anext(pool.generate(_request(2)))
+    await until(lambda: time.sleeping >= 1)
+    time.advance(5.0)
+    with pytest.raises(ModelOverloadedError, match="within 5 s"):
+        await queued
+    assert pool.queued("m") == 0 and len(neuron.generate_requests) == 1
+    hold.set()
+    await _drain(busy)
+
+
+async def test_a_replica_becoming_ready_takes_the_waiters() -> None:
+    a, b = FakeNeuron("adm-pool-ready-a:1"), FakeNeuron("adm-pool-ready-b:1", ready=False)
+    hold = _held(a)
+    b.script = [text("from b"), DONE]
+    time = FakeTime()
+    pool = _pool([a, b], time, cap=1)
+    await pool.refresh()
+    busy = pool.generate(_request(0))
+    await anext(busy)
+    waiting = asyncio.create_task(_drain(pool.generate(_request(1))))
+    await until(lambda: pool.queued("m") == 1)
+    b.ready = True
+    await pool.refresh()  # the health poll finds b ready: its slot is free
+    assert await waiting == ["from b", "!"]
+    hold.set()
+    await _drain(busy)
+
+
+async def test_an_embedding_request_is_admitted_the_same_way() -> None:
+    neuron = FakeNeuron("adm-pool-embed:1")
+    hold = _held(neuron)
+    time = FakeTime()
+    pool = _pool([neuron], time, cap=1, size=0)
+    await pool.refresh()
+    busy = pool.generate(_request(0))
+    await anext(busy)
+    with pytest.raises(ModelOverloadedError):
+        await pool.embed(pb.EmbedRequest(request_id="e", model="m"))
+    hold.set()
+    await _drain(busy)
+    assert (await pool.embed(pb.EmbedRequest(request_id="e", model="m"))).embeddings
