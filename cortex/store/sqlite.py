@@ -3,16 +3,19 @@
 WAL journal with synchronous=FULL, so that a committed response survives a
 crash of the process or the machine. SQLite calls are blocking: they run in a
 worker thread, one at a time (a single connection), never on the event loop.
+The workers of `--workers N` share the file (busy_timeout: a writer waits for
+another's transaction); the `jobs` table holds the periodic jobs' leases.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from cortex.store.base import COLUMNS, ResponseStore, StoredResponse
+from cortex.store.base import COLUMNS, DELETED, RUNNING, ResponseStore, StoredResponse
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -24,8 +27,18 @@ CREATE TABLE IF NOT EXISTS responses (
     response TEXT NOT NULL,
     input_items TEXT NOT NULL,
     events TEXT NOT NULL DEFAULT '[]',
-    tenant TEXT NOT NULL DEFAULT ''
-)
+    tenant TEXT NOT NULL DEFAULT '',
+    lease_until REAL NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    until REAL NOT NULL
+);
+"""
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS responses_created_at ON responses (created_at);
+CREATE INDEX IF NOT EXISTS responses_running ON responses (status, lease_until)
 """
 # Columns added after the first layout, for files written by older versions.
 _ADDED = {
@@ -33,13 +46,19 @@ _ADDED = {
     "owner": "TEXT NOT NULL DEFAULT ''",
     "events": "TEXT NOT NULL DEFAULT '[]'",
     "tenant": "TEXT NOT NULL DEFAULT ''",
+    "lease_until": "REAL NOT NULL DEFAULT 0",
 }
 
 
+# An upsert that never overwrites a deleted response's tombstone.
 _INSERT = (
-    f"INSERT OR REPLACE INTO responses ({', '.join(COLUMNS)}) "
-    f"VALUES ({','.join('?' * len(COLUMNS))})"
+    f"INSERT INTO responses ({', '.join(COLUMNS)}) "
+    f"VALUES ({','.join('?' * len(COLUMNS))}) ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != "id")
+    + f" WHERE responses.status != '{DELETED}'"
 )
+T = TypeVar("T")
+_RUNNING = f"status IN ({', '.join(repr(s) for s in RUNNING)})"
 
 
 class SqliteResponseStore(ResponseStore):
@@ -50,42 +69,104 @@ class SqliteResponseStore(ResponseStore):
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute(_SCHEMA)
+        self._db.execute("PRAGMA busy_timeout=10000")
+        self._db.executescript(_SCHEMA)
         present = {row[1] for row in self._db.execute("PRAGMA table_info(responses)")}
         for column, definition in _ADDED.items():
             if column not in present:
                 self._db.execute(f"ALTER TABLE responses ADD COLUMN {column} {definition}")
+        self._db.executescript(_INDEXES)
         self._lock = asyncio.Lock()
 
-    async def put(self, record: StoredResponse) -> None:
-        row = record.to_row()
-        sql = _INSERT
-        async with self._lock:
-            await asyncio.to_thread(self._db.execute, sql, row)
+    async def put(self, record: StoredResponse) -> bool:
+        # The row (JSON, compacted events: milliseconds for a long answer)
+        # is made in the worker thread too, off the event loop.
+        return await self._call(lambda: self._db.execute(_INSERT, record.to_row()).rowcount) > 0
 
     async def get(self, response_id: str) -> StoredResponse | None:
-        rows = await self._select("WHERE id = ?", (response_id,))
+        rows = await self._select(f"WHERE id = ? AND status != '{DELETED}'", (response_id,))
         return rows[0] if rows else None
 
     async def running(self, owner: str) -> list[StoredResponse]:
         return await self._select(
-            "WHERE owner = ? AND status IN ('queued', 'in_progress') ORDER BY created_at, id",
-            (owner,),
+            f"WHERE owner = ? AND {_RUNNING} ORDER BY created_at, id", (owner,)
+        )
+
+    async def running_under(self, prefix: str) -> list[StoredResponse]:
+        return await self._select(
+            f"WHERE substr(owner, 1, ?) = ? AND {_RUNNING} ORDER BY created_at, id",
+            (len(prefix), prefix),
         )
 
     async def delete(self, response_id: str) -> bool:
-        async with self._lock:
-            cursor = await asyncio.to_thread(
-                self._db.execute, "DELETE FROM responses WHERE id = ?", (response_id,)
-            )
-        return cursor.rowcount > 0
+        sql = (
+            f"UPDATE responses SET status = '{DELETED}', owner = '', response = '{{}}', "
+            f"input_items = '[]', events = '[]', lease_until = 0 "
+            f"WHERE id = ? AND status != '{DELETED}'"
+        )
+        return await self._write(sql, (response_id,)) > 0
+
+    async def renew(self, owner: str, ids: Sequence[str], until: float) -> set[str]:
+        if not ids:
+            return set()
+        marks = ",".join("?" * len(ids))
+        sql = (
+            f"UPDATE responses SET lease_until = ? WHERE owner = ? AND {_RUNNING} "
+            f"AND id IN ({marks}) RETURNING id"
+        )
+
+        def run() -> set[str]:
+            return {row[0] for row in self._db.execute(sql, (until, owner, *ids)).fetchall()}
+
+        return await self._call(run)
+
+    async def expired(self, now: float) -> list[StoredResponse]:
+        return await self._select(
+            f"WHERE {_RUNNING} AND lease_until > 0 AND lease_until < ? ORDER BY created_at, id",
+            (now,),
+        )
+
+    async def purge(self, before: int, batch: int = 10_000) -> int:
+        sql = (
+            "DELETE FROM responses WHERE id IN "
+            "(SELECT id FROM responses WHERE created_at < ? LIMIT ?)"
+        )
+        total = 0
+        while True:  # in batches: other writers wait for one batch, not the whole purge
+            count = await self._write(sql, (before, batch))
+            total += count
+            if count < batch:
+                return total
+
+    async def claim(self, job: str, holder: str, now: float, until: float) -> bool:
+        sql = (
+            "INSERT INTO jobs (name, holder, until) VALUES (?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until "
+            "WHERE jobs.holder = excluded.holder OR jobs.until < ?"
+        )
+        return await self._write(sql, (job, holder, until, now)) > 0
+
+    async def _write(self, sql: str, args: tuple[Any, ...]) -> int:
+        return await self._call(lambda: int(self._db.execute(sql, args).rowcount))
 
     async def close(self) -> None:
-        async with self._lock:
-            await asyncio.to_thread(self._db.close)
+        await self._call(self._db.close)
 
     async def _select(self, where: str, args: tuple[Any, ...]) -> list[StoredResponse]:
         sql = f"SELECT {', '.join(COLUMNS)} FROM responses {where}"
+        return await self._call(
+            lambda: [StoredResponse.from_row(row) for row in self._db.execute(sql, args)]
+        )
+
+    async def _call(self, work: Callable[[], T]) -> T:
+        """`work` on the connection, in a worker thread, one at a time. A
+        cancelled caller still waits for its statement to finish before it
+        lets go of the connection: closing it under a running statement
+        crashes the process."""
         async with self._lock:
-            rows = await asyncio.to_thread(lambda: self._db.execute(sql, args).fetchall())
-        return [StoredResponse.from_row(row) for row in rows]
+            running = asyncio.ensure_future(asyncio.to_thread(work))
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                await asyncio.wait({running})
+                raise

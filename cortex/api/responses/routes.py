@@ -2,7 +2,9 @@
 retrieve (or replay its events), delete, input_items and cancel.
 
 Only the HTTP side lives here: translation is in translate.py, the run of a
-response (and how every run ends and is stored) in run.py.
+response (and how every run ends and is stored) in run.py, leases and
+retention in upkeep.py. A DELETE of a response running in this process stops
+its run at once (other processes' runs stop at their next lease renewal).
 
 A stored response belongs to the caller's tenant (cortex/auth/principal.py);
 to every other tenant each route answers 404, as for an id that does not
@@ -27,11 +29,12 @@ from cortex.api.responses.events import TERMINAL
 from cortex.api.responses.fields import request_fields
 from cortex.api.responses.items import new_id, normalise, parse_items
 from cortex.api.responses.translate import generation_params, history, to_generate_request
+from cortex.api.responses.upkeep import fail_expired
 from cortex.auth.principal import principal_of
 from cortex.routing.policy import RouteHints
 from cortex.schemas.responses import ResponsesRequest
 from cortex.sse import event_frame
-from cortex.store.base import ResponseStore, StoredResponse
+from cortex.store.base import RUNNING, ResponseStore, StoredResponse
 from neuraxis.core.errors import InvalidRequestError, NotFoundError
 
 router = APIRouter()
@@ -60,6 +63,10 @@ async def create_response(
     # remembers a chain by (on_complete) and what the next turn names as
     # previous_response_id.
     hints = RouteHints(previous_response_id=previous, prompt_cache_key=body.prompt_cache_key)
+    settings = request.app.state.settings
+    # A stored run that outlives this request's first answer (background, or
+    # streamed) is owned by this process: it renews its lease.
+    owned = body.store and (body.background or body.stream)
     run = runs.ResponseRun(
         store,
         ResponseBuilder(
@@ -71,8 +78,9 @@ async def create_response(
         previous_response_id=body.previous_response_id,
         input_items=items,
         stored=body.store,
-        owner=request.app.state.instance if body.background else "",
+        owner=request.app.state.instance if owned else "",
         tenant=tenant,
+        lease_s=settings.responses_lease_s,
     )
     headers = {"X-Request-Id": response_id}
     if body.background:
@@ -84,7 +92,8 @@ async def create_response(
     started = await dispatch.start(request, "responses", body.model, response_id, [internal], hints)
     first, rest = started.only
     if body.stream:
-        frames = runs.stream(run, first, rest)
+        registry = request.app.state.streaming if body.store else None
+        frames = runs.stream(run, first, rest, registry)
         return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
     await runs.complete(request, run, first, rest)
     return JSONResponse(run.builder.snapshot(), headers=headers)
@@ -115,16 +124,20 @@ async def retrieve_response(
 
 async def _replay(request: Request, record: StoredResponse, after: int) -> AsyncIterator[bytes]:
     """The stored events after `after`; for a response still running, more as
-    they are stored, until its terminal event."""
+    they are stored, until its terminal event (a response whose lease expired
+    is ended as failed here, so the replay ends too)."""
     while True:
         for event in record.events[after + 1 :]:
             yield event_frame(event["type"], json.dumps(event))
             after = event["sequence_number"]
             if event["type"] in TERMINAL:
                 return
-        if record.status not in ("queued", "in_progress"):
+        if record.status not in RUNNING:
             return
-        await asyncio.sleep(0.25)
+        if 0 < record.lease_until < time.time():
+            await fail_expired(_store(request), record)
+        else:
+            await asyncio.sleep(0.25)
         refreshed = await _store(request).get(record.id)
         if refreshed is None:
             return
@@ -136,6 +149,10 @@ async def delete_response(response_id: str, request: Request) -> JSONResponse:
     await _stored(request, response_id)  # another tenant's: 404 before anything is deleted
     if not await _store(request).delete(response_id):
         raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
+    for registry in (request.app.state.background, request.app.state.streaming):
+        run = registry.get(response_id)
+        if run is not None:
+            run.stop()  # aborts the generation; the run stores nothing more
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 

@@ -1,36 +1,59 @@
 """The run of one response: foreground (streamed or not), background,
-cancel, and the recovery of orphans after a restart.
+cancel, stop (the response was deleted), and the end of orphans (after a
+restart, or when their lease expired).
 
 Every way a response ends goes through its builder (`finish`, `fail`,
 `cancel`) and `ResponseRun.end`, which stores the outcome before anyone is
-told of it, so an acknowledged response survives a crash of cortex. The
-routes (routes.py) decide which run to start; translation lives in
-translate.py, engine output → items in builder.py.
+told of it, so an acknowledged response survives a crash of cortex. A store
+write that fails is counted (`neuraxis_store_errors_total`) and becomes a
+`StoreWriteError`; a stream then still ends with `response.failed`. A stored
+run that is running (background, or streamed) has a row with a lease from
+its start (renewed by upkeep.py) and is kept in its instance's registry, so
+that a DELETE can stop it; a deleted run is never stored again. The routes
+(routes.py) decide which run to start; translation lives in translate.py,
+engine output → items in builder.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from fastapi import Request
 
 from cortex import metrics
-from cortex.api.disconnect import cancel_on_disconnect
+from cortex.api.disconnect import ClientDisconnectedError, cancel_on_disconnect
 from cortex.api.errors import response_error_code
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import ErrorEvent, ResponseEvent, parse_event
+from cortex.api.responses.pump import Pump
 from cortex.sse import UNEXPECTED, Framing, event_frame, sse
-from cortex.store.base import ResponseStore, StoredResponse
+from cortex.store.base import RUNNING, ResponseStore, StoredResponse
 from neuraxis.core.errors import InternalError, NeuraxisError, UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex")
 
 Stream = AsyncIterator[pb.GenerateResponse]
+# The runs of one process that are running, by response id.
+Registry = dict[str, "ResponseRun"]
+
+
+class StoreWriteError(UnavailableError):
+    """The store did not take a write (disk full, database down)."""
+
+
+class ResponseDeletedError(InternalError):
+    """The response was deleted while it ran: the run stops, unstored."""
+
+
+class LeaseExpiredError(UnavailableError):
+    """The instance running a response stopped renewing its lease."""
 
 
 class ResponseRun:
@@ -48,14 +71,20 @@ class ResponseRun:
         owner: str = "",
         tenant: str = "",
         events: Sequence[ResponseEvent] = (),
+        lease_s: float = 0.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._store, self.builder = store, builder
         self._previous, self._items, self._stored = previous_response_id, input_items, stored
-        self.owner = owner  # set for background responses: the instance running it
+        self.owner = owner  # the instance running it (stored runs): who renews its lease
         self.tenant = tenant  # whose key made it: nobody else sees it
         self.events: list[ResponseEvent] = list(events)
-        self.task: asyncio.Task[None] | None = None
+        # What runs it (a background task, or the streaming handler's task):
+        # what cancel and stop cancel.
+        self.task: asyncio.Task[Any] | None = None
         self.cancel_requested = False
+        self.deleted = False  # once set, nothing more is stored
+        self._lease_s, self._clock = lease_s, clock
 
     @classmethod
     def resume(cls, store: ResponseStore, record: StoredResponse) -> ResponseRun:
@@ -82,33 +111,75 @@ class ResponseRun:
             self.events.append(event)
         return events
 
+    @property
+    def stored(self) -> bool:
+        return self._stored
+
+    @property
+    def running(self) -> bool:
+        return self.builder.status in RUNNING
+
     async def save(self) -> None:
-        if not self._stored:
+        """Store the run as it stands (with a fresh lease while it runs).
+        Raises StoreWriteError if the store fails, ResponseDeletedError if
+        the response was deleted meanwhile (nothing is written then)."""
+        if not self._stored or self.deleted:
             return
-        started = time.perf_counter()
-        await self._store.put(
-            StoredResponse(
-                id=self.builder.response_id,
-                created_at=self.builder.created_at,
-                previous_response_id=self._previous,
-                response=self.builder.snapshot(),
-                input_items=self._items,
-                events=[e.model_dump() for e in self.events],
-                owner=self.owner,
-                tenant=self.tenant,
-            )
+        lease = self._clock() + self._lease_s if self.running and self._lease_s else 0.0
+        record = StoredResponse(
+            id=self.builder.response_id,
+            created_at=self.builder.created_at,
+            previous_response_id=self._previous,
+            response=self.builder.snapshot(),
+            input_items=self._items,
+            events=[e.model_dump() for e in self.events],
+            owner=self.owner,
+            tenant=self.tenant,
+            lease_until=lease,
         )
+        started = time.perf_counter()
+        try:
+            written = await self._store.put(record)
+        except Exception as e:
+            log.exception("could not store the response", extra={"request_id": self.response_id})
+            metrics.record_store_error(self._store.backend, "put")
+            raise StoreWriteError("The response could not be stored.") from e
         metrics.record_store_write(self._store.backend, time.perf_counter() - started)
+        if not written:
+            self.deleted = True
+            raise ResponseDeletedError(_DELETED)
 
     async def end(self, error: NeuraxisError | None = None) -> list[ResponseEvent]:
         """End the response (normally, or failed with `error`'s code from the
-        error table), store it, and return its last events."""
+        error table), store it, and return its last events. If the store
+        fails, the events are taken back (nobody was told) and the
+        StoreWriteError raised."""
+        told = len(self.events)
         if error is None:
             events = self.add(self.builder.finish())
         else:
             events = self.add(self.builder.fail(response_error_code(error), error.message))
-        await self.save()
+        try:
+            # Deleted meanwhile: ended anyway, unstored; whoever listens is told.
+            with contextlib.suppress(ResponseDeletedError):
+                await self.save()
+        except StoreWriteError:
+            del self.events[told:]
+            raise
         return events
+
+    def end_unstored(self, error: NeuraxisError) -> list[ResponseEvent]:
+        """Fail the response without storing it (the store just failed):
+        the stream still ends with response.failed."""
+        self.builder.completed_at = None
+        return self.add(self.builder.fail(response_error_code(error), error.message))
+
+    def stop(self) -> None:
+        """The response was deleted: stop generating (the task's
+        cancellation aborts the generation in the neuron), store nothing."""
+        self.deleted = True
+        if self.task is not None and not self.task.done() and self.running:
+            self.task.cancel()
 
 
 async def _feed(run: ResponseRun, first: pb.GenerateResponse, rest: Stream) -> None:
@@ -141,7 +212,10 @@ class _Framing(Framing[ResponseEvent]):
         return await self._run.end()
 
     async def failed(self, error: NeuraxisError) -> list[ResponseEvent]:
-        return await self._run.end(error)
+        try:
+            return await self._run.end(error)
+        except StoreWriteError:
+            return self._run.end_unstored(error)
 
     def last_resort(self, error: NeuraxisError) -> bytes:
         event = ErrorEvent(
@@ -154,20 +228,60 @@ class _Framing(Framing[ResponseEvent]):
 
 
 async def _events(
-    run: ResponseRun, first: pb.GenerateResponse, rest: Stream
-) -> AsyncIterator[ResponseEvent]:
-    for event in run.add(run.builder.start()):
-        yield event
-    for event in run.add(run.builder.feed(first)):
-        yield event
-    async for message in rest:
-        for event in run.add(run.builder.feed(message)):
-            yield event
+    run: ResponseRun, first: pb.GenerateResponse, rest: Stream, registry: Registry
+) -> AsyncIterator[list[ResponseEvent]]:
+    # One group per neuron message, written in one piece (`sse.py`).
+    messages, pump = rest, None
+    try:
+        yield run.add(run.builder.start()) + run.add(run.builder.feed(first))
+        # A stored stream has its row (and lease) from here, so that it can
+        # be deleted, and stopped, while it runs; written after the first
+        # token is out, while the neuron makes the next.
+        await run.save()
+        if run.stored:
+            pump = Pump(rest, lambda: ResponseDeletedError(_DELETED))
+            messages = aiter(pump)
+            run.task = pump.task  # what stop() cancels: the generation, not the handler
+            registry[run.response_id] = run
+        async for message in messages:
+            yield run.add(run.builder.feed(message))
+    except (asyncio.CancelledError, GeneratorExit):
+        if run.stored and not run.deleted:
+            # The client left mid-stream: what was made is stored as failed
+            # now (in a task: this one is being cancelled), not left to
+            # wait for its lease to expire.
+            _ending(run, ClientDisconnectedError(_LEFT))
+        raise
+    finally:
+        registry.pop(run.response_id, None)
+        if pump is not None:
+            pump.close()
 
 
-def stream(run: ResponseRun, first: pb.GenerateResponse, rest: Stream) -> AsyncIterator[bytes]:
-    """A streamed response, framed at the edge."""
-    return sse(_events(run, first, rest), _Framing(run), run.response_id)
+_LEFT = "The client disconnected before the response was complete."
+_DELETED = "This response was deleted while it was running."
+_ENDINGS: set[asyncio.Task[Any]] = set()  # referenced until done
+
+
+def _ending(run: ResponseRun, error: NeuraxisError) -> None:
+    async def end() -> None:
+        try:
+            await run.end(error)
+        except Exception:
+            log.exception("could not end the response", extra={"request_id": run.response_id})
+
+    task = asyncio.get_running_loop().create_task(end())
+    _ENDINGS.add(task)
+    task.add_done_callback(_ENDINGS.discard)
+
+
+def stream(
+    run: ResponseRun, first: pb.GenerateResponse, rest: Stream, registry: Registry | None = None
+) -> AsyncIterator[bytes]:
+    """A streamed response, framed at the edge (kept in `registry` while it
+    runs, when it is stored)."""
+    events = _events(run, first, rest, {} if registry is None else registry)
+    return sse(events, _Framing(run), run.response_id)
 
 
 async def start_background(run: ResponseRun, rest: Stream, runs: dict[str, ResponseRun]) -> None:
@@ -193,6 +307,8 @@ async def _background(run: ResponseRun, rest: Stream) -> None:
         async for message in rest:
             run.add(builder.feed(message))
     except asyncio.CancelledError:
+        if run.deleted:
+            raise  # stopped: nothing to store
         if run.cancel_requested:
             builder.cancel()
             await asyncio.shield(run.save())
@@ -205,7 +321,10 @@ async def _background(run: ResponseRun, rest: Stream) -> None:
     except Exception:
         log.exception("background response failed", extra={"request_id": run.response_id})
         error = InternalError(UNEXPECTED)
-    await run.end(error)
+    # A StoreWriteError is logged and counted by save; the lease runs out
+    # and an instance marks the response failed once the store takes writes.
+    with contextlib.suppress(StoreWriteError):
+        await run.end(error)
 
 
 async def cancel(run: ResponseRun) -> None:
@@ -218,12 +337,43 @@ async def cancel(run: ResponseRun) -> None:
     await asyncio.gather(run.task, return_exceptions=True)
 
 
+_RESTARTED = "cortex restarted while this response was running"
+
+
 async def fail_orphans(store: ResponseStore, owner: str) -> int:
     """At start-up: background responses this instance was running when it
     died end as failed (their open items closed, as for any failure),
     instead of staying in progress forever."""
     orphans = await store.running(owner)
     for record in orphans:
-        run = ResponseRun.resume(store, record)
-        await run.end(UnavailableError("cortex restarted while this response was running"))
+        await fail(store, record, UnavailableError(_RESTARTED))
     return len(orphans)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def fail_dead_siblings(store: ResponseStore, instance: str) -> int:
+    """At start-up: the responses of this host:port's processes
+    (`host:port/pid`, this host's) that no longer exist end as failed at
+    once, without waiting for their leases."""
+    prefix = instance.rsplit("/", 1)[0] + "/"
+    dead = 0
+    for record in await store.running_under(prefix):
+        pid = record.owner[len(prefix) :]
+        if record.owner != instance and pid.isdigit() and not _alive(int(pid)):
+            await fail(store, record, UnavailableError(_RESTARTED))
+            dead += 1
+    return dead
+
+
+async def fail(store: ResponseStore, record: StoredResponse, error: NeuraxisError) -> None:
+    """End a stored response that nobody runs any more as failed."""
+    await ResponseRun.resume(store, record).end(error)

@@ -9,6 +9,7 @@ test_responses.py) and the write latency (bench/responses_vs_chat.py).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -196,3 +197,79 @@ async def test_an_empty_store_has_nothing(store: ResponseStore) -> None:
     assert await store.get("resp_a") is None
     assert await store.running("a:1") == []
     assert await store.delete("resp_a") is False
+
+
+async def test_a_deleted_response_is_never_written_again(store: ResponseStore) -> None:
+    await store.put(_record("resp_a", status="in_progress", owner="a:1"))
+    assert await store.delete("resp_a") is True
+    # The run's final save, after the delete: nothing comes back.
+    assert await store.put(_record("resp_a", status="completed")) is False
+    assert await store.get("resp_a") is None
+    assert await store.running("a:1") == []
+    assert await store.delete("resp_a") is False
+
+
+async def test_put_says_it_wrote(store: ResponseStore) -> None:
+    assert await store.put(_record("resp_a", status="in_progress")) is True
+    assert await store.put(_record("resp_a")) is True
+
+
+async def test_renew_extends_only_running_leases_of_the_owner(store: ResponseStore) -> None:
+    await store.put(_record("resp_p", status="in_progress", owner="a:1/1"))
+    await store.put(_record("resp_q", status="queued", owner="a:1/1"))
+    await store.put(_record("resp_c", status="completed", owner="a:1/1"))
+    await store.put(_record("resp_o", status="in_progress", owner="b:1/1"))
+    await store.put(_record("resp_d", status="in_progress", owner="a:1/1"))
+    await store.delete("resp_d")
+    ids = ["resp_p", "resp_q", "resp_c", "resp_o", "resp_d", "resp_never"]
+    assert await store.renew("a:1/1", ids, 500.0) == {"resp_p", "resp_q"}
+    p = await store.get("resp_p")
+    o = await store.get("resp_o")
+    assert p is not None and p.lease_until == 500.0
+    assert o is not None and o.lease_until == 0.0
+    assert await store.renew("a:1/1", [], 600.0) == set()
+
+
+async def test_expired_lists_running_responses_past_their_lease(store: ResponseStore) -> None:
+    for response_id, status, lease in [
+        ("resp_old", "in_progress", 100.0),
+        ("resp_q", "queued", 150.0),
+        ("resp_live", "in_progress", 300.0),
+        ("resp_nolease", "in_progress", 0.0),
+        ("resp_done", "failed", 100.0),
+    ]:
+        record = _record(response_id, status=status, owner="a:1/1")
+        await store.put(dataclasses.replace(record, lease_until=lease))
+    assert [r.id for r in await store.expired(200.0)] == ["resp_old", "resp_q"]
+    assert await store.expired(50.0) == []
+
+
+async def test_running_under_matches_the_owner_prefix(store: ResponseStore) -> None:
+    await store.put(_record("resp_1", status="in_progress", owner="h:80/11", created_at=1))
+    await store.put(_record("resp_2", status="queued", owner="h:80/12", created_at=2))
+    await store.put(_record("resp_3", status="in_progress", owner="h:800/1"))
+    await store.put(_record("resp_4", status="completed", owner="h:80/11"))
+    assert [r.id for r in await store.running_under("h:80/")] == ["resp_1", "resp_2"]
+
+
+async def test_purge_deletes_what_was_created_before_the_cutoff(store: ResponseStore) -> None:
+    for i in range(7):
+        await store.put(_record(f"resp_old{i}", created_at=100 + i))
+    await store.put(_record("resp_gone", created_at=90))
+    await store.delete("resp_gone")  # its tombstone goes too
+    await store.put(_record("resp_new", created_at=200))
+    assert await store.purge(150, batch=3) == 8
+    assert await store.get("resp_old0") is None
+    assert await store.get("resp_new") == _record("resp_new", created_at=200)
+    assert await store.purge(150, batch=3) == 0
+
+
+async def test_a_job_lease_has_one_holder_until_it_expires(open_store: Opener) -> None:
+    one, two = open_store(), open_store()
+    assert await one.claim("purge", "a", now=100.0, until=160.0) is True
+    assert await two.claim("purge", "b", now=110.0, until=170.0) is False
+    assert await one.claim("purge", "a", now=150.0, until=210.0) is True  # renewed
+    assert await two.claim("purge", "b", now=200.0, until=260.0) is False
+    assert await two.claim("purge", "b", now=220.0, until=280.0) is True  # a's expired
+    assert await one.claim("purge", "a", now=230.0, until=290.0) is False
+    assert await one.claim("other", "a", now=230.0, until=290.0) is True

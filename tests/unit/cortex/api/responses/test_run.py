@@ -68,9 +68,10 @@ def _request() -> Request:
 
 
 def _parse(frames: list[bytes]) -> list[dict[str, Any]]:
+    """The events of the frames (a neuron message's events are one frame)."""
     events = []
-    for frame in frames:
-        kind, data = frame.decode().rstrip("\n").split("\n")
+    for frame in b"".join(frames).decode().split("\n\n")[:-1]:
+        kind, data = frame.split("\n")
         event = json.loads(data.removeprefix("data: "))
         assert kind == f"event: {event['type']}"
         events.append(event)
@@ -128,7 +129,7 @@ async def test_unexpected_failure_is_logged_and_ends_as_server_error(
 
 
 class _Unwritable(SqliteResponseStore):
-    async def put(self, record: StoredResponse) -> None:
+    async def put(self, record: StoredResponse) -> bool:
         raise OSError("disk full")
 
 
@@ -137,7 +138,9 @@ async def test_a_store_that_fails_still_ends_the_stream(tmp_path: Path) -> None:
     frames = [f async for f in runs.stream(_run(store), _text("a"), _stream(END))]
     await store.close()
     last = _parse(frames)[-1]
-    assert last["type"] == "error" and last["code"] == "server_error"
+    # The response's own terminal event (issue 13 point 6), not the last-resort `error`.
+    assert last["type"] == "response.failed"
+    assert last["response"]["error"]["code"] == "server_error"
 
 
 async def _wait_status(store: ResponseStore, statuses: set[str]) -> StoredResponse:

@@ -1,0 +1,217 @@
+"""A run stopped because its response was deleted (streamed or background:
+the generation is aborted and the row never comes back), and a store that
+fails while a stream runs (the stream still ends with response.failed, and
+the failure is counted). Real SQLite store, scripted neuron streams."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from cortex import metrics
+from cortex.api.responses import run as runs
+from cortex.api.responses.builder import ResponseBuilder
+from cortex.store.base import ResponseStore, StoredResponse
+from cortex.store.postgres import PostgresResponseStore
+from cortex.store.sqlite import SqliteResponseStore
+from neuraxis.core.v1 import neuron_pb2 as pb
+from tests.procs import free_port
+from tests.unit.cortex.api.responses.test_run import END, _parse, _stream, _text
+
+DEADLINE_S = 10
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[ResponseStore]:
+    s = SqliteResponseStore(tmp_path / "responses.sqlite3")
+    yield s
+    await s.close()
+
+
+def _run(store: ResponseStore, *, background: bool = False) -> runs.ResponseRun:
+    builder = ResponseBuilder("resp_1", 1, {"model": "m", "background": background})
+    return runs.ResponseRun(
+        store,
+        builder,
+        previous_response_id=None,
+        input_items=[],
+        stored=True,
+        owner="host:1/7",
+        lease_s=30,
+    )
+
+
+class Endless:
+    """A neuron stream that sends one token, then waits for ever; records
+    whether it was aborted (the gRPC call's cancellation)."""
+
+    def __init__(self, then: asyncio.Event | None = None) -> None:
+        self.fed = asyncio.Event()
+        self.aborted = asyncio.Event()
+        self._then = then
+
+    async def __call__(self) -> AsyncIterator[pb.GenerateResponse]:
+        try:
+            yield _text("Par")
+            self.fed.set()
+            await (self._then or asyncio.Event()).wait()
+            yield END
+        except asyncio.CancelledError:
+            self.aborted.set()
+            raise
+
+
+async def test_delete_stops_a_streamed_run_and_it_never_comes_back(store: ResponseStore) -> None:
+    registry: runs.Registry = {}
+    neuron = Endless()
+    run = _run(store)
+
+    async def read() -> list[bytes]:
+        return [f async for f in runs.stream(run, _text("P"), neuron(), registry)]
+
+    reader = asyncio.create_task(read())
+    await asyncio.wait_for(neuron.fed.wait(), DEADLINE_S)
+    assert registry == {"resp_1": run}
+    assert await store.get("resp_1") is not None  # stored while it runs: it can be deleted
+    assert await store.delete("resp_1") is True
+    run.stop()
+    frames = await asyncio.wait_for(reader, DEADLINE_S)
+    assert neuron.aborted.is_set()
+    events = _parse(frames)
+    assert events[-1]["type"] == "response.failed"
+    assert "deleted" in events[-1]["response"]["error"]["message"]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert registry == {}
+    assert await store.get("resp_1") is None
+
+
+async def test_delete_stops_a_background_run(store: ResponseStore) -> None:
+    background: runs.Registry = {}
+    neuron = Endless()
+    run = _run(store, background=True)
+    await runs.start_background(run, neuron(), background)
+    await asyncio.wait_for(neuron.fed.wait(), DEADLINE_S)
+    assert await store.delete("resp_1") is True
+    run.stop()
+    assert run.task is not None
+    await asyncio.wait_for(asyncio.gather(run.task, return_exceptions=True), DEADLINE_S)
+    assert neuron.aborted.is_set()
+    assert background == {}
+    assert await store.get("resp_1") is None
+
+
+async def test_a_run_deleted_elsewhere_is_not_stored_again(store: ResponseStore) -> None:
+    """Deleted by another worker or instance: the run's final save brings
+    nothing back."""
+    background: runs.Registry = {}
+    release = asyncio.Event()
+    neuron = Endless(then=release)
+    run = _run(store, background=True)
+    await runs.start_background(run, neuron(), background)
+    await asyncio.wait_for(neuron.fed.wait(), DEADLINE_S)
+    assert await store.delete("resp_1") is True
+    release.set()
+    assert run.task is not None
+    await asyncio.wait_for(asyncio.gather(run.task, return_exceptions=True), DEADLINE_S)
+    assert await store.get("resp_1") is None
+
+
+class _FailsAfter(SqliteResponseStore):
+    """A store whose disk fills up after `ok` writes."""
+
+    def __init__(self, path: Path, ok: int) -> None:
+        super().__init__(path)
+        self.ok = ok
+
+    async def put(self, record: StoredResponse) -> bool:
+        if self.ok <= 0:
+            raise OSError("No space left on device")
+        self.ok -= 1
+        return await super().put(record)
+
+
+def _store_errors() -> float:
+    value: float = metrics.STORE_ERRORS.labels("sqlite", "put")._value.get()
+    return value
+
+
+async def test_a_store_failing_at_the_end_ends_the_stream_failed_and_counted(
+    tmp_path: Path,
+) -> None:
+    store = _FailsAfter(tmp_path / "r.sqlite3", ok=1)  # the row at the start, then full
+    before = _store_errors()
+    try:
+        frames = [f async for f in runs.stream(_run(store), _text("Pa"), _stream(END))]
+    finally:
+        await store.close()
+    events = _parse(frames)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["code"] == "server_error"
+    # The completion that could not be stored was never sent: no gap.
+    assert "response.completed" not in [e["type"] for e in events]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert _store_errors() > before
+
+
+async def test_a_background_run_whose_store_fails_keeps_its_lease_to_expire(
+    tmp_path: Path,
+) -> None:
+    store = _FailsAfter(tmp_path / "r.sqlite3", ok=2)  # queued, in_progress, then full
+    background: runs.Registry = {}
+    run = _run(store, background=True)
+    try:
+        await runs.start_background(run, _stream(_text("Hi"), END), background)
+        assert run.task is not None
+        await asyncio.wait_for(run.task, DEADLINE_S)  # ends without raising
+        record = await store.get("resp_1")
+    finally:
+        await store.close()
+    assert record is not None and record.status == "in_progress" and record.lease_until > 0
+
+
+async def test_a_client_leaving_mid_stream_ends_the_stored_response_failed(
+    store: ResponseStore,
+) -> None:
+    """Not left in progress until its lease expires: stored failed at once,
+    with what was made so far, and the generation aborted."""
+    registry: runs.Registry = {}
+    neuron = Endless()
+    run = _run(store)
+
+    async def read() -> None:
+        async for _ in runs.stream(run, _text("P"), neuron(), registry):
+            pass
+
+    reader = asyncio.create_task(read())
+    await asyncio.wait_for(neuron.fed.wait(), DEADLINE_S)
+    reader.cancel()  # what CancelOnDisconnect does when the client leaves
+    await asyncio.gather(reader, return_exceptions=True)
+    await asyncio.wait_for(neuron.aborted.wait(), DEADLINE_S)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    record = await store.get("resp_1")
+    while record is not None and record.status == "in_progress" and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+        record = await store.get("resp_1")
+    assert record is not None and record.status == "failed"
+    assert "disconnected" in record.response["error"]["message"]
+    assert record.response["output"][0]["content"][0]["text"] == "PPar"
+    assert registry == {}
+
+
+async def test_postgresql_down_ends_the_stream_failed_and_counted() -> None:
+    """A real client against a PostgreSQL that is not there (nothing listens
+    on the port): the stream still ends with response.failed."""
+    store = PostgresResponseStore(f"postgresql://neuraxis@127.0.0.1:{free_port()}/none")
+    before = metrics.STORE_ERRORS.labels("postgres", "put")._value.get()
+    try:
+        frames = [f async for f in runs.stream(_run(store), _text("Pa"), _stream(END))]
+    finally:
+        await store.close()
+    events = _parse(frames)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["code"] == "server_error"
+    assert metrics.STORE_ERRORS.labels("postgres", "put")._value.get() > before
