@@ -2,17 +2,29 @@
 
 It detects the host's GPUs with NVML, refuses to go on when they are not of
 the generation this neuron is installed for (the config's `generation`; a
-mismatch names both), and then becomes `ray start --block`, joining the Ray
-head with the generation as a node label and the GPU count as its GPUs. It
-stays in the foreground (the process is replaced by Ray's), so systemd
-supervises it; the controller places replicas on the node.
+mismatch names both), and then runs `ray start --block` as its child,
+joining the Ray head with the generation as a node label and the GPU count
+as its GPUs; the controller places replicas on the node.
+
+The child leads its own process group and gets SIGTERM if the agent dies
+(PR_SET_PDEATHSIG); SIGTERM, SIGINT and SIGHUP sent to the agent go on to it
+(Ray drains the node and stops its processes). Once the node's raylet has
+registered with the GCS (neuron/joined.py) the agent tells systemd READY=1
+(`Type=notify`); it exits with the child's status, or 0 when the child ended
+after the agent passed it a stop signal (Ray exits 1 after a drain).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable
+from types import FrameType
 
 from neuraxis.core.generations import (
     EXIT_WRONG_GPU,
@@ -22,11 +34,24 @@ from neuraxis.core.generations import (
 )
 from neuraxis.core.logs import configure_logging
 from neuraxis.core.neuron_settings import NeuronSettings
-from neuraxis.core.process import FIXED_RAY_PORT_ARGS, FIXED_REPLICA_PORTS, ray_binary
+from neuraxis.core.process import (
+    FIXED_RAY_PORT_ARGS,
+    FIXED_REPLICA_PORTS,
+    die_with_parent,
+    ray_binary,
+    stop_process_group,
+)
+from neuraxis.core.sdnotify import notify
 from neuraxis.core.tls import NEURON_TLS_ENV
 from neuron.gpu import Device, check_installed_for, detect, host_generation, load_nvml
+from neuron.joined import node_alive, raylet_node_id
 
 log = logging.getLogger("neuraxis.neuron")
+
+# Signals the agent passes on to `ray start` (systemd's stop, Ctrl-C, a hang-up).
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# How often the agent looks whether the node has joined (and the child lives).
+POLL_S = 0.5
 
 
 def join_command(
@@ -96,7 +121,67 @@ def run_agent(settings: NeuronSettings) -> int:
         len(devices),
         names,
     )
+    address = settings.ray_address
+
+    def joined(pgid: int) -> str | None:
+        node_id = raylet_node_id(pgid)
+        return node_id if node_id is not None and node_alive(address, node_id) else None
+
+    return supervise(cmd, joined, f"joined the Ray cluster at {address}")
+
+
+def supervise(
+    cmd: list[str],
+    joined: Callable[[int], str | None],
+    what: str,
+    poll_s: float = POLL_S,
+) -> int:
+    """Run `cmd` as a supervised child until it exits; READY=1 once
+    `joined(the child's process group)` names the node. Returns the child's
+    exit status (128 + N for a death by signal N), or 0 for a stop the agent
+    was asked for and passed on."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(ray, cmd)
-    return 0  # not reached: execv replaced this process
+    child = subprocess.Popen(cmd, start_new_session=True, preexec_fn=die_with_parent)
+    forwarded: list[int] = []
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        forwarded.append(signum)
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    started = time.monotonic()
+    ready = False
+    try:
+        while child.poll() is None:
+            if not ready and not forwarded:
+                node_id = joined(child.pid)
+                if node_id is not None:
+                    ready = True
+                    log.info("%s as node %s (%.1f s)", what, node_id, time.monotonic() - started)
+                    notify("READY=1", f"STATUS={what} as node {node_id}")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=poll_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        notify("STOPPING=1")
+        # Whatever of Ray's processes outlives `ray start` goes with it.
+        code = stop_process_group(child, timeout_s=0)
+    return exit_status(code, asked_to_stop=bool(forwarded))
+
+
+def exit_status(returncode: int, asked_to_stop: bool) -> int:
+    """The agent's exit status for a child that ended with `returncode`
+    (Popen's: negative for a death by signal)."""
+    # Ray's `ray start --block` drains the node on SIGTERM and then exits
+    # with status 1 (its raylet "exited unexpectedly"): after a stop the
+    # agent passed on, that is the stop done, not a failure.
+    if asked_to_stop and (returncode >= 0 or -returncode in FORWARDED):
+        return 0
+    if returncode < 0:
+        return 128 - returncode
+    if returncode == 0:
+        log.error("ray start exited on its own")
+    return returncode

@@ -22,6 +22,7 @@ import ray
 from ray.exceptions import AuthenticationError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from cortex.cluster.plane import ControlPlane, watch_head
 from cortex.cluster.ray_backend import (
     CONTROLLER_NAME,
     NAMESPACE,
@@ -49,8 +50,14 @@ class ClusterError(Exception):
     """The Ray cluster or the controller cannot be reached."""
 
 
+# The address this process joined (rejoin() joins it again).
+_joined: str | None = None
+
+
 def connect(address: str) -> None:
     """Join the Ray cluster at `address` as a driver (once per process)."""
+    global _joined
+    _joined = address
     if ray.is_initialized():
         return
     try:
@@ -79,6 +86,11 @@ class ControllerLink:
     def reconnect(self) -> None:
         """Find the controller, or start it if it is gone, and give it the
         spec (a new controller adopts the running replicas first)."""
+        if cut_off():
+            # No call on the old session's handle from here on (the
+            # reports find no actor, and say so at debug level).
+            self.actor = None
+            rejoin()
         self.actor = _controller_actor(
             self.spec, self.health_interval_s, self.start_timeout_s, self.tls
         )
@@ -98,6 +110,26 @@ def ensure_controller(
     link = ControllerLink(spec, health_interval_s, start_timeout_s, tls)
     link.reconnect()
     return link
+
+
+def cut_off() -> bool:
+    """True when this driver's Ray node is gone. A driver talks to Ray
+    through the raylet of its node, the head's on cortex's host: once the
+    head has restarted (with GCS fault tolerance) that raylet is dead and
+    every Ray call fails for good (the GCS even marks this driver's job
+    finished)."""
+    if _joined is None or not ray.is_initialized():
+        return False
+    ours = ray.get_runtime_context().get_node_id()
+    return ours not in {n["NodeID"] for n in ray.nodes() if n["Alive"]}  # type: ignore[no-untyped-call]
+
+
+def rejoin() -> None:
+    """Leave Ray and join the cluster again (through the head's new node)."""
+    assert _joined is not None
+    log.warning("this driver's Ray node is gone (the head restarted); joining %s again", _joined)
+    ray.shutdown()
+    connect(_joined)
 
 
 def _controller_actor(
@@ -185,12 +217,17 @@ class Followed:
     epoch: str | None = None
     # Set once the first table has reached the pool (cortex's readiness).
     received: asyncio.Event = field(default_factory=asyncio.Event)
+    # The controller and the head as this cortex sees them (metrics, status).
+    plane: ControlPlane | None = None
 
 
 async def follow_cluster(link: ControllerLink, pool: NeuronPool, followed: Followed) -> None:
     """Follow the endpoint table and report to the controller, for ever
-    (cancelling this cancels both)."""
-    await asyncio.gather(follow_table(link, pool, followed), report_forever(link, pool, followed))
+    (cancelling this cancels both), and watch the head."""
+    tasks = [follow_table(link, pool, followed), report_forever(link, pool, followed)]
+    if followed.plane is not None:
+        tasks.append(watch_head(followed.plane))
+    await asyncio.gather(*tasks)
 
 
 async def report_forever(
@@ -202,7 +239,18 @@ async def report_forever(
     host = socket.gethostname()
     pid = os.getpid()
     while True:
-        report = CortexReport(f"{host}:{pid}", host, pid, pool.in_flight(), followed.version)
+        plane = followed.plane
+        report = CortexReport(
+            f"{host}:{pid}",
+            host,
+            pid,
+            pool.in_flight(),
+            followed.version,
+            head_up=plane.head_up if plane else None,
+            table_age_s=plane.table_age_s() if plane else None,
+            controller_restarts=plane.controller_restarts if plane else 0,
+            adopted=plane.adopted if plane else 0,
+        )
         try:
             await asyncio.wait_for(_result(link.actor.report.remote(report.to_dict())), REPORT_S)
         except (RayError, TimeoutError, AttributeError) as e:
@@ -229,6 +277,8 @@ async def follow_table(
             table: dict[str, Any] = await asyncio.wait_for(_result(ref), POLL_S + 10)
         except (RayError, TimeoutError) as e:
             failures += 1
+            if followed is not None and followed.plane is not None:
+                followed.plane.controller_lost()
             if not lost:
                 lost = True
                 log.warning(
@@ -247,6 +297,8 @@ async def follow_table(
         failures = 0
         if table["version"] == 0:
             continue  # nothing published yet (still adopting): keep the last table
+        if followed is not None and followed.plane is not None:
+            followed.plane.table_confirmed(table.get("epoch"), int(table.get("adopted", 0)))
         if (table.get("epoch"), table["version"]) != (epoch, version):
             epoch, version = table.get("epoch"), table["version"]
             await pool.update([r["address"] for r in table["replicas"]])

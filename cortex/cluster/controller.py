@@ -91,6 +91,9 @@ class Controller:
         self._stopping = False
         self._adopted = False
         self._adopting = asyncio.Lock()
+        # Replicas this controller adopted when it started (in its table and
+        # status: cortex counts them when a new controller replaces the old).
+        self.adopted_replicas = 0
         self.table = EndpointTable()
         self._passes = 0
         self._reports: dict[str, tuple[CortexReport, float]] = {}
@@ -156,11 +159,22 @@ class Controller:
                 sum(r.in_flight.values()),
                 r.table_version,
                 round(age, 1),
+                head_up=r.head_up,
+                table_age_s=None if r.table_age_s is None else round(r.table_age_s, 1),
+                controller_restarts=r.controller_restarts,
+                adopted=r.adopted,
             )
             for r, age in sorted(reports, key=lambda item: item[0].instance)
         ]
         return ClusterStatus(
-            nodes, models, list(self._failovers), self.table.version, self._passes, cortices
+            nodes,
+            models,
+            list(self._failovers),
+            self.table.version,
+            self._passes,
+            cortices,
+            epoch=self.table.epoch,
+            adopted=self.adopted_replicas,
         )
 
     async def shutdown(self) -> None:
@@ -189,6 +203,7 @@ class Controller:
             for running, checked in zip(found, health, strict=True):
                 self._adopt_one(running, checked)
             self._counter = itertools.count(decisions.next_serial(found))
+            self.adopted_replicas = len(self._replicas)
             self._adopted = True
         if found:
             log.info("adopted %d of %d replicas found running", len(self._replicas), len(found))

@@ -277,7 +277,8 @@ class ControllerShell:
         self, known_version: int, timeout_s: float, known_epoch: str | None = None
     ) -> dict[str, Any]:
         await self._resume()
-        return await self._controller.table.wait(known_version, timeout_s, known_epoch)
+        table = await self._controller.table.wait(known_version, timeout_s, known_epoch)
+        return {**table, "adopted": self._controller.adopted_replicas}
 
     async def status(self) -> dict[str, Any]:
         await self._resume()

@@ -131,6 +131,14 @@ class CortexReport:
     pid: int
     in_flight: dict[str, int]  # neuron address -> requests in flight
     table_version: int  # the endpoint table it routes on
+    # The control plane as it sees it (cortex/cluster/plane.py): whether the
+    # head answers (None: not probed yet), seconds since the controller last
+    # confirmed its table, and the controllers that replaced the one it
+    # followed with the replicas they adopted.
+    head_up: bool | None = None
+    table_age_s: float | None = None
+    controller_restarts: int = 0
+    adopted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +147,10 @@ class CortexReport:
             "pid": self.pid,
             "in_flight": dict(self.in_flight),
             "table_version": self.table_version,
+            "head_up": self.head_up,
+            "table_age_s": self.table_age_s,
+            "controller_restarts": self.controller_restarts,
+            "adopted": self.adopted,
         }
 
     @classmethod
@@ -156,6 +168,11 @@ class CortexStatus:
     in_flight: int  # its requests in flight, over every replica
     table_version: int
     reported_s_ago: float
+    # As in its report (CortexReport).
+    head_up: bool | None = None
+    table_age_s: float | None = None
+    controller_restarts: int = 0
+    adopted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -165,6 +182,10 @@ class CortexStatus:
             "in_flight": self.in_flight,
             "table_version": self.table_version,
             "reported_s_ago": self.reported_s_ago,
+            "head_up": self.head_up,
+            "table_age_s": self.table_age_s,
+            "controller_restarts": self.controller_restarts,
+            "adopted": self.adopted,
         }
 
     @classmethod
@@ -276,6 +297,10 @@ class ClusterStatus:
     passes: int = 0
     # The cortex instances that reported within the last REPORT_TTL_S.
     cortices: list[CortexStatus] = field(default_factory=list)
+    # This controller's table epoch, and the running replicas it adopted
+    # when it started.
+    epoch: str | None = None
+    adopted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -285,6 +310,8 @@ class ClusterStatus:
             "version": self.version,
             "passes": self.passes,
             "cortices": [c.to_dict() for c in self.cortices],
+            "epoch": self.epoch,
+            "adopted": self.adopted,
         }
 
     @classmethod

@@ -289,6 +289,15 @@ def _status(address: str | None, config: Path | None, as_json: bool, every: floa
     if every is not None and (as_json or every <= 0):
         print("neuraxis: --watch takes a positive interval and no --json", file=sys.stderr)
         return 2
+    from cortex.cluster.plane import head_answers
+
+    if not head_answers(address):
+        print(
+            f"neuraxis: the Ray head at {address} does not answer: the control plane is "
+            "down (cortex serves on from its last table; see neuraxis_ray_head_up)",
+            file=sys.stderr,
+        )
+        return 1
     try:
         connect(address)
         if every is not None:

@@ -11,16 +11,24 @@ group, dying with this process); this process tells systemd READY=1 once
 the head's GCS accepts connections, and on SIGTERM stops the head's whole
 process group. It does not drain the replicas first: a head that restarts
 (with GCS fault tolerance) must leave them running.
+
+GCS fault tolerance (`ray_gcs_storage = "redis://host:port"`): the head
+keeps its control state in that Redis (Ray's RAY_REDIS_ADDRESS, under the
+key prefix `ray_gcs_namespace`), so a head that restarts finds the cluster
+as it was: the nodes rejoin, detached actors (the replicas) keep running.
+Without it a head restart is a new, empty cluster (docs/deploy.md).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from types import FrameType
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from cortex.cluster.head import start_head, wait_for_head
@@ -48,6 +56,50 @@ class HeadSettings(LogSettings):
     start_timeout_s: float = Field(
         60.0, gt=0, description="how long the head may take to accept connections"
     )
+    ray_gcs_storage: str | None = Field(
+        None,
+        description="GCS fault tolerance: redis://host:port of the Redis that keeps the "
+        "head's control state across head restarts (off by default)",
+    )
+    ray_gcs_namespace: str = Field(
+        "neuraxis",
+        min_length=1,
+        description="the key prefix of this cluster's state in that Redis (one per cluster)",
+    )
+
+    @field_validator("ray_gcs_storage")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            redis_address(value)  # raises ValueError, which pydantic reports
+        return value
+
+
+def redis_address(url: str) -> str:
+    """host:port of a redis://host:port URL (what Ray's RAY_REDIS_ADDRESS takes)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "redis" or not parts.hostname or port is None:
+        raise ValueError(f"{url!r}: not redis://host:port")
+    if parts.username or parts.password or parts.path.strip("/") or parts.query:
+        raise ValueError(f"{url!r}: only redis://host:port (no password, database or options)")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{port}"
+
+
+def head_env(settings: HeadSettings, base: dict[str, str]) -> dict[str, str]:
+    """The head's environment: `base`, plus Ray's external GCS storage when
+    `ray_gcs_storage` is set."""
+    if settings.ray_gcs_storage is None:
+        return dict(base)
+    return {
+        **base,
+        "RAY_REDIS_ADDRESS": redis_address(settings.ray_gcs_storage),
+        "RAY_external_storage_namespace": settings.ray_gcs_namespace,
+    }
 
 
 def run_head(settings: HeadSettings) -> int:
@@ -55,7 +107,14 @@ def run_head(settings: HeadSettings) -> int:
     or Ctrl-C; exit with the head's status if it dies on its own."""
     configure_logging(settings.log_format, settings.log_level)
     address = f"{settings.ray_node_ip}:{settings.ray_port}"
-    head = start_head(settings.ray_port, settings.ray_node_ip, fixed_ports=settings.ray_fixed_ports)
+    env = head_env(settings, dict(os.environ))
+    head = start_head(
+        settings.ray_port, settings.ray_node_ip, env=env, fixed_ports=settings.ray_fixed_ports
+    )
+    if settings.ray_gcs_storage is not None:
+        log.info("GCS fault tolerance: the head's state is kept in %s", settings.ray_gcs_storage)
+    else:
+        log.info("GCS fault tolerance is off: a head restart starts an empty cluster")
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         try:

@@ -78,8 +78,34 @@ def render(status: ClusterStatus) -> str:
         [c.instance, str(c.in_flight), str(c.table_version), f"{c.reported_s_ago:.1f}s ago"]
         for c in status.cortices
     ]
+    out += _control_plane(status)
     out += _table("CORTEX", ["INSTANCE", "IN-FLIGHT", "TABLE", "REPORTED"], cortices)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _control_plane(status: ClusterStatus) -> list[str]:
+    """The controller (its epoch, the replicas it adopted when it started)
+    and, per cortex, what it sees of the head and the controller: the head
+    answering, its table's age (since the controller last confirmed it), the
+    controllers that replaced the one it followed and what they adopted."""
+    epoch = (status.epoch or "-")[:8]
+    out = _table(
+        "CONTROLLER",
+        ["EPOCH", "TABLE", "ADOPTED"],
+        [[epoch, str(status.version), str(status.adopted)]],
+    )
+    rows = [
+        [
+            c.instance,
+            "-" if c.head_up is None else ("up" if c.head_up else "DOWN"),
+            "-" if c.table_age_s is None else f"{c.table_age_s:.1f}s",
+            str(c.controller_restarts),
+            str(c.adopted),
+        ]
+        for c in status.cortices
+    ]
+    header = ["INSTANCE", "HEAD", "TABLE-AGE", "CONTROLLER-RESTARTS", "ADOPTED"]
+    return out + _table("CONTROL PLANE (as each cortex sees it)", header, rows)
 
 
 def watch(

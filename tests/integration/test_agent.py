@@ -1,12 +1,14 @@
 """The GPU host agent (`neuraxis neuron agent`) as a real process, on the real
 NVML path with a fake libnvidia-ml: it refuses a host of another generation,
 and on a matching host it joins a real Ray head with its generation label
-and GPU count, staying in the foreground until stopped."""
+and GPU count, staying in the foreground until stopped. Under a notify
+socket (systemd's `Type=notify`) it sends READY=1 once its node has joined."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +18,7 @@ from typing import Any
 from cortex.cluster.head import start_head, wait_for_head
 from neuraxis.core.process import stop_process_group
 from tests.fake_nvml import fake_nvml_env
+from tests.notify import NotifySocket
 from tests.procs import REPO, free_port
 
 # The head, the agent and the test's driver share a token: the cluster does
@@ -109,6 +112,46 @@ def test_the_agent_joins_with_its_generation_label_and_gpus(tmp_path: Path) -> N
         else:
             raise AssertionError("the agent's node is still alive after SIGTERM")
     finally:
+        if agent is not None:
+            stop_process_group(agent, timeout_s=10)
+        stop_process_group(head, timeout_s=30)
+
+
+def test_agent_ready_once_its_node_has_joined(tmp_path: Path) -> None:
+    """The unit's ExecStart (`neuraxis neuron agent`) under a notify socket:
+    READY=1 arrives, and by then the node is alive in the cluster with its
+    label; SIGTERM passed on to Ray ends the agent with status 0."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    env = dict(os.environ, **TOKEN_ENV)
+    head = start_head(port, "127.0.0.1", env=env, log_path=tmp_path / "head.log")
+    notify = NotifySocket(tmp_path / "agent.notify")
+    agent = None
+    log_path = tmp_path / "agent.log"
+    try:
+        wait_for_head(address, head)
+        with open(log_path, "wb") as log:
+            agent = _agent(
+                ["--generation", "ada", "--ray-address", address],
+                fake_nvml_env([L40S], base={**env, "NOTIFY_SOCKET": str(notify.path)}),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        running = agent
+
+        seconds = notify.wait_for(
+            "READY=1", lambda: running.poll() is None, 90, lambda: log_path.read_text()[-3000:]
+        )
+        print(f"agent READY after {seconds:.1f} s")
+        # Nothing is sent before the node is there: it is alive now.
+        ada = [n for n in _nodes(address) if n["labels"].get("neuraxis.io/generation") == "ada"]
+        assert [n["alive"] for n in ada] == [True], ada
+        assert any(m.startswith("STATUS=joined the Ray cluster at") for m in notify.messages)
+        agent.send_signal(signal.SIGTERM)  # systemd's stop (KillMode=mixed)
+        assert agent.wait(timeout=90) == 0, log_path.read_text()[-3000:]
+        notify.wait_for("STOPPING=1", lambda: True, 5, lambda: log_path.read_text()[-3000:])
+    finally:
+        notify.close()
         if agent is not None:
             stop_process_group(agent, timeout_s=10)
         stop_process_group(head, timeout_s=30)

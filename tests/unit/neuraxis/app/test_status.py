@@ -107,7 +107,22 @@ FULL = ClusterStatus(
     ],
     version=7,
     passes=12,
-    cortices=[CortexStatus("gw-1:4711", "gw-1", 4711, 6, 7, 0.8)],
+    cortices=[
+        CortexStatus(
+            "gw-1:4711",
+            "gw-1",
+            4711,
+            6,
+            7,
+            0.8,
+            head_up=False,
+            table_age_s=42.5,
+            controller_restarts=2,
+            adopted=3,
+        )
+    ],
+    epoch="0123456789abcdef",
+    adopted=1,
 )
 
 # The JSON `neuraxis status --json` prints for FULL, written out by hand:
@@ -167,8 +182,14 @@ FULL_JSON: dict[str, Any] = {
             "in_flight": 6,
             "table_version": 7,
             "reported_s_ago": 0.8,
+            "head_up": False,
+            "table_age_s": 42.5,
+            "controller_restarts": 2,
+            "adopted": 3,
         }
     ],
+    "epoch": "0123456789abcdef",
+    "adopted": 1,
 }
 
 
@@ -283,3 +304,14 @@ def test_reading_json_refuses_a_missing_or_unknown_field(where: str) -> None:
     del item[next(iter(item))]
     with pytest.raises(TypeError):
         ClusterStatus.from_dict(data)
+
+
+def test_the_control_plane_shows_the_controller_and_what_each_cortex_sees() -> None:
+    lines = render(FULL).splitlines()
+    assert lines[lines.index("CONTROLLER") + 2].split() == ["01234567", "7", "1"]
+    row = lines[lines.index("CONTROL PLANE (as each cortex sees it)") + 2].split()
+    assert row == ["gw-1:4711", "DOWN", "42.5s", "2", "3"]
+    up = dataclasses.replace(FULL.cortices[0], head_up=True, table_age_s=None)
+    lines = render(dataclasses.replace(FULL, cortices=[up])).splitlines()
+    row = lines[lines.index("CONTROL PLANE (as each cortex sees it)") + 2].split()
+    assert row[1:3] == ["up", "-"]
