@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-vs-vllm bench-profile bench-routing-sim bench-gateway install clean
+.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing-sim bench-gateway install clean
 
 install: $(STAMP)
 
@@ -31,6 +31,13 @@ run: $(STAMP)
 # (tests/bench: a few requests each, against the session's stack).
 test: lint typecheck
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# schemathesis against cortex's published schema (tests/fuzz): two cortexes
+# (auth off, auth required) in front of sim neurons; `make test` sends 2,000
+# requests, this 20,000 (`make fuzz FUZZ_REQUESTS=N`). Counts in bench/results/fuzz/.
+FUZZ_REQUESTS ?= 20000
+fuzz: $(STAMP)
+	NEURAXIS_FUZZ_REQUESTS=$(FUZZ_REQUESTS) $(PY) -m pytest -q -p no:cacheprovider tests/fuzz
 
 unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
@@ -64,9 +71,11 @@ bench: $(STAMP)
 	$(PY) -m bench.failover
 	$(PY) -m bench.tool_stream
 	$(PY) -m bench.auth_cost
+	$(PY) -m bench.admission
 	$(PY) -m bench.routing
 	$(PY) -m bench.routing_sim
 	$(PY) -m bench.gateway_capacity
+	$(PY) -m bench.store
 
 bench-smoke: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/bench
@@ -90,6 +99,10 @@ bench-tool-stream: $(STAMP)
 bench-auth: $(STAMP)
 	$(PY) -m bench.auth_cost
 
+# Admission control at 4x overload (sim neuron): 503 latency and goodput vs unlimited.
+bench-admission: $(STAMP)
+	$(PY) -m bench.admission
+
 # neuraxis up against vLLM's own server (same engine settings), three runs;
 # the lock is held from the servers' start to their stop (about 10 minutes).
 bench-vs-vllm: $(STAMP)
@@ -100,7 +113,7 @@ bench-profile: $(STAMP)
 	$(PY) -m bench.profile_stages --lock /tmp/neuraxis-heavy.lock
 	$(PY) -m bench.profile_stages --vllm --lock /tmp/neuraxis-heavy.lock
 
-# Routing policies on two real vLLM replicas (bench/routing.py): ~10 minutes.
+# Routing policies on two real vLLM replicas (bench/routing.py): ~16 minutes on 2 busy cores.
 .PHONY: bench-routing
 bench-routing: $(STAMP)
 	$(PY) -m bench.routing
@@ -110,6 +123,12 @@ bench-routing: $(STAMP)
 bench-routing-sim: $(STAMP)
 	$(PY) -m bench.routing_sim
 	$(PY) -m bench.routing_sim --sweep
+
+# The Responses store: bytes stored for a 1,000-token streamed answer (before
+# and after compaction), purge of 100,000 expired responses (SQLite, PostgreSQL).
+.PHONY: bench-store
+bench-store: $(STAMP)
+	flock /tmp/neuraxis-heavy.lock $(PY) -m bench.store
 
 # Streams and SSE events/s one cortex (then two workers) sustains.
 bench-gateway: $(STAMP)

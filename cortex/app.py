@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
-from cortex import metrics
+from cortex import metrics, openapi
 from cortex.api import (
     chat,
     completions,
@@ -24,10 +25,12 @@ from cortex.api import (
 )
 from cortex.api.disconnect import CancelOnDisconnect
 from cortex.api.errors import install_error_handlers
-from cortex.api.responses.run import fail_orphans
+from cortex.api.responses.run import fail_dead_siblings, fail_orphans
+from cortex.api.responses.upkeep import Upkeep, UpkeepSettings
 from cortex.auth.authenticator import Authenticator, authenticate
 from cortex.auth.headers import RateLimitHeaders
 from cortex.auth.limiter import Limiter
+from cortex.auth.local_usage import counters_for
 from cortex.cluster.spec import DeploymentSpec, load_spec
 from cortex.config import CortexSettings
 from cortex.middleware import BodyLimit
@@ -68,6 +71,7 @@ def create_app(
         ejection=settings.ejection(),
         retry_budget=settings.retry_budget(),
         health_timeout_s=settings.health_timeout_s,
+        admission=settings.admission(),
     )
 
     store = store or _store_for(settings)
@@ -83,17 +87,25 @@ def create_app(
         follower = (
             await _join_cluster(settings, spec, pool, readiness.table) if spec is not None else None
         )
-        orphans = await fail_orphans(store, app.state.instance)
+        # Responses this host:port's dead processes were running (and those
+        # of an older version, owned by host:port) fail at once; others'
+        # when their leases expire (upkeep).
+        orphans = await fail_orphans(store, address) + await fail_dead_siblings(
+            store, app.state.instance
+        )
         if orphans:
             log.warning("%d background responses were cut off by a restart: failed", orphans)
         readiness.store_open.set()
         systemd = [asyncio.create_task(readiness.announce()), asyncio.create_task(watchdog())]
+        upkeeping = asyncio.create_task(upkeep.forever())
         try:
             yield
         finally:
             notify("STOPPING=1")
             for task in systemd:
                 task.cancel()
+            upkeeping.cancel()  # before the store closes: its statements finish first
+            await asyncio.gather(upkeeping, return_exceptions=True)
             # Background responses still running end as failed (and stored).
             tasks = [run.task for run in app.state.background.values() if run.task]
             for task in tasks:
@@ -114,9 +126,22 @@ def create_app(
     app.state.readiness = readiness
     metrics.touch_store(store.backend)
     # Background responses running in this process, by id (for cancel), and
-    # the name under which this instance owns them in a shared store.
+    # stored streams (for delete); the name under which this process (each
+    # worker its own) owns them in a shared store: host:port/pid.
     app.state.background = {}
-    app.state.instance = f"{socket.gethostname()}:{settings.port}"
+    app.state.streaming = {}
+    address = f"{socket.gethostname()}:{settings.port}"
+    app.state.instance = f"{address}/{os.getpid()}"
+    upkeep = Upkeep(
+        store,
+        app.state.instance,
+        lambda: [*app.state.background.values(), *app.state.streaming.values()],
+        UpkeepSettings(
+            ttl_days=settings.responses_ttl_days,
+            purge_interval_s=settings.responses_purge_interval_s,
+            lease_s=settings.responses_lease_s,
+        ),
+    )
     app.state.settings = settings
     # Who is calling: every /v1 route depends on `authenticate`; with auth
     # off it attaches nothing and the anonymous principal applies.
@@ -125,9 +150,11 @@ def create_app(
     if keys is not None:
         app.state.authenticator = Authenticator(keys, time.time, settings.auth_cache_s)
         # A lease outlives the longest generation, then frees its slot.
-        limiter = Limiter(keys, time.time, lease_s=settings.request_timeout_s + 60)
+        counters = counters_for(keys, settings.local_rate_limit_counters)
+        limiter = Limiter(counters, time.time, lease_s=settings.request_timeout_s + 60)
         app.state.limiter = limiter
     install_error_handlers(app)
+    openapi.install(app, auth_required=keys is not None)
     api = [Depends(authenticate)]
     app.include_router(chat.router, dependencies=api)
     app.include_router(completions.router, dependencies=api)
@@ -151,6 +178,7 @@ async def _join_cluster(
     follow its endpoint table and report to it in the background
     (`received` is set once the first table has reached the pool)."""
     from cortex.cluster.client import Followed, connect, ensure_controller, follow_cluster
+    from cortex.cluster.plane import ControlPlane
 
     assert settings.ray_address is not None
     await asyncio.to_thread(connect, settings.ray_address)
@@ -162,7 +190,7 @@ async def _join_cluster(
         settings.tls,
     )
     log.info("cluster mode: following the controller at %s", settings.ray_address)
-    followed = Followed(received=received)
+    followed = Followed(received=received, plane=ControlPlane(settings.ray_address))
     return asyncio.create_task(follow_cluster(controller, pool, followed))
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from cortex.routing.admission import AdmissionOptions
 from cortex.routing.deadlines import Deadlines
 from cortex.routing.ejection import EjectionOptions
 from cortex.routing.factory import DEFAULT_POLICY, PolicyName, PolicyOptions, PolicyTable
@@ -120,11 +121,12 @@ class CortexSettings(LogSettings):
         0.5,
         ge=0,
         description="prefix_affinity: no neuron takes more than (1 + epsilon) x the average load. "
-        "0.5 from make bench-routing-sim (16 replicas, 64 prompt groups, two runs): TTFT p50 "
-        "2.5-2.9x lower than with 0.25 (more requests reach the neuron holding their prefix), "
-        "replica shares up to 1.24-1.29x the average (0.25: 1.07-1.21x), one hot prefix's TTFT "
-        "p90 about the same; 1.0 cut TTFT further but gave a replica 1.29x and a worse p90 on "
-        "the hot prefix",
+        "0.5 from make bench-routing-sim (16 replicas, 64 prompt groups, overflow keeping the "
+        "prefix homed, 0.25/0.5/1.0 alternating in one run): groups TTFT p50 47 ms (0.25: 66, "
+        "1.0: 65), p90 363 ms (510, 426), output tokens/s 649 (542, 608), replica shares within "
+        "1.06x the average (1.09x, 1.23x); one hot prefix's TTFT p90 129 ms (106, 95) against "
+        "least_outstanding's 114, within run-to-run noise at that load (the home's bound is 3 "
+        "requests for both 0.25 and 0.5 there)",
     )
     routing_block_bytes: int = Field(
         256, gt=0, description="prefix_affinity: size of one hashed block of the prompt prefix"
@@ -146,6 +148,26 @@ class CortexSettings(LogSettings):
         le=1,
         description="a neuron whose engine reports this share of its KV cache in use is "
         "avoided while another is not",
+    )
+    # Admission control (cortex/routing/admission.py; docs/deploy.md, "Admission control").
+    replica_max_concurrency: int = Field(
+        0,
+        ge=-1,
+        description="requests one replica takes at once; more wait in the model's admission "
+        "queue. 0: the batch size its engine reports (vLLM's max_num_seqs; no cap if it "
+        "reports none); -1: no caps, no queue",
+    )
+    admission_queue_size: int = Field(
+        256,
+        ge=0,
+        description="requests per model that may wait for a replica slot; past it a request "
+        "gets 503 model_overloaded at once",
+    )
+    admission_queue_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="how long a request may wait for a replica slot before it gets 503 "
+        "model_overloaded (s)",
     )
     max_body_bytes: int = Field(
         16 * 1024 * 1024,
@@ -177,6 +199,25 @@ class CortexSettings(LogSettings):
         description="keep stored responses in this PostgreSQL database instead, shared by "
         "every cortex instance that uses it",
     )
+    # The Responses store's upkeep (cortex/api/responses/upkeep.py).
+    responses_ttl_days: float = Field(
+        30.0,
+        ge=0,
+        description="stored responses are deleted this many days after they were created "
+        "(0: kept forever)",
+    )
+    responses_purge_interval_s: float = Field(
+        3600.0,
+        gt=0,
+        description="how often expired stored responses are purged; one instance (or worker) "
+        "sharing the store does it at a time",
+    )
+    responses_lease_s: float = Field(
+        30.0,
+        gt=0,
+        description="a running stored response whose instance has not renewed its lease for "
+        "this long (renewed every third of it) is marked failed by any instance sharing the store",
+    )
     auth: Literal["off", "required"] = Field(
         "off",
         description="required: every /v1 request needs `Authorization: Bearer <key>` "
@@ -187,6 +228,13 @@ class CortexSettings(LogSettings):
         False,
         description="serve with auth = off on a non-loopback address (only behind a proxy "
         "that authenticates clients itself)",
+    )
+    rate_limit_counters: Literal["auto", "local", "shared"] = Field(
+        "auto",
+        description="where per-key rate-limit counters live: shared (in the key store, exact "
+        "across workers and instances), local (in this process's memory: no store round trip "
+        "per request, exact within the process, forgotten on restart); auto: local with one "
+        "worker on SQLite, else shared",
     )
     auth_cache_s: float = Field(
         2.0,
@@ -285,6 +333,20 @@ class CortexSettings(LogSettings):
             consecutive_failures=self.eject_consecutive_failures,
             base_s=self.eject_base_s,
             max_s=self.eject_max_s,
+        )
+
+    @property
+    def local_rate_limit_counters(self) -> bool:
+        """Whether this process may keep the rate-limit counters to itself."""
+        if self.rate_limit_counters == "auto":
+            return self.workers == 1 and not self.postgres_dsn
+        return self.rate_limit_counters == "local"
+
+    def admission(self) -> AdmissionOptions:
+        return AdmissionOptions(
+            replica_max_concurrency=self.replica_max_concurrency,
+            queue_size=self.admission_queue_size,
+            queue_timeout_s=self.admission_queue_timeout_s,
         )
 
     def retry_budget(self) -> RetryBudgetOptions:

@@ -119,6 +119,30 @@ HEALTHY_REPLICAS = Gauge(
     multiprocess_mode="max",
 )
 
+ADMISSION_QUEUE_DEPTH = Gauge(
+    "neuraxis_admission_queue_depth",
+    "Requests waiting in each model's admission queue (its replicas at their caps).",
+    ["model"],
+    multiprocess_mode="livesum",
+)
+ADMISSION_REJECTIONS = Counter(
+    "neuraxis_admission_rejections",
+    "Requests refused with 503 model_overloaded, by reason: queue_full or timeout.",
+    ["model", "reason"],
+)
+ADMISSION_WAIT = Histogram(
+    "neuraxis_admission_queue_wait_seconds",
+    "Time a request waited for a replica slot (0 when one was free), refused ones included.",
+    ["model"],
+    buckets=(0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+RATE_LIMITED = Counter(
+    "neuraxis_rate_limited",
+    "Requests refused with 429 by a key's rate limits, by the key's tenant and the limit: "
+    "requests, tokens or concurrency.",
+    ["tenant", "reason"],
+)
+
 
 STORED_RESPONSES = Counter(
     "neuraxis_stored_responses", "Responses written to the Responses store.", ["backend"]
@@ -129,11 +153,62 @@ STORE_WRITE = Histogram(
     ["backend"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
 )
+STORE_ERRORS = Counter(
+    "neuraxis_store_errors",
+    "Responses store operations that failed (disk full, database down), by operation.",
+    ["backend", "op"],
+)
+PURGED_RESPONSES = Counter(
+    "neuraxis_responses_purged",
+    "Stored responses deleted by the retention purge (responses_ttl_days).",
+    ["backend"],
+)
+EXPIRED_LEASES = Counter(
+    "neuraxis_responses_lease_expired",
+    "Running responses marked failed because the instance running them stopped "
+    "renewing their lease.",
+    ["backend"],
+)
 DROPPED_TOOLS = Counter(
     "neuraxis_dropped_tools",
     "Hosted tools (web search, MCP, ...) this server cannot run, left out of what "
     "the model sees, by tool type.",
     ["api", "type"],
+)
+
+# The control plane as this cortex sees it (cortex/cluster/plane.py). With
+# several workers each follows the controller itself: the gauges take the
+# worst worker (min seen, max age) and the counters add up every worker's
+# count (N workers count each event N times). Labelled with the head's
+# host:port: the series exist only in cluster mode.
+CONTROLLER_UP = Gauge(
+    "neuraxis_controller_up",
+    "1 while the controller answers this cortex's polls of the endpoint table, else 0.",
+    ["head"],
+    multiprocess_mode="min",
+)
+HEAD_UP = Gauge(
+    "neuraxis_ray_head_up",
+    "1 while the Ray head's GCS port accepts connections, else 0.",
+    ["head"],
+    multiprocess_mode="min",
+)
+TABLE_AGE = Gauge(
+    "neuraxis_endpoint_table_age_seconds",
+    "Seconds since the controller last confirmed the endpoint table cortex routes on "
+    "(a long poll answers at least every 20 s while the controller is there).",
+    ["head"],
+    multiprocess_mode="max",
+)
+CONTROLLER_RESTARTS = Counter(
+    "neuraxis_controller_restarts",
+    "Times a new controller replaced the one this cortex followed.",
+    ["head"],
+)
+ADOPTED_REPLICAS = Counter(
+    "neuraxis_controller_adopted_replicas",
+    "Running replicas a new controller adopted (no reload) when it replaced the old one.",
+    ["head"],
 )
 
 
@@ -291,6 +366,30 @@ def record_retry_refused(model: str) -> None:
         RETRIES_REFUSED.labels(model).inc()
 
 
+def record_admission_wait(model: str, seconds: float) -> None:
+    """A request admitted or refused after waiting `seconds` for a slot."""
+    if _enabled:
+        ADMISSION_WAIT.labels(model).observe(seconds)
+
+
+def record_admission_rejected(model: str, reason: str) -> None:
+    """A request refused by admission control (`reason`: queue_full, timeout)."""
+    if _enabled:
+        ADMISSION_REJECTIONS.labels(model, reason).inc()
+
+
+def set_admission_queue_depth(model: str, depth: int) -> None:
+    if _enabled:
+        ADMISSION_QUEUE_DEPTH.labels(model).set(depth)
+
+
+def record_rate_limited(tenant: str, reason: str) -> None:
+    """A request refused by its key's limits (tenants are the operator's
+    own names, made with `neuraxis keys create`: a bounded set)."""
+    if _enabled:
+        RATE_LIMITED.labels(tenant, reason).inc()
+
+
 def record_store_write(backend: str, seconds: float) -> None:
     """A response written to the Responses store."""
     if _enabled:
@@ -298,16 +397,40 @@ def record_store_write(backend: str, seconds: float) -> None:
         STORED_RESPONSES.labels(backend).inc()
 
 
+def record_store_error(backend: str, op: str) -> None:
+    """A Responses store operation that failed (op: put, renew, expire, purge, claim)."""
+    if _enabled:
+        STORE_ERRORS.labels(backend, op).inc()
+
+
+def record_purged(backend: str, count: int) -> None:
+    """Stored responses past their retention, deleted."""
+    if _enabled:
+        PURGED_RESPONSES.labels(backend).inc(count)
+
+
+def record_lease_expired(backend: str) -> None:
+    """A running response failed because its lease expired."""
+    if _enabled:
+        EXPIRED_LEASES.labels(backend).inc()
+
+
 def touch_replica(model: str, replica: str) -> None:
     """Export a replica's counters at 0 before anything happens to them, so
     that rates and dashboards see the series from the start."""
     ROUTED.labels(model, replica)
     RETRIES.labels(model, replica)
+    for reason in ("queue_full", "timeout"):
+        ADMISSION_REJECTIONS.labels(model, reason)
+    ADMISSION_QUEUE_DEPTH.labels(model)
 
 
 def touch_store(backend: str) -> None:
     STORED_RESPONSES.labels(backend)
     STORE_WRITE.labels(backend)
+    STORE_ERRORS.labels(backend, "put")
+    PURGED_RESPONSES.labels(backend)
+    EXPIRED_LEASES.labels(backend)
 
 
 def set_replica_health(replica: str, up: bool) -> None:
@@ -339,3 +462,28 @@ def configure(enabled: bool) -> None:
 
 def start(api: str, model: str, request_id: str, parts: int = 1) -> Tracker:
     return Tracker(api, model, request_id, parts, record=_enabled)
+
+
+def touch_control_plane(head: str) -> None:
+    """Export the control-plane series of cluster mode from the start."""
+    CONTROLLER_UP.labels(head).set(0)
+    HEAD_UP.labels(head).set(0)
+    CONTROLLER_RESTARTS.labels(head)
+    ADOPTED_REPLICAS.labels(head)
+
+
+def set_controller_up(head: str, up: bool) -> None:
+    CONTROLLER_UP.labels(head).set(1 if up else 0)
+
+
+def set_head_up(head: str, up: bool) -> None:
+    HEAD_UP.labels(head).set(1 if up else 0)
+
+
+def set_table_age(head: str, seconds: float) -> None:
+    TABLE_AGE.labels(head).set(round(seconds, 3))
+
+
+def record_controller_restart(head: str, adopted: int) -> None:
+    CONTROLLER_RESTARTS.labels(head).inc()
+    ADOPTED_REPLICAS.labels(head).inc(adopted)

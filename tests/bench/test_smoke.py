@@ -81,6 +81,14 @@ def test_auth_cost_benchmark_runs() -> None:
     assert "| concurrency | auth + limits | TTFT p50 (ms) |" in out, out
 
 
+def test_admission_benchmark_runs(tmp_path: Path) -> None:
+    # Starts its own sim neuron and two cortexes (admission on and unlimited).
+    out = _smoke("bench.admission", "--out", str(tmp_path / "admission.json"))
+    assert "| admission |" in out and "| unlimited |" in out, out
+    for name in ("admission.md", "admission_goodput.png", "admission.json"):
+        assert (tmp_path / name).is_file(), name
+
+
 def test_routing_sim_benchmark_runs(tmp_path: Path) -> None:
     out = _smoke("bench.routing_sim", "--out", str(tmp_path))
     assert "| groups | prefix_affinity |" in out, out
@@ -94,3 +102,11 @@ def test_gateway_capacity_benchmark_runs(tmp_path: Path) -> None:
     assert "| 2 workers | 4 |" in out, out
     for name in ("gateway.md", "events_per_s.png", "added_itl_p99.png"):
         assert (tmp_path / name).is_file(), name
+
+
+def test_store_benchmark_runs(tmp_path: Path) -> None:
+    # Its own sim neuron, cortex and PostgreSQL server: 100 tokens, 1,000 rows.
+    out = _smoke("bench.store", "--out", str(tmp_path / "store.json"))
+    assert "| events after (compacted) |" in out, out
+    assert "| postgres | 1000 |" in out, out
+    assert (tmp_path / "store.md").is_file()

@@ -74,3 +74,13 @@ def test_a_models_policy_routing_models_then_the_spec_then_routing() -> None:
 def test_an_unknown_policy_is_refused_with_the_setting_named() -> None:
     with pytest.raises((SettingsError, ValueError), match="routing"):
         load_settings(CortexSettings, None, {"routing_models": {"m": "sticky"}})
+
+
+def test_rate_limit_counters_are_local_only_where_nothing_shares_them(tmp_path: Path) -> None:
+    one = CortexSettings(state_dir=tmp_path)
+    assert one.local_rate_limit_counters
+    assert not CortexSettings(state_dir=tmp_path, workers=2).local_rate_limit_counters
+    postgres = CortexSettings(state_dir=tmp_path, postgres_dsn="postgresql://x/y")
+    assert not postgres.local_rate_limit_counters
+    forced = CortexSettings(state_dir=tmp_path, rate_limit_counters="shared")
+    assert not forced.local_rate_limit_counters
