@@ -104,7 +104,9 @@ def _queue_depth(base: str) -> float:
     """The model's admission queue depth, from cortex's /metrics."""
     text = httpx.get(f"{base}/metrics").text
     prefix = f'neuraxis_admission_queue_depth{{model="{MODEL}"}} '
-    return sum(float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix))
+    return sum(
+        float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix)
+    )
 
 
 def _overloaded(answer: Answer) -> bool:
