@@ -33,7 +33,7 @@ from typing import Generic, TypeVar
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from cortex.api.errors import error_envelope
+from cortex.api.errors import error_envelope, unexpected_message
 from neuraxis.core.errors import InternalError, NeuraxisError
 
 log = logging.getLogger("neuraxis.cortex")
@@ -72,9 +72,6 @@ class Framing(abc.ABC, Generic[T]):
         """A terminal frame for when `failed` itself failed; must not raise."""
 
 
-UNEXPECTED = "The server had an error while processing your request."
-
-
 async def sse(
     body: AsyncIterator[Sequence[T]], framing: Framing[T], request_id: str
 ) -> AsyncIterator[bytes]:
@@ -87,11 +84,14 @@ async def sse(
                 yield b"".join([framing.frame(item) for item in group])
         tail = [framing.frame(item) for item in await framing.completed()]
     except NeuraxisError as e:
+        if type(e) is InternalError:  # not a subclass: those say what happened on purpose
+            log.error("stream failed: %s", e.message, extra=extra)
+            e = InternalError(unexpected_message(request_id))
         log.info("stream ended with %s: %s", e.kind, e.message, extra=extra)
         tail = await _failed(framing, e, request_id)
     except Exception:
         log.exception("stream failed", extra=extra)
-        tail = await _failed(framing, InternalError(UNEXPECTED), request_id)
+        tail = await _failed(framing, InternalError(unexpected_message(request_id)), request_id)
     # The ending is one write as well (a Responses stream's closing events:
     # the text, part and item done, then response.completed).
     if tail:

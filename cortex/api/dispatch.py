@@ -77,6 +77,7 @@ async def _route(
     admission = await _admit(request, tokens, len(internals))
     tracker = metrics.start(api, pool.model_label(model), request_id, parts=len(internals))
     request.state.tracked = True  # the error handlers must not count it again
+    request.state.request_id = request_id  # a 500 names it (api/errors.py)
     # `hints` (the request's affinity keys) go to the routing policy of each.
     streams = [metrics.tracked(pool.generate(r, hints), tracker) for r in internals]
     if admission is not None:
@@ -139,6 +140,7 @@ async def embed(request: Request, internal: pb.EmbedRequest) -> pb.EmbedResponse
     admission = await _admit(request, estimate_embed(internal), 1)
     tracker = metrics.start("embeddings", pool.model_label(internal.model), internal.request_id)
     request.state.tracked = True
+    request.state.request_id = internal.request_id
     try:
         response = await cancel_on_disconnect(request, pool.embed(internal))
         if admission is not None:

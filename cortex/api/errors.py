@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -32,6 +33,15 @@ log = logging.getLogger("neuraxis.cortex")
 
 _FIELD_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}
+
+
+def unexpected_message(request_id: str) -> str:
+    """What a client is told of an error nobody expected: nothing of its
+    cause, and the request id under which the log has the details."""
+    return (
+        "The server had an error while processing your request. "
+        f"Quote request id {request_id} if you report it."
+    )
 
 
 def error_envelope(error: NeuraxisError) -> ErrorEnvelope:
@@ -129,6 +139,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(NeuraxisError)
     async def _neuraxis(request: Request, exc: NeuraxisError) -> JSONResponse:
         _count_rejected(request, exc)
+        if type(exc) is InternalError:  # not a subclass: those say what happened on purpose
+            return _internal(request, exc.message)
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
@@ -147,8 +159,25 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s", request.url.path)
+        log.exception("unhandled error on %s", request.url.path, extra=_ids(request))
         _count_rejected(request, exc)
-        return error_response(
-            InternalError("The server had an error while processing your request.")
-        )
+        return _internal(request, None)
+
+
+def _ids(request: Request) -> dict[str, str]:
+    """The request's id for the log: the one its API handler made, or a new one."""
+    request_id = getattr(request.state, "request_id", None)
+    if not isinstance(request_id, str):
+        request_id = request.state.request_id = f"req_{uuid.uuid4().hex}"
+    return {"request_id": request_id}
+
+
+def _internal(request: Request, detail: str | None) -> JSONResponse:
+    """A 500: the client gets a generic message and an id to quote; the
+    details (what failed, where) are in the log under that id."""
+    ids = _ids(request)
+    if detail is not None:
+        log.error("internal error on %s: %s", request.url.path, detail, extra=ids)
+    response = error_response(InternalError(unexpected_message(ids["request_id"])))
+    response.headers["X-Request-Id"] = ids["request_id"]
+    return response

@@ -11,6 +11,7 @@ polls and health checks included, goes over TLS.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Protocol, TypeVar
 
@@ -47,6 +48,12 @@ _CHANNEL_OPTIONS = [
 # Over TLS the neuron's certificate is checked for this name, not for the
 # address dialled (neuraxis/core/tls.py says why).
 _TLS_OPTIONS = [("grpc.ssl_target_name_override", NEURON_SERVER_NAME)]
+
+log = logging.getLogger("neuraxis.cortex")
+
+# What a client is told when a neuron cannot be reached: its address, like
+# every internal address, stays in the log (error hygiene, docs/security.md).
+UNREACHABLE = "A neuron serving this model could not be reached; try again shortly."
 
 
 def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
@@ -152,7 +159,8 @@ class NeuronClient:
         metadata = dict(error.trailing_metadata() or ())
         kind = metadata.get(ERROR_METADATA_KEY)
         if code == grpc.StatusCode.UNAVAILABLE and kind is None:
-            return UnavailableError(f"neuron {self.address} is unreachable")
+            log.warning("neuron %s is unreachable: %s", self.address, error.details())
+            return UnavailableError(UNREACHABLE)
         param = metadata.get(PARAM_METADATA_KEY)
         return from_grpc(
             code.name,

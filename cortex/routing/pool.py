@@ -73,6 +73,9 @@ from neuraxis.core.grpc_limits import check_size
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex")
+# What a client is told when its neuron went silent mid-request (the address
+# is logged, not sent).
+HEALTH_LOST = "The neuron serving this request stopped answering its health checks."
 
 ClientFactory = Callable[[str], NeuronConnection]
 
@@ -298,9 +301,11 @@ class NeuronPool:
                     if not watchdog.interrupted():
                         raise
                     if watchdog.expired == "neuron down":
-                        raise UnavailableError(
-                            f"neuron {state.client.address} stopped answering its health checks"
-                        ) from None
+                        log.warning(
+                            "neuron %s stopped answering its health checks",
+                            state.client.address,
+                        )
+                        raise UnavailableError(HEALTH_LOST) from None
                     raise deadline.exceeded(watchdog.expired or "total") from None
                 finally:
                     watchdog.received()

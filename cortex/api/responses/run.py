@@ -28,11 +28,11 @@ from fastapi import Request
 
 from cortex import metrics
 from cortex.api.disconnect import ClientDisconnectedError, cancel_on_disconnect
-from cortex.api.errors import response_error_code
+from cortex.api.errors import response_error_code, unexpected_message
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import ErrorEvent, ResponseEvent, parse_event
 from cortex.api.responses.pump import Pump
-from cortex.sse import UNEXPECTED, Framing, event_frame, sse
+from cortex.sse import Framing, event_frame, sse
 from cortex.store.base import RUNNING, ResponseStore, StoredResponse
 from neuraxis.core.errors import InternalError, NeuraxisError, UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
@@ -320,7 +320,7 @@ async def _background(run: ResponseRun, rest: Stream) -> None:
         error = e
     except Exception:
         log.exception("background response failed", extra={"request_id": run.response_id})
-        error = InternalError(UNEXPECTED)
+        error = InternalError(unexpected_message(run.response_id))
     # A StoreWriteError is logged and counted by save; the lease runs out
     # and an instance marks the response failed once the store takes writes.
     with contextlib.suppress(StoreWriteError):
