@@ -50,6 +50,8 @@ READY_TIMEOUT_S = 900.0
 # In the state directory while `up` runs: the local Ray's address and token.
 EMBEDDED_CLUSTER_FILE = "embedded-cluster.json"
 STOP_TIMEOUT_S = 40.0
+# How often `up` starts cortex when it is killed by a signal while starting.
+CORTEX_START_ATTEMPTS = 3
 
 
 class EmbeddedOptions(BaseModel):
@@ -182,7 +184,22 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
         cortex_cmd += cortex_options(options)
         children.append(_spawn(cortex_cmd, env))
         try:
-            _wait_ready(f"http://{options.host}:{options.port}", children, watch.poll)
+            for attempt in range(1, CORTEX_START_ATTEMPTS + 1):
+                try:
+                    _wait_ready(f"http://{options.host}:{options.port}", children, watch.poll)
+                    break
+                except ChildExitedError as e:
+                    # cortex killed by a signal while it starts is started
+                    # again, as systemd's Restart=always does for the service
+                    # (an abort in native gRPC code during start-up has been
+                    # seen under load); an exit with a status (bad settings)
+                    # is final, and so is a third crash.
+                    crashed = e.child is children[-1] and e.returncode < 0
+                    if not crashed or attempt == CORTEX_START_ATTEMPTS:
+                        raise
+                    _warn(f"cortex was killed while starting (code {e.returncode}); again")
+                    stop_process_group(e.child, timeout_s=STOP_TIMEOUT_S)
+                    children[-1] = _spawn(cortex_cmd, env)
             watch.poll(now=True)  # the last replica's "ready" line
         finally:
             watch.close()
@@ -417,6 +434,16 @@ def _spawn(
     )
 
 
+class ChildExitedError(SystemExit):
+    """A child process ended while the stack was starting (a SystemExit: up
+    ends with its message unless the caller starts the child again)."""
+
+    def __init__(self, child: subprocess.Popen[bytes], code: int) -> None:
+        super().__init__(f"neuraxis: a child process exited during start-up (code {code})")
+        self.child = child
+        self.returncode = code
+
+
 def _wait_ready(
     base: str, children: list[subprocess.Popen[bytes]], poll: Callable[[], None] | None = None
 ) -> None:
@@ -426,9 +453,7 @@ def _wait_ready(
             poll()
         for child in children:
             if child.poll() is not None:
-                raise SystemExit(
-                    f"neuraxis: a child process exited during start-up (code {child.returncode})"
-                )
+                raise ChildExitedError(child, child.returncode)
         try:
             with urllib.request.urlopen(f"{base}/readyz", timeout=2) as response:
                 if response.status == 200:
