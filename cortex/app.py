@@ -143,6 +143,7 @@ def create_app(
         ),
     )
     app.state.settings = settings
+    app.state.caps = settings.caps()
     # Who is calling: every /v1 route depends on `authenticate`; with auth
     # off it attaches nothing and the anonymous principal applies.
     app.state.authenticator = None

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from cortex.api.caps import RequestCaps
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.deadlines import Deadlines
 from cortex.routing.ejection import EjectionOptions
@@ -168,6 +169,46 @@ class CortexSettings(LogSettings):
         gt=0,
         description="how long a request may wait for a replica slot before it gets 503 "
         "model_overloaded (s)",
+    )
+    # Request caps (cortex/api/caps.py): each violation a 400 naming the
+    # parameter, before any work is dispatched.
+    max_messages: int = Field(
+        2048,
+        gt=0,
+        description="messages in a chat request, or input items (with the chain they continue) "
+        "in a Responses request: the chat template renders every one, on the neuron's CPU",
+    )
+    max_tools: int = Field(128, gt=0, description="tools in one request (OpenAI's limit, 128)")
+    max_stop_sequences: int = Field(
+        4, gt=0, description="stop sequences in one request (OpenAI allows 4, the most it takes)"
+    )
+    max_schema_bytes: int = Field(
+        64 * 1024,
+        gt=0,
+        description="bytes of a structured output's JSON schema, or of one tool's parameters or "
+        "grammar: the engine compiles each into a grammar before the first token",
+    )
+    max_completion_prompts: int = Field(
+        128, gt=0, description="prompts in one /v1/completions list"
+    )
+    max_prompts_times_n: int = Field(
+        256,
+        gt=0,
+        description="completions one /v1/completions request makes (prompts x n): each is a "
+        "generation in the engine",
+    )
+    max_embedding_inputs: int = Field(
+        2048, gt=0, description="inputs in one /v1/embeddings request (OpenAI's limit, 2048)"
+    )
+    max_embedding_input_bytes: int = Field(
+        8 * 1024 * 1024,
+        gt=0,
+        description="bytes of all the inputs of one /v1/embeddings request (a token id counts 4)",
+    )
+    max_background_per_tenant: int = Field(
+        16,
+        gt=0,
+        description="background responses one tenant may have running in one cortex process",
     )
     max_body_bytes: int = Field(
         16 * 1024 * 1024,
@@ -341,6 +382,19 @@ class CortexSettings(LogSettings):
         if self.rate_limit_counters == "auto":
             return self.workers == 1 and not self.postgres_dsn
         return self.rate_limit_counters == "local"
+
+    def caps(self) -> RequestCaps:
+        return RequestCaps(
+            max_messages=self.max_messages,
+            max_tools=self.max_tools,
+            max_stop_sequences=self.max_stop_sequences,
+            max_schema_bytes=self.max_schema_bytes,
+            max_completion_prompts=self.max_completion_prompts,
+            max_prompts_times_n=self.max_prompts_times_n,
+            max_embedding_inputs=self.max_embedding_inputs,
+            max_embedding_input_bytes=self.max_embedding_input_bytes,
+            max_background_per_tenant=self.max_background_per_tenant,
+        )
 
     def admission(self) -> AdmissionOptions:
         return AdmissionOptions(

@@ -115,7 +115,10 @@ async def create_chat_completion(
     internal = to_generate_request(body, request_id)
     created = int(time.time())
     hints = RouteHints(prompt_cache_key=body.prompt_cache_key)
-    started = await dispatch.start(request, "chat", body.model, request_id, [internal], hints)
+    tokens = "max_completion_tokens" if body.max_completion_tokens is not None else None
+    started = await dispatch.start(
+        request, "chat", body.model, request_id, [internal], hints, tokens_param=tokens
+    )
     first, stream = started.only
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from cortex import metrics
+from cortex.api import caps
 from cortex.api.disconnect import ClientDisconnectedError, cancel_on_disconnect
 from cortex.api.streams import first_messages
 from cortex.auth.limiter import Admission, Limiter, estimate_embed, estimate_generate, metered
@@ -67,12 +68,14 @@ async def _route(
     request_id: str,
     internals: list[pb.GenerateRequest],
     hints: RouteHints | None,
+    tokens_param: str | None = None,
 ) -> tuple[list[Stream], Admission | None]:
     pool: NeuronPool = request.app.state.pool
     check_model(request, model)
     pool.check_task(model, pb.MODEL_TASK_GENERATE, _PATHS[api])
     info = pool.served_models().get(model)
     context = info.max_context_length if info is not None else 0
+    caps.check_generate(request.app.state.caps, api, internals, context, tokens_param)
     tokens = sum(estimate_generate(r, context) for r in internals)
     admission = await _admit(request, tokens, len(internals))
     tracker = metrics.start(api, pool.model_label(model), request_id, parts=len(internals))
@@ -120,8 +123,13 @@ async def start(
     request_id: str,
     internals: list[pb.GenerateRequest],
     hints: RouteHints | None = None,
+    tokens_param: str | None = None,
 ) -> Started:
-    streams, admission = await _route(request, api, model, request_id, internals, hints)
+    """`tokens_param`: what the client called the output cap, where the API
+    has several spellings (the caps' 400 names it)."""
+    streams, admission = await _route(
+        request, api, model, request_id, internals, hints, tokens_param
+    )
     try:
         if len(streams) == 1:  # the common case, without a task per stream
             return Started([await anext(streams[0])], streams)

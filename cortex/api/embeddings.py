@@ -8,7 +8,7 @@ import struct
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from cortex.api import dispatch
+from cortex.api import caps, dispatch
 from cortex.routing.pool import NeuronPool
 from cortex.schemas.embeddings import EmbeddingData, EmbeddingList, EmbeddingRequest, EmbeddingUsage
 from neuraxis.core.errors import InvalidRequestError
@@ -40,6 +40,7 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
     request_id = dispatch.new_request_id("embd")
     internal = to_embed_request(body, request_id)
     dispatch.check_model(request, body.model)  # before anything tells the model exists
+    caps.check_embeddings(request.app.state.caps, body.inputs())
     pool.check_task(body.model, pb.MODEL_TASK_EMBED, "/v1/embeddings")
     if body.dimensions is not None:
         info = pool.served_models().get(body.model)

@@ -17,9 +17,11 @@ class EmbeddingRequest(BaseModel):
     model: str = Field(min_length=1)
     input: (
         Annotated[str, Field(min_length=1)]
-        | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=2048)]
+        # How many inputs one request may carry is a setting
+        # (max_embedding_inputs, cortex/api/caps.py), with a clear 400.
+        | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
         | TokenArray
-        | Annotated[list[TokenArray], Field(min_length=1, max_length=2048)]
+        | Annotated[list[TokenArray], Field(min_length=1)]
     )
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[int, Field(ge=1, lt=UINT32_END)] | None = None

@@ -22,7 +22,7 @@ from typing import Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from cortex.api import dispatch
+from cortex.api import caps, dispatch
 from cortex.api.responses import run as runs
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import TERMINAL
@@ -84,6 +84,8 @@ async def create_response(
     )
     headers = {"X-Request-Id": response_id}
     if body.background:
+        background = request.app.state.background.values()
+        caps.check_background(request.app.state.caps, tenant, (r.tenant for r in background))
         (stream,) = await dispatch.route(
             request, "responses", body.model, response_id, [internal], hints
         )

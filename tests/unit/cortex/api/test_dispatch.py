@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.types import Message, Scope
 
 from cortex.api import dispatch
+from cortex.api.caps import RequestCaps
 from cortex.api.disconnect import ClientDisconnectedError
 from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import RouteHints
@@ -28,7 +29,7 @@ def _request(pool: ScriptedPool | NeuronPool, client_leaves: bool = True) -> Req
             await asyncio.Event().wait()
         return {"type": "http.disconnect"}
 
-    app = SimpleNamespace(state=SimpleNamespace(pool=pool))
+    app = SimpleNamespace(state=SimpleNamespace(pool=pool, caps=RequestCaps()))
     scope: Scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "app": app}
     return Request(scope, receive)
 

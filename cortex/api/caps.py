@@ -1,0 +1,139 @@
+"""Request caps: how much one request may ask for, checked before any work
+is dispatched (issue 12 point 4).
+
+The body limit bounds a request's bytes; these bound what those bytes can
+make the neurons do: a conversation of a million one-word messages fits in
+16 MiB and makes the chat template loop a million times; a 10 MB JSON
+schema is compiled into a grammar; a completions list of 2,000 prompts with
+`n = 16` is 32,000 generations. Each cap is a setting (cortex/config.py,
+`max_*`) and each violation a 400 naming the parameter, in the API's own
+spelling, before admission, rate limits or routing see the request.
+
+Generation requests are checked in their internal form (`check_generate`,
+called by dispatch for chat, completions and Responses alike); the API
+names the parameters (`Names`). Embeddings and background responses have a
+check each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from neuraxis.core.errors import InvalidRequestError
+from neuraxis.core.v1 import neuron_pb2 as pb
+
+
+@dataclass(frozen=True)
+class RequestCaps:
+    max_messages: int = 2048
+    max_tools: int = 128
+    max_stop_sequences: int = 4
+    max_schema_bytes: int = 64 * 1024
+    max_completion_prompts: int = 128
+    max_prompts_times_n: int = 256
+    max_embedding_inputs: int = 2048
+    max_embedding_input_bytes: int = 8 * 1024 * 1024
+    max_background_per_tenant: int = 16
+
+
+@dataclass(frozen=True)
+class Names:
+    """What an API calls the internal request's parts."""
+
+    messages: str  # the conversation (or prompt list)
+    tokens: str  # the output cap
+    schema: str  # the structured output's JSON schema
+
+
+NAMES = {
+    "chat": Names("messages", "max_tokens", "response_format.json_schema.schema"),
+    "completions": Names("prompt", "max_tokens", "response_format"),
+    "responses": Names("input", "max_output_tokens", "text.format.schema"),
+}
+
+
+def _too_many(param: str, what: str, count: int, cap: int) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"Invalid '{param}': {count} {what}; this server takes at most {cap}.", param=param
+    )
+
+
+def _too_large(param: str, what: str, size: int, cap: int) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"Invalid '{param}': {what} is {size} bytes; this server takes at most {cap}.",
+        param=param,
+    )
+
+
+def check_generate(
+    caps: RequestCaps,
+    api: str,
+    internals: Sequence[pb.GenerateRequest],
+    context: int,
+    tokens_param: str | None = None,
+) -> None:
+    """The caps of one API request, made of `internals` (several for a
+    completions prompt list), against a model of `context` tokens (0:
+    unknown, not checked)."""
+    names = NAMES[api]
+    first = internals[0]
+    if api == "completions":
+        if len(internals) > caps.max_completion_prompts:
+            raise _too_many("prompt", "prompts", len(internals), caps.max_completion_prompts)
+        choices = len(internals) * (first.sampling.n or 1)
+        if choices > caps.max_prompts_times_n:
+            raise InvalidRequestError(
+                f"Invalid 'n': {len(internals)} prompts × n = {choices} completions; this "
+                f"server takes at most {caps.max_prompts_times_n} in one request.",
+                param="n",
+            )
+    elif len(first.messages) > caps.max_messages:
+        raise _too_many(names.messages, "messages or items", len(first.messages), caps.max_messages)
+    if len(first.tools) > caps.max_tools:
+        raise _too_many("tools", "tools", len(first.tools), caps.max_tools)
+    if len(first.sampling.stop) > caps.max_stop_sequences:
+        stops = len(first.sampling.stop)
+        raise _too_many("stop", "stop sequences", stops, caps.max_stop_sequences)
+    _check_schemas(caps, names, first)
+    wanted = first.sampling.max_tokens if first.sampling.HasField("max_tokens") else None
+    if context and wanted is not None and wanted > context:
+        param = tokens_param or names.tokens
+        raise InvalidRequestError(
+            f"Invalid '{param}': {wanted} is more than this model's context of {context} "
+            "tokens, prompt included.",
+            param=param,
+        )
+
+
+def _check_schemas(caps: RequestCaps, names: Names, request: pb.GenerateRequest) -> None:
+    # Schemas become grammars in the engine: their compilation grows with
+    # their size, and it happens before any token.
+    schema = len(request.response_format.schema_json.encode())
+    if schema > caps.max_schema_bytes:
+        raise _too_large(names.schema, "the JSON schema", schema, caps.max_schema_bytes)
+    for tool in request.tools:
+        size = len(tool.parameters_json.encode()) + len(tool.grammar.encode())
+        if size > caps.max_schema_bytes:
+            raise _too_large("tools", f"tool '{tool.name}''s schema", size, caps.max_schema_bytes)
+
+
+def check_embeddings(caps: RequestCaps, inputs: Sequence[str | Sequence[int]]) -> None:
+    if len(inputs) > caps.max_embedding_inputs:
+        raise _too_many("input", "inputs", len(inputs), caps.max_embedding_inputs)
+    # A token id counts as four bytes: what it costs on the wire to the neuron.
+    size = sum(len(i.encode()) if isinstance(i, str) else 4 * len(i) for i in inputs)
+    if size > caps.max_embedding_input_bytes:
+        raise _too_large("input", "the input", size, caps.max_embedding_input_bytes)
+
+
+def check_background(caps: RequestCaps, tenant: str, running: Iterable[str]) -> None:
+    """`running`: the tenants of the background responses in flight here."""
+    count = sum(1 for t in running if t == tenant)
+    if count >= caps.max_background_per_tenant:
+        raise InvalidRequestError(
+            f"Invalid 'background': {count} background responses of yours are running "
+            f"here; this server runs at most {caps.max_background_per_tenant} at once. "
+            "Wait for one to finish or cancel one.",
+            param="background",
+        )
