@@ -20,7 +20,6 @@ from cortex.api import (
     embeddings,
     health,
     models,
-    observability,
     responses,
 )
 from cortex.api.disconnect import CancelOnDisconnect
@@ -162,8 +161,8 @@ def create_app(
     app.include_router(embeddings.router, dependencies=api)
     app.include_router(responses.router, dependencies=api)
     app.include_router(models.router, dependencies=api)
+    # /metrics and /sd/neurons are the admin listener's (cortex/admin.py).
     app.include_router(health.router)
-    app.include_router(observability.router)
     # Innermost: it watches for the disconnect once the body has been read.
     app.add_middleware(CancelOnDisconnect)
     if keys is not None:

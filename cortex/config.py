@@ -39,6 +39,22 @@ class CortexSettings(LogSettings):
 
     host: str = Field("127.0.0.1", description="HTTP listen address")
     port: int = Field(8080, ge=0, le=65535, description="HTTP port")
+    # The admin listener (cortex/admin.py): what only operators and Prometheus
+    # should reach, apart from the API clients' port.
+    admin_host: str = Field(
+        "127.0.0.1",
+        description="admin listener's address (/metrics, /sd/neurons): loopback, so that "
+        "only this host (its Prometheus) reads metrics and neuron addresses",
+    )
+    admin_port: int = Field(
+        9180,
+        ge=0,
+        le=65535,
+        description="admin listener's port (0: a free one, logged at start). 9180: fixed, so "
+        "that a scrape target keeps its instance label across restarts, in Prometheus's "
+        "exporter range and clear of its own 9090-9093, the neurons' metrics ports "
+        "(9400-9449) and Ray's",
+    )
     neurons: Annotated[list[str], Flag("neuron", metavar="HOST:PORT")] = Field(
         default_factory=list,
         description="static mode: a neuron's gRPC address (repeatable)",
@@ -330,6 +346,12 @@ class CortexSettings(LogSettings):
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"neuron address '{address}' is not host:port")
         return value
+
+    @model_validator(mode="after")
+    def _admin_apart(self) -> CortexSettings:
+        if self.admin_port and self.admin_port == self.port:
+            raise ValueError(f"admin_port and port are both {self.port}: give them two ports")
+        return self
 
     @model_validator(mode="after")
     def _old_json_logs(self) -> CortexSettings:

@@ -1,6 +1,7 @@
 """`neuraxis cortex`: serve the gateway with uvicorn, in one process or in
 several workers whose metrics are added up (prometheus_client's
-multiprocess mode).
+multiprocess mode), on two sockets: the API's and the admin listener's
+(cortex/admin.py).
 
 On SIGTERM or Ctrl-C uvicorn stops accepting connections and gives the open
 ones `shutdown_grace_s` to finish; a few seconds before that runs out, the streams
@@ -23,7 +24,9 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
+from uvicorn.supervisors import Multiprocess
 
+from cortex.admin import bind, bound_port, with_admin
 from cortex.auth.exposure import exposure_problem
 from cortex.config import CortexSettings
 from cortex.notify_relay import NotifyRelay
@@ -145,36 +148,74 @@ def _options(settings: CortexSettings) -> dict[str, Any]:
 
 
 def _serve(settings: CortexSettings) -> int:
+    sockets = _bind_listeners(settings)
+    if sockets is None:
+        return 1
+    admin_port = bound_port(sockets[1])
+    log.info(
+        "admin listener on http://%s:%d (/metrics, /sd/neurons)", settings.admin_host, admin_port
+    )
     where: dict[str, Any] = {"host": settings.host, "port": settings.port}
     if settings.workers > 1:
         # Must be set before any worker imports prometheus_client's metrics.
         os.environ.setdefault(
             "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="neuraxis-metrics-")
         )
-        os.environ[_SETTINGS_ENV] = settings.model_dump_json()
+        # The workers dispatch on the port bound here, not on a 0 asked for.
+        os.environ[_SETTINGS_ENV] = settings.model_copy(
+            update={"admin_port": admin_port}
+        ).model_dump_json()
         relay = None
         if target := os.environ.get("NOTIFY_SOCKET"):
             relay = NotifyRelay(target)
             relay.start()
             os.environ["NOTIFY_SOCKET"] = str(relay.path)  # what the workers inherit
-        # uvicorn's supervisor makes each worker's server itself: workers get
-        # the quiet cancel, not the cutoff.
+        # What uvicorn.run does for workers, with both sockets (it binds only
+        # the one it is given a host and port for): each worker accepts on
+        # both. uvicorn's supervisor makes each worker's server itself:
+        # workers get the quiet cancel, not the cutoff.
+        config = uvicorn.Config(
+            "cortex.main:app_from_env",
+            factory=True,
+            workers=settings.workers,
+            **where,
+            **_options(settings),
+        )
         try:
-            uvicorn.run(
-                "cortex.main:app_from_env",
-                factory=True,
-                workers=settings.workers,
-                **where,
-                **_options(settings),
-            )
+            Multiprocess(config, sockets=sockets).run()
         finally:
             if relay is not None:
                 relay.close()
         return 0
     from cortex.app import create_app
 
-    Server(uvicorn.Config(create_app(settings), **where, **_options(settings))).run()
+    app = with_admin(create_app(settings), admin_port)
+    Server(uvicorn.Config(app, **where, **_options(settings))).run(sockets=sockets)
     return 0
+
+
+def _bind_listeners(settings: CortexSettings) -> list[socket.socket] | None:
+    """The API socket and the admin socket, bound (None: said why in the log).
+    Bound here rather than by uvicorn so that both fail the start alike and
+    the admin port is known before the app that dispatches on it exists."""
+    bound: list[socket.socket] = []
+    for name, host, port in (
+        ("API", settings.host, settings.port),
+        ("admin", settings.admin_host, settings.admin_port),
+    ):
+        try:
+            bound.append(bind(host, port))
+        except OSError as e:
+            log.error("cannot listen on %s:%d (%s listener): %s", host, port, name, e)
+            break
+    else:
+        if bound_port(bound[0]) != bound_port(bound[1]):
+            return bound
+        # Requests are told apart by the port they came in on.
+        log.error("the API and admin listeners got the same port on two addresses")
+    for sock in bound:
+        sock.close()
+    return None
 
 
 def app_from_env() -> Any:
@@ -183,7 +224,7 @@ def app_from_env() -> Any:
 
     settings = CortexSettings.model_validate_json(os.environ[_SETTINGS_ENV])
     configure_logging(settings.log_format, settings.log_level)
-    app = create_app(settings)
+    app = with_admin(create_app(settings), settings.admin_port)
     # uvicorn's supervisor bound the socket before it started the workers.
     _listening(app)
     return app
