@@ -68,6 +68,9 @@ class EmbeddedOptions(BaseModel):
         "loopback address",
     )
     port: int = Field(8080, description="cortex HTTP port")
+    admin_port: int = Field(
+        9180, description="cortex admin port, on 127.0.0.1: /metrics and /sd/neurons"
+    )
     neuron_port: int = Field(50051, description="chat neuron gRPC port")
     embedding_port: int = Field(50052, description="embedding neuron gRPC port")
     neuron_metrics_port: int = Field(9400, description="chat neuron metrics port")
@@ -203,7 +206,7 @@ def _run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
             watch.poll(now=True)  # the last replica's "ready" line
         finally:
             watch.close()
-        return _serve(f"http://{options.host}:{options.port}", children, options.auth)
+        return _serve(options, children)
 
     def stop() -> None:
         # cortex first (no new requests), then the replicas drain, then Ray.
@@ -232,7 +235,7 @@ def embedded_spec(options: EmbeddedOptions) -> str:
 
 def cortex_options(options: EmbeddedOptions) -> list[str]:
     """The options `up` passes on to its cortex, in either mode."""
-    args: list[str] = []
+    args = ["--admin-port", str(options.admin_port)]
     if options.state_dir is not None:
         args += ["--state-dir", str(options.state_dir)]
     if options.routing is not None:
@@ -370,7 +373,7 @@ def _run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
         cortex_cmd += cortex_options(options)
         children.append(_spawn(cortex_cmd, dict(os.environ, **_child_logging(options))))
         _wait_ready(f"http://{options.host}:{options.port}", children)
-        return _serve(f"http://{options.host}:{options.port}", children, options.auth)
+        return _serve(options, children)
 
     def stop() -> None:
         # cortex first, so that it stops taking requests before the neuron goes.
@@ -395,15 +398,20 @@ def _run_until_stopped(run: Callable[[], int], stop: Callable[[], None]) -> int:
         _say("stopped")
 
 
-def _serve(base: str, children: list[subprocess.Popen[bytes]], auth: str = "off") -> int:
+def _serve(options: EmbeddedOptions, children: list[subprocess.Popen[bytes]]) -> int:
     """Once cortex is ready: say how to call it, and watch the children: when
     one exits, everything stops (exit code 1)."""
-    _print_banner(base, auth)
+    _print_banner(f"http://{options.host}:{options.port}", _admin_url(options), options.auth)
     while all(c.poll() is None for c in children):
         time.sleep(0.5)
     dead = next(c for c in children if c.poll() is not None)
     print(f"neuraxis: a child process exited (code {dead.returncode}); stopping", file=sys.stderr)
     return 1
+
+
+def _admin_url(options: EmbeddedOptions) -> str:
+    # cortex's admin listener stays on its default address, loopback.
+    return f"http://127.0.0.1:{options.admin_port}"
 
 
 def _neuron_cmd(model: str, port: int, cache_dir: Path) -> list[str]:
@@ -476,7 +484,7 @@ def _auth_line(options: EmbeddedOptions) -> str:
     )
 
 
-def _print_banner(base: str, auth: str = "off") -> None:
+def _print_banner(base: str, admin: str, auth: str = "off") -> None:
     question = "What is the capital of France?"
     message = f'{{"role": "user", "content": "{question}"}}'
     body = f'{{"model": "{DEFAULT_CHAT_MODEL}", "temperature": 0, "messages": [{message}]}}'
@@ -489,6 +497,8 @@ An OpenAI-compatible API at {base}/v1 (model {DEFAULT_CHAT_MODEL}):
 
   curl {base}/v1/chat/completions -H 'Content-Type: application/json' \\{key}
     -d '{body}'
+
+Metrics for Prometheus at {admin}/metrics, the neurons' at {admin}/sd/neurons.
 
 Press Ctrl-C to stop.
 """,

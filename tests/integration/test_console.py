@@ -81,6 +81,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     for name in ("JOURNAL_STREAM", "INVOCATION_ID"):
         env.pop(name, None)
     args = ["up", "--port", str(port), "--ray-port", str(free_port()), "--state-dir", str(state)]
+    args += ["--admin-port", str(free_port())]
     popen = subprocess.Popen(
         [sys.executable, "-m", "neuraxis.app.cli", *args],
         stdin=subprocess.DEVNULL,

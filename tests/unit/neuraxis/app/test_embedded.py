@@ -33,10 +33,15 @@ def test_one_chat_replica_by_default() -> None:
 
 
 def test_routing_is_passed_to_cortex_when_given() -> None:
-    assert cortex_options(_up("--routing", "power_of_two")) == ["--routing", "power_of_two"]
-    assert cortex_options(_up()) == []
+    admin = ["--admin-port", "9180"]
+    assert cortex_options(_up("--routing", "power_of_two")) == [*admin, "--routing", "power_of_two"]
+    assert cortex_options(_up()) == admin
     with_state = cortex_options(_up("--state-dir", "/s", "--routing", "prefix_affinity"))
-    assert with_state == ["--state-dir", "/s", "--routing", "prefix_affinity"]
+    assert with_state == [*admin, "--state-dir", "/s", "--routing", "prefix_affinity"]
+
+
+def test_the_admin_port_is_passed_to_cortex() -> None:
+    assert cortex_options(_up("--admin-port", "9999"))[:2] == ["--admin-port", "9999"]
 
 
 def test_several_replicas_with_static_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
