@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     batches: Batches = ((1, 60), (32, 8))
     if args.smoke:
         args.rounds, batches = 1, ((1, 2), (32, 1))
-    with running_stack(args.base_url, RESULTS / "up-embeddings.log") as target:
+    with running_stack(args, RESULTS / "up-embeddings.log") as target:
         summary = measure(target, batches, args.rounds)
     print()
     print("| batch | direct gRPC (inputs/s) | cortex HTTP (inputs/s) | cortex / direct |")

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = cli.parse_args(argv)
     if args.smoke:
         args.rounds, args.max_tokens, args.concurrency = 1, 4, [1, 2]
-    with running_stack(args.base_url, RESULTS / "up.log") as target:
+    with running_stack(args, RESULTS / "up.log") as target:
         summary = measure(target, args.concurrency, args.rounds, args.max_tokens)
     report(summary, args.concurrency)
     write_summary(output_path(args, "gateway_overhead.json"), summary)

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.rounds, args.concurrency, args.max_tokens = 1, 2, 4
     RESULTS.mkdir(parents=True, exist_ok=True)
-    with running_stack(args.base_url, RESULTS / "up-metrics.log") as target:
+    with running_stack(args, RESULTS / "up-metrics.log") as target:
         summary = measure(target, args.rounds, args.concurrency, args.max_tokens)
     print()
     print(f"| cortex (concurrency {args.concurrency}) | TTFT p50 (ms) | output tokens/s |")

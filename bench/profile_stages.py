@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             server = stack.enter_context(running_vllm(flags, env, out / "vllm-serve.log"))
             root, base = server.popen.pid, server.base_url
         else:
-            target = stack.enter_context(running_stack(args.base_url, out / "up.log"))
+            target = stack.enter_context(running_stack(args, out / "up.log"))
             root = target.root_pid or listening_pid(target.base_url) or 0
             base = target.base_url
         text = profile(root, base, out, args.concurrency, args.requests)

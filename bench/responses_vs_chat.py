@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.rounds, args.max_tokens, concurrency, puts = 1, 4, [1, 2], 5
     summary: Summary = {"store_put_ms": store_latency(puts)}
-    with running_stack(args.base_url, RESULTS / "up-responses.log") as target:
+    with running_stack(args, RESULTS / "up-responses.log") as target:
         summary.update(measure(target, concurrency, args.rounds, args.max_tokens))
     print()
     print("| concurrency | API | TTFT p50 (ms) | output tokens/s |")

@@ -59,7 +59,7 @@ from bench.stack import (
     write_summary,
 )
 from cortex.routing.factory import PolicyName
-from tests.procs import Proc, free_port, wait_http_ready
+from tests.procs import Proc, admin_args, free_port, wait_http_ready
 
 SHAPES = {
     "shared": Shape(
@@ -98,12 +98,13 @@ class Result:
         return max(self.shares.values()) * len(self.shares) if self.shares else 0.0
 
 
-def chat_neurons(base_url: str, replicas: int) -> list[Neuron]:
-    """The chat model's replicas, as cortex's service discovery lists them,
-    once there are `replicas` of them (cortex is ready with the first)."""
+def chat_neurons(admin_url: str, replicas: int) -> list[Neuron]:
+    """The chat model's replicas, as cortex's service discovery (on its
+    admin listener) lists them, once there are `replicas` of them (cortex is
+    ready with the first)."""
     deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
     while True:
-        groups = httpx.get(f"{base_url}/sd/neurons", timeout=10).json()
+        groups = httpx.get(f"{admin_url}/sd/neurons", timeout=10).json()
         found = [
             Neuron(g["labels"]["replica"], g["targets"][0])
             for g in groups
@@ -133,11 +134,11 @@ def prefix_cache(neurons: list[Neuron]) -> tuple[float, float]:
     return hits, queries
 
 
-def routed(base_url: str) -> tuple[dict[str, int], dict[str, int]]:
+def routed(admin_url: str) -> tuple[dict[str, int], dict[str, int]]:
     """Requests this cortex routed, by replica and by kind of decision."""
     by_replica: dict[str, int] = {}
     by_decision: dict[str, int] = {}
-    for name, labels, value in _samples(f"{base_url}/metrics"):
+    for name, labels, value in _samples(f"{admin_url}/metrics"):
         if name != "neuraxis_routing_policy_decisions_total" or labels["model"] != MODEL:
             continue
         replica, decision = labels["replica"], labels["decision"]
@@ -147,10 +148,12 @@ def routed(base_url: str) -> tuple[dict[str, int], dict[str, int]]:
 
 
 @contextmanager
-def policy_cortex(policy: str, neurons: list[Neuron], logs: Path) -> Iterator[str]:
-    """A cortex of its own routing by `policy` to `neurons`; its URL."""
+def policy_cortex(policy: str, neurons: list[Neuron], logs: Path) -> Iterator[tuple[str, str]]:
+    """A cortex of its own routing by `policy` to `neurons`; its URL and its
+    admin listener's."""
     port = free_port()
-    args = ["cortex", "--port", str(port), "--routing", policy, "--model", MODEL]
+    admin, admin_url = admin_args()
+    args = ["cortex", "--port", str(port), "--routing", policy, "--model", MODEL, *admin]
     args += ["--state-dir", str(logs / f"state-{policy}"), "--log-level", "warning"]
     for neuron in neurons:
         args += ["--neuron", neuron.address]
@@ -158,35 +161,35 @@ def policy_cortex(policy: str, neurons: list[Neuron], logs: Path) -> Iterator[st
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http_ready(proc, f"{base}/readyz", 60)
-        _wait_all_up(base, len(neurons))
-        yield base
+        _wait_all_up(admin_url, len(neurons))
+        yield base, admin_url
     finally:
         proc.stop()
 
 
-def _wait_all_up(base: str, count: int, timeout_s: float = 60) -> None:
+def _wait_all_up(admin: str, count: int, timeout_s: float = 60) -> None:
     """/readyz needs one ready neuron; a fair comparison needs all of them."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        up = [v for n, _, v in _samples(f"{base}/metrics") if n == "neuraxis_replica_up"]
+        up = [v for n, _, v in _samples(f"{admin}/metrics") if n == "neuraxis_replica_up"]
         if sum(up) >= count:
             return
         time.sleep(0.2)
-    raise RuntimeError(f"cortex at {base} never saw its {count} neurons ready")
+    raise RuntimeError(f"the cortex with admin {admin} never saw its {count} neurons ready")
 
 
 def measure(
     workload: str, policy: str, shape: Shape, users: list[User], neurons: list[Neuron], logs: Path
 ) -> Result:
-    with policy_cortex(policy, neurons, logs) as base:
+    with policy_cortex(policy, neurons, logs) as (base, admin):
         # A first request per replica pays one-off costs; not what is measured.
         warm = warm_shape(len(neurons))
         asyncio.run(run_workload(base, conversations(warm, seed=-1), warm))
-        replicas_before, decisions_before = routed(base)
+        replicas_before, decisions_before = routed(admin)
         hits0, queries0 = prefix_cache(neurons)
         samples, wall = asyncio.run(run_workload(base, users, shape))
         hits1, queries1 = prefix_cache(neurons)
-        by_replica, by_decision = routed(base)
+        by_replica, by_decision = routed(admin)
     counts = {r: by_replica.get(r, 0) - replicas_before.get(r, 0) for r in by_replica}
     for n in neurons:
         counts.setdefault(n.address, 0)
@@ -313,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     out = output_path(args, "routing/routing.json")
     logs = Path(tempfile.mkdtemp(prefix="bench-routing-"))
     results: list[Result] = []
-    with running_stack(args.base_url, RESULTS / "routing-up.log", UP_ARGS) as target:
-        neurons = chat_neurons(target.base_url, args.replicas)
+    with running_stack(args, RESULTS / "routing-up.log", UP_ARGS) as target:
+        neurons = chat_neurons(target.admin_url, args.replicas)
         print(f"{len(neurons)} chat replicas: {', '.join(n.address for n in neurons)}")
         for w, workload in enumerate(args.workloads):
             shape = SMOKE if args.smoke else SHAPES[workload]

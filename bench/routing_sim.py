@@ -36,7 +36,7 @@ from bench import plots
 from bench.sessions import Result, Shape, run
 from bench.sim_farm import FarmOptions, start_farm
 from bench.stack import RESULTS, parser, write_summary
-from tests.procs import Proc, free_port, wait_http_ready
+from tests.procs import Proc, admin_args, free_port, wait_http_ready
 
 MODEL = "sim-model"
 POLICIES = ("least_outstanding", "power_of_two", "prefix_affinity")
@@ -93,9 +93,11 @@ SWEEP = [Config("prefix_affinity", e, 256) for e in (0.25, 0.5, 1.0)] + [
 
 
 @contextmanager
-def cortex(config: Config, neurons: Sequence[str], log_dir: Path) -> Iterator[str]:
+def cortex(config: Config, neurons: Sequence[str], log_dir: Path) -> Iterator[tuple[str, str]]:
+    """A cortex routing as `config` says; its URL and its admin listener's."""
     port = free_port()
-    args = ["cortex", "--port", str(port), *config.args()]
+    admin, admin_url = admin_args()
+    args = ["cortex", "--port", str(port), *config.args(), *admin]
     for address in neurons:
         args += ["--neuron", address]
     log = log_dir / f"cortex-{config.name.replace(' ', '_')}.log"
@@ -103,7 +105,7 @@ def cortex(config: Config, neurons: Sequence[str], log_dir: Path) -> Iterator[st
     try:
         base = f"http://127.0.0.1:{port}"
         wait_http_ready(proc, f"{base}/v1/models/{MODEL}", 60)
-        yield base
+        yield base, admin_url
     finally:
         proc.stop()
 
@@ -112,9 +114,9 @@ _ROUTED = re.compile(r"^neuraxis_routing_decisions_total\{(?P<labels>[^}]*)\} (?
 _REPLICA = re.compile(r'replica="([^"]*)"')
 
 
-def routed(base_url: str) -> dict[str, float]:
+def routed(admin_url: str) -> dict[str, float]:
     """Requests cortex has routed to each replica so far."""
-    return parse_routed(httpx.get(f"{base_url}/metrics", timeout=10).text)
+    return parse_routed(httpx.get(f"{admin_url}/metrics", timeout=10).text)
 
 
 def parse_routed(metrics: str) -> dict[str, float]:
@@ -169,11 +171,11 @@ def measure(
             order = list(configs) if r % 2 == 0 else list(configs)[::-1]
             for workload, shape in workloads.items():
                 for config in order:
-                    base = bases[config.name]
-                    before = routed(base)
+                    base, admin = bases[config.name]
+                    before = routed(admin)
                     tag = f"{workload} {config.name} round {r}"
                     result = asyncio.run(run(base, MODEL, shape, tag, seed=r))
-                    after = routed(base)
+                    after = routed(admin)
                     delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
                     cell = cells.setdefault((workload, config.name), Cell(Result(), {}))
                     cell.add(result, delta)

@@ -133,6 +133,9 @@ def sim_cluster(
                     "cortex",
                     "--port",
                     str(port),
+                    # Nothing here reads it: a free port, never the default's.
+                    "--admin-port",
+                    "0",
                     "--ray-address",
                     cluster.address,
                     "--deployment",

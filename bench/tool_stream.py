@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = cli.parse_args(argv)
     if args.smoke:
         args.runs = 1
-    with running_stack(args.base_url, RESULTS / "up-tool-stream.log") as target:
+    with running_stack(args, RESULTS / "up-tool-stream.log") as target:
         summary = measure(target.base_url, args.runs)
     rows = [
         (name, _cell(s["first_text_ms"]), _cell(s["first_call_ms"]), _cell(s["end_ms"]))

@@ -251,7 +251,7 @@ def run_all(
     results = Path(args.logs)
     runs = []
     with held(args.lock), ExitStack() as stack:
-        target = stack.enter_context(running_stack(args.base_url, results / "up.log"))
+        target = stack.enter_context(running_stack(args, results / "up.log"))
         ours = Side(NEURAXIS, target.base_url, target.root_pid or listening_pid(target.base_url))
         if args.no_vllm:
             theirs = Side(VLLM, ours.base_url, ours.root_pid)

@@ -34,7 +34,16 @@ def child_env() -> dict[str, str]:
     # No model hub here: everything loads from the prepared cache.
     env["HF_HUB_OFFLINE"] = "1"
     env["TRANSFORMERS_OFFLINE"] = "1"
+    # Tests start many cortexes side by side: one not given an admin port
+    # takes a free one rather than the fixed default (flags still win).
+    env["NEURAXIS_CORTEX_ADMIN_PORT"] = "0"
     return env
+
+
+def admin_args() -> tuple[list[str], str]:
+    """cortex's options for an admin listener on a free port, and its URL."""
+    port = free_port()
+    return ["--admin-port", str(port)], f"http://127.0.0.1:{port}"
 
 
 class Proc:
@@ -87,27 +96,30 @@ class Embedded:
 
     proc: Proc
     base_url: str
+    admin_url: str
 
 
 def start_up(log_path: Path, state_dir: Path | None = None, extra: Sequence[str] = ()) -> Embedded:
     """`neuraxis up` (Ray, the controller, the replicas and cortex) on free
     ports, with `extra` options (e.g. --replicas 2)."""
-    port = free_port()
-    args = ["up", "--port", str(port), "--ray-port", str(free_port()), *extra]
+    port, admin = free_port(), free_port()
+    args = ["up", "--port", str(port), "--admin-port", str(admin), "--ray-port", str(free_port())]
+    args += extra
     # Each stack keeps its state beside its log unless told otherwise, laid out
     # as $XDG_STATE_HOME/neuraxis would be (XDG_STATE_HOME=<log>-state).
     args += ["--state-dir", str(state_dir or up_state_dir(log_path))]
-    return Embedded(Proc(args, log_path), f"http://127.0.0.1:{port}")
+    return Embedded(Proc(args, log_path), f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}")
 
 
 def up_state_dir(log_path: Path) -> Path:
     return log_path.parent / f"{log_path.stem}-state" / "neuraxis"
 
 
-def neuron_addresses(base_url: str) -> dict[str, str]:
+def neuron_addresses(admin_url: str) -> dict[str, str]:
     """Each model's neuron (gRPC address), as cortex's service discovery
-    lists them: replicas placed by Ray listen on ports of their choosing."""
-    groups = httpx.get(f"{base_url}/sd/neurons", timeout=10).json()
+    (on its admin listener) lists them: replicas placed by Ray listen on
+    ports of their choosing."""
+    groups = httpx.get(f"{admin_url}/sd/neurons", timeout=10).json()
     return {g["labels"]["model"]: g["labels"]["replica"] for g in groups}
 
 

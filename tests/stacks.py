@@ -16,6 +16,7 @@ from openai import OpenAI
 
 from tests.procs import (
     Proc,
+    admin_args,
     free_port,
     neuron_addresses,
     start_up,
@@ -56,6 +57,7 @@ def close_clients() -> None:
 @dataclass
 class Stack:
     base_url: str
+    admin_url: str
     neuron_address: str
     embedding_address: str
     proc: Proc
@@ -71,9 +73,10 @@ def embedded_stack(logs_dir: Path) -> Iterator[Stack]:
     up = start_up(log)
     try:
         wait_http_ready(up.proc, f"{up.base_url}/readyz", ENGINE_START_TIMEOUT_S)
-        neurons = neuron_addresses(up.base_url)
+        neurons = neuron_addresses(up.admin_url)
         yield Stack(
             base_url=up.base_url,
+            admin_url=up.admin_url,
             neuron_address=neurons[MODEL],
             embedding_address=neurons[EMBEDDING_MODEL],
             proc=up.proc,
@@ -86,6 +89,7 @@ def embedded_stack(logs_dir: Path) -> Iterator[Stack]:
 @dataclass
 class SimStack:
     base_url: str
+    admin_url: str
     healthy_model: str
     failing_model: str
     crashing_model: str
@@ -119,7 +123,8 @@ def simulated_stack(logs_dir: Path) -> Iterator[SimStack]:
             procs.append(_sim_neuron(served_id, port, extra, logs_dir))
         dead = f"127.0.0.1:{free_port()}"
         port = free_port()
-        models = ["--model", "sim-ok", "--model", "sim-dead"]
+        admin, admin_url = admin_args()
+        models = ["--model", "sim-ok", "--model", "sim-dead", *admin]
         cortex = Proc(
             ["cortex", "--port", str(port), *neurons, "--neuron", dead, *models],
             logs_dir / "sim-cortex.log",
@@ -129,7 +134,7 @@ def simulated_stack(logs_dir: Path) -> Iterator[SimStack]:
         # /readyz stays 503 (sim-dead never comes); wait for the live models.
         for served_id, _ in specs:
             wait_http_ready(cortex, f"{base}/v1/models/{served_id}", 60)
-        yield SimStack(base, "sim-ok", "sim-midstream-fail", "sim-crash")
+        yield SimStack(base, admin_url, "sim-ok", "sim-midstream-fail", "sim-crash")
     finally:
         for p in procs:
             p.stop()

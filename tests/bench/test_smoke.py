@@ -37,6 +37,11 @@ def _smoke(module: str, *args: str) -> str:
     return done.stdout
 
 
+def _against(stack: Stack) -> list[str]:
+    """The options that point a benchmark at the session's stack."""
+    return ["--base-url", stack.base_url, "--admin-url", stack.admin_url]
+
+
 @pytest.mark.parametrize(
     ("module", "table"),
     [
@@ -49,7 +54,7 @@ def _smoke(module: str, *args: str) -> str:
     ],
 )
 def test_benchmark_against_the_stack_runs(stack: Stack, module: str, table: str) -> None:
-    out = _smoke(module, "--base-url", stack.base_url)
+    out = _smoke(module, *_against(stack))
     assert table in out, out
 
 
@@ -57,7 +62,7 @@ def test_vs_vllm_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
     # No vLLM server in a smoke run: side B is the session's stack again, so
     # the settings resolution, the streaming client, the CPU meter, the A/B
     # loop, the table and the plots all run in seconds.
-    out = _smoke("bench.vs_vllm", "--base-url", stack.base_url, "--out", str(tmp_path / "v.json"))
+    out = _smoke("bench.vs_vllm", *_against(stack), "--out", str(tmp_path / "v.json"))
     assert "| concurrency | output tokens/s | TTFT p50 (ms) |" in out, out
     assert "| max_num_seqs |" in out, out
     assert (tmp_path / "tokens_per_s.png").exists()
@@ -65,7 +70,7 @@ def test_vs_vllm_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
 
 
 def test_profile_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
-    out = _smoke("bench.profile_stages", "--base-url", stack.base_url, "--out", str(tmp_path))
+    out = _smoke("bench.profile_stages", *_against(stack), "--out", str(tmp_path))
     assert "| process | stage | share | CPU µs / output token |" in out, out
     assert (tmp_path / "cortex.txt").exists()
 

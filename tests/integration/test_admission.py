@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.procs import Proc, engine_load, free_port, wait_http_ready
+from tests.procs import Proc, admin_args, engine_load, free_port, wait_http_ready
 
 MODEL = "sim-admission"
 CAP = 2
@@ -37,6 +37,7 @@ AT_ONCE_S = 60.0
 @dataclass
 class Gateway:
     base_url: str
+    admin_url: str
     neuron: str  # gRPC address
 
     def running(self) -> int:
@@ -54,12 +55,14 @@ def gateway(logs_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     cortex_args += ["--replica-max-concurrency", str(CAP)]
     cortex_args += ["--admission-queue-size", str(QUEUE)]
     cortex_args += ["--admission-queue-timeout-s", str(QUEUE_TIMEOUT_S)]
+    admin, admin_url = admin_args()
+    cortex_args += admin
     procs = [Proc(neuron_args, logs_dir / "admission-neuron.log")]
     try:
         procs.append(Proc(cortex_args, logs_dir / "admission-cortex.log"))
         base = f"http://127.0.0.1:{port}"
         wait_http_ready(procs[-1], f"{base}/readyz", 60)
-        yield Gateway(base, f"127.0.0.1:{neuron_port}")
+        yield Gateway(base, admin_url, f"127.0.0.1:{neuron_port}")
     finally:
         for proc in reversed(procs):
             proc.stop()
@@ -100,9 +103,9 @@ async def _until(condition: object, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
-def _queue_depth(base: str) -> float:
+def _queue_depth(admin: str) -> float:
     """The model's admission queue depth, from cortex's /metrics."""
-    text = httpx.get(f"{base}/metrics").text
+    text = httpx.get(f"{admin}/metrics").text
     prefix = f'neuraxis_admission_queue_depth{{model="{MODEL}"}} '
     return sum(
         float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix)
@@ -169,7 +172,7 @@ async def test_a_client_that_leaves_while_queued_frees_its_place(gateway: Gatewa
         assert all(isinstance(e, httpx.TimeoutException) for e in left), left
         # Their places free within a second of leaving (the server learns of
         # the closed connections on its next loop turns, not at once).
-        await _until(lambda: _queue_depth(gateway.base_url) == 0, timeout_s=1.0)
+        await _until(lambda: _queue_depth(gateway.admin_url) == 0, timeout_s=1.0)
         # Had they stayed queued, the queue would be full and this refused.
         later = await _ask(http, gateway.base_url, 5)
         await asyncio.gather(*holders)

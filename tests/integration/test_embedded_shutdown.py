@@ -24,7 +24,7 @@ def test_up_serves_then_stops_everything(logs_dir: Path, sig: int) -> None:
     proc, base = up.proc, up.base_url
     try:
         wait_http_ready(proc, f"{base}/readyz", ENGINE_START_TIMEOUT_S)
-        neuron = neuron_addresses(base)[MODEL]
+        neuron = neuron_addresses(up.admin_url)[MODEL]
         r = httpx.post(
             f"{base}/v1/chat/completions",
             json={

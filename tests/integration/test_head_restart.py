@@ -71,6 +71,7 @@ class Stack:
     starts: int = 0
     tmp_dirs: list[str] = field(default_factory=list)
     cortex_port: int = 0
+    admin_port: int = 0  # cortex's admin listener: /metrics
     cortex_starts: int = 0
     model: str = MODEL
 
@@ -107,6 +108,8 @@ class Stack:
                 "cortex",
                 "--port",
                 str(self.cortex_port),
+                "--admin-port",
+                str(self.admin_port),
                 "--ray-address",
                 self.address,
                 "--deployment",
@@ -133,7 +136,7 @@ class Stack:
     def metric(self, name: str) -> float | None:
         """A control-plane sample from cortex's /metrics (None: not there)."""
         try:
-            text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
+            text = httpx.get(f"http://127.0.0.1:{self.admin_port}/metrics", timeout=10).text
         except httpx.HTTPError:
             return None
         for line in text.splitlines():
@@ -184,7 +187,7 @@ def _stack(work: Path, redis: str | None, model: str = MODEL) -> Iterator[Stack]
             )
         spec = work / "deployment.toml"
         spec.write_text(SPEC.format(model=model))
-        stack.cortex_port = free_port()
+        stack.cortex_port, stack.admin_port = free_port(), free_port()
         stack.base_url = f"http://127.0.0.1:{stack.cortex_port}"
         stack.start_cortex()
         deadline = time.monotonic() + 180

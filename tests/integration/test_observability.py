@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import REPO, Proc, free_port, wait_http_ready
+from tests.procs import REPO, Proc, admin_args, free_port, wait_http_ready
 from tests.stacks import MODEL, Stack
 
 DEPLOY = REPO / "deploy"
@@ -42,9 +42,10 @@ def _ensure_prometheus() -> None:
 def prometheus(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     _ensure_prometheus()
     work = tmp_path_factory.mktemp("prometheus")
-    cortex = stack.base_url.removeprefix("http://")
+    admin = stack.admin_url.removeprefix("http://")
     config = (DEPLOY / "prometheus/prometheus.yml").read_text()
-    config = config.replace("127.0.0.1:8080", cortex)
+    assert "127.0.0.1:9180" in config  # cortex's default admin listener
+    config = config.replace("127.0.0.1:9180", admin)
     config = config.replace("scrape_interval: 15s", "scrape_interval: 1s")
     config = config.replace("evaluation_interval: 15s", "evaluation_interval: 1s")
     config = config.replace("refresh_interval: 15s", "refresh_interval: 1s")
@@ -181,8 +182,8 @@ def _exposed_names(text: str) -> set[str]:
 
 
 def test_dashboard_and_rules_use_only_live_metric_names(stack: Stack) -> None:
-    live = _exposed_names(httpx.get(f"{stack.base_url}/metrics").text)
-    for group in httpx.get(f"{stack.base_url}/sd/neurons").json():
+    live = _exposed_names(httpx.get(f"{stack.admin_url}/metrics").text)
+    for group in httpx.get(f"{stack.admin_url}/sd/neurons").json():
         live |= _exposed_names(httpx.get(f"http://{group['targets'][0]}/metrics").text)
     dashboard = json.loads((DEPLOY / "grafana/neuraxis.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
@@ -226,20 +227,10 @@ def test_json_logs_carry_the_request_id_and_no_text(stack: Stack) -> None:
 
 def test_metrics_add_up_across_two_cortex_workers(stack: Stack, logs_dir: Path) -> None:
     port = free_port()
-    cortex = Proc(
-        [
-            "cortex",
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-            "--neuron",
-            stack.neuron_address,
-            "--model",
-            MODEL,
-        ],
-        logs_dir / "cortex-2-workers.log",
-    )
+    admin, admin_url = admin_args()
+    args = ["cortex", "--port", str(port), "--workers", "2", *admin]
+    args += ["--neuron", stack.neuron_address, "--model", MODEL]
+    cortex = Proc(args, logs_dir / "cortex-2-workers.log")
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http_ready(cortex, f"{base}/readyz", 60)
@@ -259,9 +250,10 @@ def test_metrics_add_up_across_two_cortex_workers(stack: Stack, logs_dir: Path) 
             if line.startswith("{") and '"neuraxis.cortex.requests"' in line
         }
         assert len(pids) == 2, "both workers should have served requests"
-        # Whichever worker answers the scrape, it reports both workers' sums.
+        # Whichever worker answers the scrape (both accept on the admin
+        # socket), it reports both workers' sums.
         for _ in range(6):
-            text = httpx.get(f"{base}/metrics", headers={"Connection": "close"}).text
+            text = httpx.get(f"{admin_url}/metrics", headers={"Connection": "close"}).text
             total = sum(
                 float(line.rsplit(" ", 1)[1])
                 for line in text.splitlines()

@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.procs import Proc, engine_load, free_port, wait_http_ready
+from tests.procs import Proc, admin_args, engine_load, free_port, wait_http_ready
 
 MODEL = "sim-model"
 
@@ -37,6 +37,7 @@ MODEL = "sim-model"
 @dataclass
 class Fleet:
     base_url: str
+    admin_url: str
     neurons: list[str]  # gRPC addresses
     procs: list[Proc]  # the neurons' processes, in the order of `neurons`
 
@@ -46,7 +47,7 @@ class Fleet:
 
     def metric(self, name: str, **labels: str) -> float:
         """One sample of cortex's /metrics (0 when absent)."""
-        text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
+        text = httpx.get(f"{self.admin_url}/metrics", timeout=10).text
         for line in text.splitlines():
             if not line.startswith(name + "{"):
                 continue
@@ -78,11 +79,12 @@ def _fleet(logs_dir: Path, name: str, neuron_args: list[tuple[str, list[str]]]) 
             procs.append(Proc(args, logs_dir / f"{name}-neuron{i}.log"))
         port = free_port()
         neurons = [a for address in addresses for a in ("--neuron", address)]
-        cortex_args = ["cortex", "--port", str(port), *neurons, "--model", MODEL]
+        admin, admin_url = admin_args()
+        cortex_args = ["cortex", "--port", str(port), *neurons, "--model", MODEL, *admin]
         cortex = Proc(cortex_args, logs_dir / f"{name}-cortex.log")
         base = f"http://127.0.0.1:{port}"
         wait_http_ready(cortex, f"{base}/readyz", 60)
-        fleet = Fleet(base, addresses, procs[: len(addresses)])
+        fleet = Fleet(base, admin_url, addresses, procs[: len(addresses)])
         procs.append(cortex)
         assert _wait(lambda: all(fleet.up()), 30), fleet.up()
         yield fleet

@@ -19,7 +19,7 @@ import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.procs import Proc, free_port, wait_http_ready
+from tests.procs import Proc, admin_args, free_port, wait_http_ready
 from tests.stacks import strict_client
 
 MODEL = "sim-route"
@@ -29,6 +29,7 @@ DECISIONS = "neuraxis_routing_policy_decisions"
 @dataclass
 class Pair:
     base_url: str
+    admin_url: str
     neurons: dict[str, Proc]  # by address
 
     def client(self) -> OpenAI:
@@ -50,26 +51,28 @@ def pair(logs_dir: Path) -> Iterator[Pair]:
         port = free_port()
         args = ["cortex", "--port", str(port), "--routing", "prefix_affinity", "--model", MODEL]
         args += ["--poll-interval-s", "0.5", "--state-dir", str(logs_dir / "route-state")]
+        admin, admin_url = admin_args()
+        args += admin
         for address in neurons:
             args += ["--neuron", address]
         cortex = Proc(args, logs_dir / "route-cortex.log")
         procs.append(cortex)
         base = f"http://127.0.0.1:{port}"
         wait_http_ready(cortex, f"{base}/readyz", 60)
-        _wait_both_ready(base, cortex)
-        yield Pair(base, neurons)
+        _wait_both_ready(admin_url, cortex)
+        yield Pair(base, admin_url, neurons)
     finally:
         for proc in procs:
             proc.stop()
 
 
-def _wait_both_ready(base: str, cortex: Proc) -> None:
+def _wait_both_ready(admin: str, cortex: Proc) -> None:
     """/readyz needs one neuron; the test needs both routable."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         up = [
             s
-            for f in text_string_to_metric_families(httpx.get(f"{base}/metrics").text)
+            for f in text_string_to_metric_families(httpx.get(f"{admin}/metrics").text)
             if f.name == "neuraxis_replica_up"
             for s in f.samples
             if s.value == 1
@@ -80,10 +83,10 @@ def _wait_both_ready(base: str, cortex: Proc) -> None:
     raise AssertionError(f"both neurons never ready:\n{cortex.log_tail()}")
 
 
-def _decisions(base: str) -> Counter[tuple[str, str]]:
+def _decisions(admin: str) -> Counter[tuple[str, str]]:
     """Requests routed so far, by (replica, decision)."""
     counts: Counter[tuple[str, str]] = Counter()
-    for family in text_string_to_metric_families(httpx.get(f"{base}/metrics").text):
+    for family in text_string_to_metric_families(httpx.get(f"{admin}/metrics").text):
         if family.name != DECISIONS:
             continue
         for sample in family.samples:
@@ -94,7 +97,7 @@ def _decisions(base: str) -> Counter[tuple[str, str]]:
 
 def _turn(pair: Pair, text: str, previous: str | None) -> tuple[str, Counter[tuple[str, str]]]:
     """One turn of the chain: its response id and the routing it caused."""
-    before = _decisions(pair.base_url)
+    before = _decisions(pair.admin_url)
     client = pair.client()
     if previous is None:
         response = client.responses.create(model=MODEL, input=text, max_output_tokens=4)
@@ -105,7 +108,7 @@ def _turn(pair: Pair, text: str, previous: str | None) -> tuple[str, Counter[tup
     # The sim engine always writes max_output_tokens, so its answers end
     # "incomplete"; the chain goes on from them all the same.
     assert response.status == "incomplete"
-    return response.id, _decisions(pair.base_url) - before
+    return response.id, _decisions(pair.admin_url) - before
 
 
 def test_a_chain_stays_on_its_replica_and_moves_when_it_stops(pair: Pair) -> None:
