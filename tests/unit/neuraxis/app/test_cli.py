@@ -174,6 +174,7 @@ def test_up_keeps_its_defaults() -> None:
         "host": "127.0.0.1",
         "auth": "off",
         "port": 8080,
+        "admin_port": 9180,
         "neuron_port": 50051,
         "embedding_port": 50052,
         "neuron_metrics_port": 9400,
@@ -195,6 +196,7 @@ def test_up_keeps_its_flags() -> None:
     argv = [
         "--host=0.0.0.0",
         "--port=8090",
+        "--admin-port=9190",
         "--neuron-port=50061",
         "--embedding-port=50062",
         "--neuron-metrics-port=9410",
@@ -213,6 +215,7 @@ def test_up_keeps_its_flags() -> None:
         "host": "0.0.0.0",
         "auth": "off",
         "port": 8090,
+        "admin_port": 9190,
         "neuron_port": 50061,
         "embedding_port": 50062,
         "neuron_metrics_port": 9410,
