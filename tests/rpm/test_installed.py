@@ -355,6 +355,7 @@ def services(scratch_root: Path, tmp_path: Path, ray_tmp: str) -> Iterator[Servi
             {
                 "NEURAXIS_CORTEX_HOST": "127.0.0.1",
                 "NEURAXIS_CORTEX_PORT": str(http_port),
+                "NEURAXIS_CORTEX_ADMIN_PORT": str(free_port()),
                 "NEURAXIS_CORTEX_RAY_ADDRESS": f"127.0.0.1:{ray_port}",
                 "RAY_TMPDIR": ray_tmp,
             },
