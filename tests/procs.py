@@ -16,7 +16,8 @@ from typing import Any
 import grpc
 import httpx
 
-from neuraxis.core.process import stop_process_group
+from neuraxis.core.generations import GENERATION_LABEL
+from neuraxis.core.process import ray_binary, stop_process_group
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 
@@ -134,3 +135,18 @@ def neuron_stub(channel: Any) -> pb_grpc.NeuronStub:
     """A Neuron stub over a sync or asyncio channel (the untyped call to the
     generated constructor is excused here once)."""
     return pb_grpc.NeuronStub(channel)  # type: ignore[no-untyped-call]
+
+
+def start_gpu_node(
+    address: str, log_path: Path, generation: str = "ada"
+) -> subprocess.Popen[bytes]:
+    """A second Ray node joining the head at `address` as a GPU host's agent
+    would start it (two logical GPUs labelled `generation`, replicas on
+    127.0.0.1), in a session of its own; its output goes to `log_path`."""
+    env = {**child_env(), "NEURAXIS_REPLICA_HOST": "127.0.0.1"}
+    args = [ray_binary(), "start", "--address", address, "--block", "--num-cpus", "1"]
+    args += ["--num-gpus", "2", "--labels", f"{GENERATION_LABEL}={generation}"]
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )

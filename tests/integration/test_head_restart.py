@@ -33,11 +33,11 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.sim_cluster import GENERATION_LABEL, free_port
+from bench.sim_cluster import free_port
 from bench.streaming_load import Load
-from neuraxis.core.process import ray_binary, stop_process_group
+from neuraxis.core.process import stop_process_group
 from tests.notify import NotifySocket
-from tests.procs import Proc, child_env
+from tests.procs import Proc, start_gpu_node
 from tests.redis import redis_server
 
 MODEL = "sim-head-restart"
@@ -164,27 +164,7 @@ def _stack(work: Path, redis: str | None, model: str = MODEL) -> Iterator[Stack]
     stack = Stack(work, free_port(), redis, model=model)
     try:
         stack.start_head()
-        env = {**child_env(), "NEURAXIS_REPLICA_HOST": "127.0.0.1"}
-        with open(work / "node.log", "wb") as log:
-            stack.node = subprocess.Popen(
-                [
-                    ray_binary(),
-                    "start",
-                    "--address",
-                    stack.address,
-                    "--block",
-                    "--num-cpus",
-                    "1",
-                    "--num-gpus",
-                    "2",
-                    "--labels",
-                    f"{GENERATION_LABEL}=ada",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+        stack.node = start_gpu_node(stack.address, work / "node.log")
         spec = work / "deployment.toml"
         spec.write_text(SPEC.format(model=model))
         stack.cortex_port, stack.admin_port = free_port(), free_port()
@@ -308,27 +288,7 @@ def _restart_node_when_it_exits(stack: Stack) -> bool:
     assert stack.node is not None
     if stack.node.poll() is None:
         return False
-    env = {**child_env(), "NEURAXIS_REPLICA_HOST": "127.0.0.1"}
-    with open(stack.work / "node-2.log", "wb") as log:
-        stack.node = subprocess.Popen(
-            [
-                ray_binary(),
-                "start",
-                "--address",
-                stack.address,
-                "--block",
-                "--num-cpus",
-                "1",
-                "--num-gpus",
-                "2",
-                "--labels",
-                f"{GENERATION_LABEL}=ada",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+    stack.node = start_gpu_node(stack.address, stack.work / "node-2.log")
     return True
 
 

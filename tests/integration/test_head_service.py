@@ -24,10 +24,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.sim_cluster import GENERATION_LABEL, free_port
-from neuraxis.core.process import ray_binary, stop_process_group
+from bench.sim_cluster import free_port
+from neuraxis.core.process import stop_process_group
 from tests.notify import NotifySocket
-from tests.procs import Proc, child_env
+from tests.procs import Proc, child_env, start_gpu_node
 
 MODEL = "sim-head-service"
 SPEC = f"""
@@ -86,27 +86,7 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
     try:
         seconds = notify.wait_for("READY=1", head.alive, 90, head.log_tail)
         print(f"head READY after {seconds:.1f} s")
-        env = {**child_env(), "NEURAXIS_REPLICA_HOST": "127.0.0.1"}
-        with open(work / "node.log", "wb") as log:
-            node = subprocess.Popen(
-                [
-                    ray_binary(),
-                    "start",
-                    "--address",
-                    address,
-                    "--block",
-                    "--num-cpus",
-                    "1",
-                    "--num-gpus",
-                    "2",
-                    "--labels",
-                    f"{GENERATION_LABEL}=ada",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+        node = start_gpu_node(address, work / "node.log")
         yield address, work
     finally:
         notify.close()
