@@ -24,10 +24,14 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 
+from bench.auth_inprocess import measure as measure_in_process
+from bench.auth_inprocess import report as inprocess_table
 from bench.plots import bar_plot, markdown_table, write_markdown
 from bench.stack import RESULTS, output_path, parser, write_summary
 from bench.workload import MODEL, PROMPTS, Run, via_cortex
@@ -37,11 +41,21 @@ Summary = dict[str, dict[str, float]]
 MODES = ("off", "on")
 
 
+@dataclass(frozen=True)
+class Cortex:
+    base: str
+    process: psutil.Process  # one worker: the server is this process
+
+    def cpu_s(self) -> float:
+        times = self.process.cpu_times()
+        return float(times.user + times.system)
+
+
 @contextmanager
-def two_cortexes(logs: Path, counters: str = "auto") -> Iterator[tuple[dict[str, str], str]]:
+def two_cortexes(logs: Path, counters: str = "auto") -> Iterator[tuple[dict[str, Cortex], str]]:
     """A sim neuron serving MODEL, a cortex with auth off and one with auth
     required (its rate-limit counters where `counters` says) in front of it;
-    their base URLs by mode, and the key."""
+    each by mode, and the key."""
     logs.mkdir(parents=True, exist_ok=True)
     state = Path(tempfile.mkdtemp(prefix="neuraxis-bench-auth-"))
     neuron_port = free_port()
@@ -59,7 +73,7 @@ def two_cortexes(logs: Path, counters: str = "auto") -> Iterator[tuple[dict[str,
         check=True,
     )
     key = made.stdout.strip()
-    bases: dict[str, str] = {}
+    cortexes: dict[str, Cortex] = {}
     try:
         for mode in MODES:
             port = free_port()
@@ -67,9 +81,9 @@ def two_cortexes(logs: Path, counters: str = "auto") -> Iterator[tuple[dict[str,
             args += ["--state-dir", str(state), "--auth", "required" if mode == "on" else "off"]
             args += ["--rate-limit-counters", counters]
             procs.append(Proc(args, logs / f"auth-cortex-{mode}.log"))
-            bases[mode] = f"http://127.0.0.1:{port}"
-            wait_http_ready(procs[-1], f"{bases[mode]}/readyz", 120)
-        yield bases, key
+            cortexes[mode] = Cortex(f"http://127.0.0.1:{port}", psutil.Process(procs[-1].popen.pid))
+            wait_http_ready(procs[-1], f"{cortexes[mode].base}/readyz", 120)
+        yield cortexes, key
     finally:
         for proc in procs:
             proc.stop()
@@ -92,28 +106,41 @@ async def _run(base: str, key: str | None, concurrency: int, requests: int, toke
 
 
 def measure(
-    bases: dict[str, str], key: str, concurrency: list[int], rounds: int, per_client: int,
+    cortexes: dict[str, Cortex], key: str, concurrency: list[int], rounds: int, per_client: int,
     tokens: int,
 ) -> tuple[Summary, dict[str, list[float]]]:  # fmt: skip
+    """Each concurrency's runs, A B B A per round. Besides the pooled TTFT
+    p50, two figures less exposed to a shared machine's drift: the median of
+    each round's paired difference (both modes run within seconds of each
+    other), and cortex's own CPU time per request (psutil), which the
+    client and the neuron do not share."""
     summary: Summary = {}
     ttfts: dict[str, list[float]] = {}
     for mode in MODES:  # warm-up: connections, the key's cache entry
-        asyncio.run(_run(bases[mode], key if mode == "on" else None, 2, 4, 4))
+        asyncio.run(_run(cortexes[mode].base, key if mode == "on" else None, 2, 4, 4))
     for c in concurrency:
         runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
+        cpu_s = dict.fromkeys(MODES, 0.0)
+        paired: list[float] = []
         for r in range(rounds):
             order = list(MODES) if r % 2 == 0 else list(MODES)[::-1]
+            medians: dict[str, list[float]] = {mode: [] for mode in MODES}
             for mode in order + order[::-1]:
+                cortex = cortexes[mode]
+                before = cortex.cpu_s()
                 result = asyncio.run(
-                    _run(bases[mode], key if mode == "on" else None, c, c * per_client, tokens)
+                    _run(cortex.base, key if mode == "on" else None, c, c * per_client, tokens)
                 )
+                cpu_s[mode] += cortex.cpu_s() - before
                 runs[mode].append(result)
+                medians[mode].append(statistics.median(result.ttfts))
                 print(
                     f"  c={c:<3} auth {mode:<3} ttft p50 "
                     f"{statistics.median(result.ttfts) * 1000:7.2f} ms  "
                     f"{result.tokens_per_s:8.1f} tok/s",
                     flush=True,
                 )
+            paired.append(statistics.mean(medians["on"]) - statistics.mean(medians["off"]))
         for mode in MODES:
             all_ttfts = [t for run in runs[mode] for t in run.ttfts]
             ttfts[f"c{c} auth {mode}"] = [t * 1000 for t in all_ttfts]
@@ -121,32 +148,48 @@ def measure(
                 "ttft_p50_ms": statistics.median(all_ttfts) * 1000,
                 "tokens_per_s": statistics.median(run.tokens_per_s for run in runs[mode]),
                 "requests": float(len(all_ttfts)),
+                "cortex_cpu_us_per_request": cpu_s[mode] / len(all_ttfts) * 1e6,
             }
         off, on = summary[f"c{c}_off"], summary[f"c{c}_on"]
         summary[f"c{c}_cost"] = {
             "ttft_added_ms": on["ttft_p50_ms"] - off["ttft_p50_ms"],
+            "ttft_added_paired_ms": statistics.median(paired) * 1000,
             "tokens_per_s_ratio": on["tokens_per_s"] / off["tokens_per_s"],
+            "cortex_cpu_added_us": on["cortex_cpu_us_per_request"]
+            - off["cortex_cpu_us_per_request"],
         }
     return summary, ttfts
 
 
-def report(summary: Summary, concurrency: list[int], out: Path | None) -> None:
+def report(
+    summary: Summary, concurrency: list[int], in_process: dict[str, float], out: Path | None
+) -> None:
     rows: list[list[object]] = []
     for c in concurrency:
         for mode in MODES:
             s = summary[f"c{c}_{mode}"]
-            rows.append([c, mode, s["ttft_p50_ms"], s["tokens_per_s"], int(s["requests"])])
-    table = markdown_table(
-        ["concurrency", "auth + limits", "TTFT p50 (ms)", "output tokens/s", "requests"], rows
-    )
+            rows.append(
+                [
+                    c,
+                    mode,
+                    s["ttft_p50_ms"],
+                    s["tokens_per_s"],
+                    s["cortex_cpu_us_per_request"],
+                    int(s["requests"]),
+                ]
+            )
+    headers = ["concurrency", "auth + limits", "TTFT p50 (ms)", "output tokens/s"]
+    table = markdown_table([*headers, "cortex CPU per request (µs)", "requests"], rows)
     lines = [table, ""]
     for c in concurrency:
         cost = summary[f"c{c}_cost"]
         lines.append(
             f"concurrency {c}: auth + limits add {cost['ttft_added_ms']:+.2f} ms to TTFT p50 "
-            f"(target < 0.5 ms) and keep {cost['tokens_per_s_ratio'] * 100:.1f}% of tokens/s "
-            "(target >= 98%)"
+            f"(median of the rounds' paired differences {cost['ttft_added_paired_ms']:+.2f} ms; "
+            f"target < 0.5 ms), {cost['cortex_cpu_added_us']:+.0f} µs of cortex CPU a request, "
+            f"and keep {cost['tokens_per_s_ratio'] * 100:.1f}% of tokens/s (target >= 98%)"
         )
+    lines += ["", "In cortex's process (bench/auth_inprocess.py):", "", inprocess_table(in_process)]
     text = "\n".join(lines)
     print()
     print(text)
@@ -185,13 +228,14 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds, args.requests_per_client, args.max_tokens = 1, 2, 4
         args.concurrency = [1, 2]
     # --base-url is not used: both cortexes and their neuron are started here.
-    with two_cortexes(RESULTS / "auth_cost-logs", args.counters) as (bases, key):
+    with two_cortexes(RESULTS / "auth_cost-logs", args.counters) as (cortexes, key):
         summary, _ = measure(
-            bases, key, args.concurrency, args.rounds, args.requests_per_client, args.max_tokens
+            cortexes, key, args.concurrency, args.rounds, args.requests_per_client, args.max_tokens
         )
+    in_process = asyncio.run(measure_in_process(50 if args.smoke else 5000))
     out = output_path(args, "auth_cost.json")
-    report(summary, args.concurrency, out)
-    write_summary(out, summary)
+    report(summary, args.concurrency, in_process, out)
+    write_summary(out, {**summary, "in_process_us": in_process})
     return 0
 
 

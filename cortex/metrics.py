@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import (
@@ -303,10 +303,19 @@ class Tracker:
 
 
 async def tracked(
-    stream: AsyncIterator[pb.GenerateResponse], tracker: Tracker
+    stream: AsyncIterator[pb.GenerateResponse],
+    tracker: Tracker,
+    on_end: Callable[[int | None], None] | None = None,
 ) -> AsyncIterator[pb.GenerateResponse]:
-    """A neuron stream, observed: first output, gaps, tokens, outcome."""
+    """A neuron stream, observed: first output, gaps, tokens, outcome.
+
+    `on_end` (a rate-limited key's reservation) hears the tokens the stream
+    used when it ends: its usage, 0 when it failed before reporting any,
+    None when it was dropped before its usage arrived (the client left; the
+    engine may have spent the tokens). Here rather than in a wrapper of its
+    own: every layer of async generator costs each token of every stream."""
     ended = False
+    used: int | None = None
     try:
         # Read through the cutoff: a server that stops ends it with its error.
         async for response in CUTOFF.guard(stream):
@@ -314,14 +323,19 @@ async def tracked(
                 tracker.output()
             if response.HasField("usage"):
                 ended = True
-                tracker.part_done(response.usage.prompt_tokens, response.usage.completion_tokens)
+                prompt, output = response.usage.prompt_tokens, response.usage.completion_tokens
+                used = prompt + output
+                tracker.part_done(prompt, output)
             yield response
     except Exception as e:
+        used = 0 if used is None else used  # failed: what it did not use goes back
         tracker.finish(outcome_of(e))
         raise
     finally:
         if not ended:  # dropped before its end: the client went away
             tracker.finish("cancelled")
+        if on_end is not None:
+            on_end(used)
 
 
 def record_routed(model: str, replica: str) -> None:

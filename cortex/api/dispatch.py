@@ -25,7 +25,7 @@ from cortex import metrics
 from cortex.api import caps
 from cortex.api.disconnect import ClientDisconnectedError, cancel_on_disconnect
 from cortex.api.streams import first_messages
-from cortex.auth.limiter import Admission, Limiter, estimate_embed, estimate_generate, metered
+from cortex.auth.limiter import Admission, Limiter, estimate_embed, estimate_generate
 from cortex.auth.principal import principal_of
 from cortex.routing.policy import RouteHints
 from cortex.routing.pool import NeuronPool
@@ -82,9 +82,8 @@ async def _route(
     request.state.tracked = True  # the error handlers must not count it again
     request.state.request_id = request_id  # a 500 names it (api/errors.py)
     # `hints` (the request's affinity keys) go to the routing policy of each.
-    streams = [metrics.tracked(pool.generate(r, hints), tracker) for r in internals]
-    if admission is not None:
-        streams = [metered(s, admission) for s in streams]
+    on_end = admission.stream_ended if admission is not None else None
+    streams = [metrics.tracked(pool.generate(r, hints), tracker, on_end) for r in internals]
     return streams, admission
 
 

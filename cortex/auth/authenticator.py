@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from cortex.auth.keys import hash_key, matches
+from cortex.auth.keys import hash_key, hash_matches
 from cortex.auth.limits import Limits
 from cortex.auth.principal import Principal
 from cortex.store.keys import ApiKey, KeyStore
@@ -73,7 +73,7 @@ class Authenticator:
         if cached is None or now - cached.fetched_at >= self._cache_s:
             cached = await self._fetch(key_hash, now)
         record = cached.record if cached is not None else None
-        if record is None or not matches(record, secret):
+        if record is None or not hash_matches(record, key_hash):
             raise AuthenticationError("Incorrect API key provided.")
         if record.revoked_at is not None:
             raise AuthenticationError("This API key has been revoked.")

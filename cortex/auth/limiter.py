@@ -23,21 +23,20 @@ import asyncio
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cortex import metrics
 from cortex.auth import limits
+from cortex.auth.local_usage import LocalUsage
 from cortex.auth.principal import Principal
-from cortex.store.keys import KeyStore, Usage
+from cortex.store.keys import Adjust, KeyStore, Usage
 from neuraxis.core.errors import RateLimitError, TokenRateLimitError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex")
 
 BYTES_PER_TOKEN = 4
-
-Stream = AsyncIterator[pb.GenerateResponse]
 
 
 def estimate_generate(request: pb.GenerateRequest, max_context: int) -> int:
@@ -96,21 +95,30 @@ class Limiter:
         return limits.headers(principal.limits, usage, now)
 
     def settle_later(self, admission: Admission, used: int) -> None:
+        if isinstance(self._store, LocalUsage):
+            # Counters in this process: settled on the spot, no task (one a
+            # request was a measurable share of what limits cost).
+            self._store.settle_now(*self._settlement(admission, used, self._clock()))
+            return
         task = asyncio.create_task(self._settle(admission, used))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
-    async def _settle(self, admission: Admission, used: int) -> None:
+    @staticmethod
+    def _settlement(admission: Admission, used: int, now: float) -> tuple[str, str, float, Adjust]:
+        """The key store's `settle` arguments for an admission."""
         assert admission.principal.key_id is not None
         window, reserved = admission.window, admission.reserved
-        now = self._clock()
+        return (
+            admission.principal.key_id,
+            admission.lease_id,
+            now,
+            lambda usage: limits.settle(usage, now, window, reserved, used),
+        )
+
+    async def _settle(self, admission: Admission, used: int) -> None:
         try:
-            await self._store.settle(
-                admission.principal.key_id,
-                admission.lease_id,
-                now,
-                lambda usage: limits.settle(usage, now, window, reserved, used),
-            )
+            await self._store.settle(*self._settlement(admission, used, self._clock()))
         except Exception:
             # The lease expires on its own; the window's tokens stay reserved.
             log.exception("settling a rate-limit reservation failed")
@@ -138,6 +146,12 @@ class Admission:
     def __post_init__(self) -> None:
         self.share = self.reserved // max(1, self.parts)  # one part's reservation
 
+    def stream_ended(self, used: int | None) -> None:
+        """One part's stream ended having used `used` tokens; None: it was
+        dropped before its usage arrived, so it is charged its share of the
+        reservation (the engine may have spent it)."""
+        self.part_ended(used if used is not None else self.share)
+
     def part_ended(self, used: int) -> None:
         self.used += used
         self.parts -= 1
@@ -152,19 +166,3 @@ class Admission:
         if not self.settled:
             self.settled = True
             self.limiter.settle_later(self, used)
-
-
-async def metered(stream: Stream, admission: Admission) -> Stream:
-    """A neuron stream that reports its real usage into the admission."""
-    used: int | None = None
-    try:
-        async for response in stream:
-            if response.HasField("usage"):
-                used = response.usage.prompt_tokens + response.usage.completion_tokens
-            yield response
-    except Exception:
-        used = 0 if used is None else used  # failed: what it did not use goes back
-        raise
-    finally:
-        # Dropped before its usage arrived: charged the share reserved for it.
-        admission.part_ended(used if used is not None else admission.share)

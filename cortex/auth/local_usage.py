@@ -85,6 +85,10 @@ class LocalUsage(KeyStore):
         return seen
 
     async def settle(self, key_id: str, lease_id: str, now: float, adjust: Adjust) -> None:
+        self.settle_now(key_id, lease_id, now, adjust)
+
+    def settle_now(self, key_id: str, lease_id: str, now: float, adjust: Adjust) -> None:
+        """`settle` without an await: nothing here needs one."""
         self._store(key_id, adjust(self._usage(key_id, now)))
         self._leases.pop(lease_id, None)
         self._in_flight.get(key_id, {}).pop(lease_id, None)

@@ -84,6 +84,8 @@ def test_auth_cost_benchmark_runs() -> None:
     # Starts its own sim neuron and two cortexes (auth off and on).
     out = _smoke("bench.auth_cost")
     assert "| concurrency | auth + limits | TTFT p50 (ms) |" in out, out
+    assert "µs of cortex CPU a request" in out, out
+    assert "| admit + settle |" in out, out
 
 
 def test_admission_benchmark_runs(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from typing import cast
 
 import pytest
 
-from cortex.auth.limiter import Limiter, estimate_generate, metered
+from cortex import metrics
+from cortex.auth.limiter import Admission, Limiter, estimate_generate
 from cortex.auth.limits import Limits
 from cortex.auth.local_usage import counters_for
 from cortex.auth.principal import Principal
@@ -39,6 +40,14 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     opened = SqliteKeyStore(tmp_path / "responses.sqlite3")
     yield counters_for(opened, local=request.param == "local")
     await opened.close()
+
+
+def metered(
+    stream: AsyncIterator[pb.GenerateResponse], admission: Admission
+) -> AsyncIterator[pb.GenerateResponse]:
+    """A neuron stream reporting into the admission, as dispatch wires it."""
+    tracker = metrics.Tracker("chat", "m", "chatcmpl-1", record=False)
+    return metrics.tracked(stream, tracker, admission.stream_ended)
 
 
 def _principal(**limits: int) -> Principal:
