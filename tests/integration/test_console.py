@@ -2,7 +2,9 @@
 prints its progress from start to ready and nothing else (no JSON, no
 third-party noise), stays quiet while it serves, and on Ctrl-C during a
 streamed request ends the stream with its terminal events and stops without
-a traceback.
+a traceback. It runs with `--auth required`, as an operator trying keys
+would: a key made with `neuraxis keys create` on the same state directory
+after `up` started works at once, and a request without one is a 401.
 
 One real `up` (Ray, the controller, vLLM CPU replicas, cortex) for the
 module; cortex's graceful shutdown is made short (2 s) so that the stream,
@@ -22,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
@@ -39,6 +42,7 @@ class Console:
 
     popen: subprocess.Popen[bytes]
     base_url: str
+    state_dir: Path
     _master: int
     _chunks: list[bytes] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -81,7 +85,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     for name in ("JOURNAL_STREAM", "INVOCATION_ID"):
         env.pop(name, None)
     args = ["up", "--port", str(port), "--ray-port", str(free_port()), "--state-dir", str(state)]
-    args += ["--admin-port", str(free_port())]
+    args += ["--admin-port", str(free_port()), "--auth", "required"]
     popen = subprocess.Popen(
         [sys.executable, "-m", "neuraxis.app.cli", *args],
         stdin=subprocess.DEVNULL,
@@ -92,7 +96,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         start_new_session=True,
     )
     os.close(slave)
-    console = Console(popen, f"http://127.0.0.1:{port}", master)
+    console = Console(popen, f"http://127.0.0.1:{port}", state, master)
     reader = threading.Thread(target=console.read_forever, daemon=True)
     reader.start()
     try:
@@ -124,7 +128,35 @@ def test_the_console_from_start_to_ready_is_the_progress(console: Console) -> No
     assert not [line for line in lines if "{" in line or "warning" in line.lower()]
 
 
-def _stream_lines(base_url: str, started: threading.Event, lines: list[str]) -> None:
+def _new_key(console: Console) -> str:
+    """A key made the way an operator makes one, on up's state directory."""
+    create = [sys.executable, "-m", "neuraxis.app.cli", "keys", "create", "--tenant", "console"]
+    made = subprocess.run(
+        [*create, "--state-dir", str(console.state_dir)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=REPO,
+        timeout=60,
+        check=True,
+    )
+    return made.stdout.strip()
+
+
+def test_up_with_auth_required_takes_a_key_made_after_it_started(console: Console) -> None:
+    console.wait_for(r"^neuraxis: ready: http", ENGINE_START_TIMEOUT_S)
+    body = {"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]}
+    url = f"{console.base_url}/v1/chat/completions"
+    refused = httpx.post(url, json=body, timeout=60)
+    assert refused.status_code == 401, refused.text
+    assert refused.json()["error"]["code"] == "invalid_api_key"
+    key = _new_key(console)
+    assert key.startswith("nx-")
+    served = httpx.post(url, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    assert served.status_code == 200, served.text
+
+
+def _stream_lines(base_url: str, key: str, started: threading.Event, lines: list[str]) -> None:
     body = {
         "model": MODEL,
         "stream": True,
@@ -132,7 +164,9 @@ def _stream_lines(base_url: str, started: threading.Event, lines: list[str]) -> 
         "max_tokens": 4000,
         "messages": [{"role": "user", "content": "Count from 1 to 5000, separated by commas."}],
     }
-    with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=body, timeout=120) as r:
+    headers = {"Authorization": f"Bearer {key}"}
+    url = f"{base_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=120) as r:
         for line in r.iter_lines():
             if line:
                 lines.append(line)
@@ -142,14 +176,16 @@ def _stream_lines(base_url: str, started: threading.Event, lines: list[str]) -> 
 
 def test_ctrl_c_during_a_stream_ends_it_and_prints_no_traceback(console: Console) -> None:
     console.wait_for(r"^neuraxis: ready: http", ENGINE_START_TIMEOUT_S)
+    key = _new_key(console)
     served = httpx.post(
         f"{console.base_url}/v1/chat/completions",
         json={"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]},
+        headers={"Authorization": f"Bearer {key}"},
         timeout=60,
     )
     assert served.status_code == 200
     started, lines = threading.Event(), list[str]()
-    client = threading.Thread(target=_stream_lines, args=(console.base_url, started, lines))
+    client = threading.Thread(target=_stream_lines, args=(console.base_url, key, started, lines))
     client.start()
     assert started.wait(timeout=60), lines
     os.killpg(console.popen.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
