@@ -224,10 +224,22 @@ def app_from_env() -> Any:
 
     settings = CortexSettings.model_validate_json(os.environ[_SETTINGS_ENV])
     configure_logging(settings.log_format, settings.log_level)
+    _quiet_uvicorn()
     app = with_admin(create_app(settings), settings.admin_port)
     # uvicorn's supervisor bound the socket before it started the workers.
     _listening(app)
     return app
+
+
+def _quiet_uvicorn() -> None:
+    """In a worker, what `_options`' log_level and access_log do in the
+    process that builds uvicorn's Config: Config applies them to the
+    loggers when it is made, and a spawned worker gets the config without
+    making it, so its access log and start-up lines came out."""
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    access = logging.getLogger("uvicorn.access")
+    access.handlers = []
+    access.propagate = False
 
 
 def _listening(app: Any) -> None:
