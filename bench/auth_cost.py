@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ from bench.auth_inprocess import report as inprocess_table
 from bench.plots import bar_plot, markdown_table, write_markdown
 from bench.stack import RESULTS, output_path, parser, write_summary
 from bench.workload import MODEL, PROMPTS, Run, via_cortex
-from tests.procs import REPO, Proc, child_env, free_port, wait_http_ready
+from tests.procs import Proc, free_port, new_key, wait_http_ready
 
 Summary = dict[str, dict[str, float]]
 MODES = ("off", "on")
@@ -63,16 +62,7 @@ def two_cortexes(logs: Path, counters: str = "auto") -> Iterator[tuple[dict[str,
     neuron += ["--served-id", MODEL, "--metrics-port", str(free_port())]
     procs = [Proc(neuron, logs / "auth-neuron.log")]
     limits = ["--rpm", "1000000", "--tpm", "1000000000", "--max-concurrent", "1000"]
-    create = [sys.executable, "-m", "neuraxis.app.cli", "keys", "create", "--tenant", "bench"]
-    made = subprocess.run(
-        [*create, *limits, "--state-dir", str(state)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        cwd=REPO,
-        check=True,
-    )
-    key = made.stdout.strip()
+    key = new_key("bench", *limits, "--state-dir", str(state))
     cortexes: dict[str, Cortex] = {}
     try:
         for mode in MODES:

@@ -41,6 +41,22 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def neuraxis_keys(*args: str) -> subprocess.CompletedProcess[str]:
+    """`neuraxis keys ARGS`, as an operator runs it, its output captured."""
+    command = [sys.executable, "-m", "neuraxis.app.cli", "keys", *args]
+    return subprocess.run(
+        command, capture_output=True, text=True, env=child_env(), cwd=REPO, timeout=60
+    )
+
+
+def new_key(tenant: str, *args: str) -> str:
+    """The secret `neuraxis keys create --tenant TENANT ARGS` prints (ARGS:
+    limits, models, and where the store is)."""
+    done = neuraxis_keys("create", "--tenant", tenant, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def admin_args() -> tuple[list[str], str]:
     """cortex's options for an admin listener on a free port, and its URL."""
     port = free_port()

@@ -14,17 +14,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import requests
 
 from tests.fuzz.driver import Fuzzer, Tally, Target
-from tests.procs import REPO, Proc, child_env, free_port, wait_http_ready
+from tests.procs import REPO, Proc, free_port, new_key, wait_http_ready
 
 DEFAULT_REQUESTS = 2_000
 RESULTS = REPO / "bench" / "results" / "fuzz"
@@ -49,20 +46,6 @@ def _requests() -> int:
 
 def _seed() -> int:
     return int(os.environ.get("NEURAXIS_FUZZ_SEED") or random.randrange(1 << 32))
-
-
-def _new_key(state_dir: Path) -> str:
-    command = [sys.executable, "-m", "neuraxis.app.cli", "keys", "create", "--tenant", "fuzz"]
-    done = subprocess.run(
-        [*command, "--state-dir", str(state_dir)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        cwd=REPO,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +74,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for cortex, base in bases:
             wait_http_ready(cortex, f"{base}/readyz", 60)
         (_, off), (_, on) = bases
-        key = _new_key(state / "on")
+        key = new_key("fuzz", "--state-dir", str(state / "on"))
         yield Cluster(Target("auth-off", off, MODELS), Target("auth-on", on, MODELS, key))
     finally:
         for proc in procs:

@@ -27,7 +27,7 @@ import pytest
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.store.keys import SQLITE_FILE
 from cortex.store.sqlite_keys import SqliteKeyStore
-from tests.procs import REPO, Proc, child_env, free_port, wait_http_ready
+from tests.procs import REPO, Proc, child_env, free_port, neuraxis_keys, wait_http_ready
 
 FAST, SLOW = "sim-fast", "sim-slow"
 # The slow neuron's time to first token: long enough that 50 requests sent
@@ -50,11 +50,7 @@ class AuthStack:
 
 
 def _keys(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "neuraxis.app.cli", "keys", *args]
-    command += ["--state-dir", str(state_dir)]
-    return subprocess.run(
-        command, capture_output=True, text=True, env=child_env(), cwd=REPO, timeout=60
-    )
+    return neuraxis_keys(*args, "--state-dir", str(state_dir))
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from neuraxis.core.process import stop_process_group
-from tests.procs import REPO, child_env, free_port
+from tests.procs import REPO, child_env, free_port, new_key
 from tests.stacks import ENGINE_START_TIMEOUT_S, MODEL
 
 GRACE_S = 2
@@ -130,17 +130,7 @@ def test_the_console_from_start_to_ready_is_the_progress(console: Console) -> No
 
 def _new_key(console: Console) -> str:
     """A key made the way an operator makes one, on up's state directory."""
-    create = [sys.executable, "-m", "neuraxis.app.cli", "keys", "create", "--tenant", "console"]
-    made = subprocess.run(
-        [*create, "--state-dir", str(console.state_dir)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        cwd=REPO,
-        timeout=60,
-        check=True,
-    )
-    return made.stdout.strip()
+    return new_key("console", "--state-dir", str(console.state_dir))
 
 
 def test_up_with_auth_required_takes_a_key_made_after_it_started(console: Console) -> None:

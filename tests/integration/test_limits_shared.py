@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,7 @@ import httpx
 import pytest
 
 from tests.postgres import postgres_server
-from tests.procs import REPO, Proc, child_env, free_port, wait_http_ready
+from tests.procs import Proc, free_port, new_key, wait_http_ready
 
 MODEL = "sim-slow"
 SLOW_TTFT_S = 3.0
@@ -45,17 +43,7 @@ class Shared:
     logs: list[Path]
 
     def new_key(self, *options: str) -> str:
-        command = [sys.executable, "-m", "neuraxis.app.cli", "keys", "create", "--tenant", "t"]
-        done = subprocess.run(
-            [*command, *options, *self.store],
-            capture_output=True,
-            text=True,
-            env=child_env(),
-            cwd=REPO,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
+        return new_key("t", *options, *self.store)
 
     def loggers(self) -> set[str]:
         """Every logger that wrote a line."""
