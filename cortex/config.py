@@ -233,6 +233,30 @@ class CortexSettings(LogSettings):
         description="largest accepted request body; larger ones get 413 (at most half of the "
         "gRPC message limit, which leaves room for a previous_response_id chain)",
     )
+    request_header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="time a client has to send a request's line and headers, from connecting "
+        "(or from the next request's first byte on a kept-alive connection); past it 408 "
+        "request_timeout and the connection is closed (a connection that sent nothing is just "
+        "closed): slow or idle clients cannot hold connections",
+    )
+    request_body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="time a client has to send a request's body once its headers are in; past "
+        "it 408 request_timeout and the connection is closed (60 s: max_body_bytes at "
+        "about 280 KB/s)",
+    )
+    max_header_count: int = Field(
+        100, gt=0, description="most headers a request may have; past it 431 headers_too_large"
+    )
+    max_header_bytes: int = Field(
+        16 * 1024,
+        gt=0,
+        description="largest request line and headers together, in bytes; past it 431 "
+        "headers_too_large",
+    )
     # The flag predates the field: --no-metrics (and so --metrics).
     metrics_enabled: Annotated[bool, Flag("metrics")] = Field(
         True, description="request metrics at /metrics (off only to measure what they cost)"

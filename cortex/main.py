@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import functools
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from uvicorn.supervisors import Multiprocess
 from cortex.admin import bind, bound_port, with_admin
 from cortex.auth.exposure import exposure_problem
 from cortex.config import CortexSettings
+from cortex.http_guard import GuardedHttpProtocol, client_limits
 from cortex.notify_relay import NotifyRelay
 from cortex.shutdown import CUTOFF, Cutoff
 from neuraxis.core.logs import configure_logging
@@ -136,7 +138,8 @@ def _options(settings: CortexSettings) -> dict[str, Any]:
         uvicorn_error.addFilter(_QuietCancel())
     return {
         "loop": "uvloop",
-        "http": "httptools",
+        # httptools, with read deadlines and header limits (cortex/http_guard.py).
+        "http": functools.partial(GuardedHttpProtocol, limits=client_limits(settings)),
         # Our handler, our format: uvicorn's dictConfig would install its own.
         "log_config": None,
         # Its start-up lines say what ours say; its warnings and errors stay.

@@ -47,13 +47,19 @@ async def merge(
         async for message in streams[i]:
             yield i, message
         return
-    queue: asyncio.Queue[tuple[int, pb.GenerateResponse | BaseException | None]] = asyncio.Queue()
+    # Bounded: a message per stream waits here at most, so a client that
+    # stops reading stops the pumps, and gRPC's flow control the neurons.
+    queue: asyncio.Queue[tuple[int, pb.GenerateResponse | BaseException | None]] = asyncio.Queue(
+        maxsize=len(pending)
+    )
 
     async def pump(i: int) -> None:
         try:
             async for message in streams[i]:
                 await queue.put((i, message))
             await queue.put((i, None))
+        except asyncio.CancelledError:
+            raise  # the reader left: nobody would take what a put waits to give
         except BaseException as e:  # handed to the reader, which raises it
             await queue.put((i, e))
 

@@ -64,6 +64,20 @@ class RequestTooLargeError(InvalidRequestError):
     kind = "request_too_large"
 
 
+class HeadersTooLargeError(InvalidRequestError):
+    """A request head past cortex's header count or size limit
+    (cortex/http_guard.py)."""
+
+    kind = "headers_too_large"
+
+
+class RequestTimeoutError(InvalidRequestError):
+    """A client that did not send its request head or body within cortex's
+    read deadlines (cortex/http_guard.py)."""
+
+    kind = "request_timeout"
+
+
 class AuthenticationError(NeuraxisError):
     """No API key, or one that is unknown, revoked or expired."""
 
@@ -165,6 +179,22 @@ ERROR_TABLE: dict[type[NeuraxisError], ErrorMapping] = {
         "invalid_request_error",
         "request_too_large",
         "RESOURCE_EXHAUSTED",
+        "invalid_prompt",
+        True,
+    ),
+    HeadersTooLargeError: ErrorMapping(
+        431,
+        "invalid_request_error",
+        "headers_too_large",
+        "INVALID_ARGUMENT",
+        "invalid_prompt",
+        True,
+    ),
+    RequestTimeoutError: ErrorMapping(
+        408,
+        "invalid_request_error",
+        "request_timeout",
+        "DEADLINE_EXCEEDED",
         "invalid_prompt",
         True,
     ),

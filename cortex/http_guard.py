@@ -1,0 +1,214 @@
+"""Slow and abusive clients, dealt with where the HTTP bytes are parsed
+(uvicorn's httptools protocol), before any ASGI code runs:
+
+- a deadline for the request head: a connection must send its request line
+  and headers within `request_header_timeout_s` of connecting (or, on a
+  kept-alive connection, of the next request's first byte). A client that
+  trickles its headers (slowloris) or connects and sends nothing would
+  otherwise hold a connection and its memory for ever: uvicorn's only
+  timer is the keep-alive one, armed after a response;
+- a deadline for the body: `request_body_timeout_s` from the end of the
+  head to the end of the body;
+- limits on the head: `max_header_count` headers and `max_header_bytes`
+  for the request line and headers together (httptools sets none).
+
+Past a deadline the client gets 408 `request_timeout` (a connection that
+sent nothing is just closed), past a limit 431 `headers_too_large`, both in
+the OpenAI error envelope, and the connection is closed. The handler of a
+request whose body timed out sees the client leave (`http.disconnect`),
+as for any client that goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from cortex.api.errors import error_envelope
+from cortex.config import CortexSettings
+from neuraxis.core.errors import (
+    HeadersTooLargeError,
+    NeuraxisError,
+    RequestTimeoutError,
+    mapping_for,
+)
+
+log = logging.getLogger("neuraxis.cortex")
+
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+@dataclass(frozen=True)
+class ClientLimits:
+    header_timeout_s: float
+    body_timeout_s: float
+    max_header_count: int
+    max_header_bytes: int
+
+
+def client_limits(settings: CortexSettings) -> ClientLimits:
+    return ClientLimits(
+        header_timeout_s=settings.request_header_timeout_s,
+        body_timeout_s=settings.request_body_timeout_s,
+        max_header_count=settings.max_header_count,
+        max_header_bytes=settings.max_header_bytes,
+    )
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the deadlines and head limits above.
+    uvicorn makes one per connection; `limits` is bound with functools.partial
+    (picklable, so `--workers N` get it too)."""
+
+    def __init__(self, *args: Any, limits: ClientLimits, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._limits = limits
+        self._timer: asyncio.TimerHandle | None = None
+        self._head_started = False  # a byte of the current request's head arrived
+        self._head_bytes = 0
+        self._header_count = 0
+
+    # --- the deadlines ----------------------------------------------------
+
+    def _arm(self, seconds: float, on_expiry: Any) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(seconds, on_expiry)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self._limits.header_timeout_s, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _head_timed_out(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        if not self._head_started:
+            self.transport.close()  # nothing sent: nothing to answer
+            return
+        log.warning("closed a connection from %s: request head not received in time", self.client)
+        self._refuse(
+            RequestTimeoutError(
+                f"The request's headers did not arrive within "
+                f"{self._limits.header_timeout_s:g} seconds."
+            )
+        )
+
+    def _body_timed_out(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        log.warning("closed a connection from %s: request body not received in time", self.client)
+        if self.cycle is not None and not self.cycle.response_started:
+            self._refuse(
+                RequestTimeoutError(
+                    f"The request's body did not arrive within "
+                    f"{self._limits.body_timeout_s:g} seconds."
+                )
+            )
+        else:  # the app already answered: nothing more can be said
+            self.transport.close()
+
+    # --- parser callbacks -------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_started = True
+        self._head_bytes = 0
+        self._header_count = 0
+        if self._timer is None:  # a later request on a kept-alive connection
+            self._arm(self._limits.header_timeout_s, self._head_timed_out)
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url), 0)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value), 1)
+        super().on_header(name, value)
+
+    def _count(self, size: int, headers: int) -> None:
+        self._head_bytes += size
+        self._header_count += headers
+        if self._header_count > self._limits.max_header_count:
+            raise HeadersTooLargeError(
+                f"The request has more than {self._limits.max_header_count} headers."
+            )
+        if self._head_bytes > self._limits.max_header_bytes:
+            raise HeadersTooLargeError(
+                f"The request's line and headers exceed {self._limits.max_header_bytes} bytes."
+            )
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        self._head_started = False
+        super().on_headers_complete()
+        if self._has_body():
+            self._arm(self._limits.body_timeout_s, self._body_timed_out)
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def _has_body(self) -> bool:
+        for name, value in self.headers:
+            if name == b"content-length":
+                return value.strip() != b"0"
+            if name == b"transfer-encoding":
+                return True
+        return False
+
+    # --- refusing ---------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        # uvicorn's, except that a head past the limits gets its 431 rather
+        # than the generic 400 (httptools wraps what a callback raised).
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            if isinstance(e.__context__, HeadersTooLargeError):
+                self._refuse(e.__context__)
+                return
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+
+    def _refuse(self, error: NeuraxisError) -> None:
+        """Answer `error` in the envelope and close the connection; the
+        request's handler, if one runs, sees the client leave."""
+        self._disarm()
+        status = mapping_for(error).http_status
+        body = error_envelope(error).model_dump_json().encode()
+        head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])]
+        defaults = self.server_state.default_headers  # date, server
+        head += [name + b": " + value + b"\r\n" for name, value in defaults]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+        ]
+        if self.cycle is not None and not self.cycle.response_complete:
+            # Nothing the handler sends later may follow ours on the wire.
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
