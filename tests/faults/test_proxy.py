@@ -1,0 +1,93 @@
+"""The fault proxy itself, against a plain TCP echo server: each mode does
+what the fault tests rely on."""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bench.faultproxy import FaultProxy
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+@pytest.fixture
+def proxy() -> Iterator[FaultProxy]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with FaultProxy(server.server_address[1], delay_s=0.3, drip_bytes=4) as made:
+        yield made
+    server.shutdown()
+    server.server_close()
+
+
+def _connect(proxy: FaultProxy) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", proxy.port), timeout=2)
+
+
+def _echo(sock: socket.socket, data: bytes) -> bytes:
+    sock.sendall(data)
+    got = b""
+    while len(got) < len(data):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def test_pass_forwards_both_ways(proxy: FaultProxy) -> None:
+    with _connect(proxy) as sock:
+        assert _echo(sock, b"hello") == b"hello"
+
+
+def test_delay_holds_each_chunk(proxy: FaultProxy) -> None:
+    proxy.mode = "delay"
+    with _connect(proxy) as sock:
+        started = time.monotonic()
+        assert _echo(sock, b"hello") == b"hello"
+        assert time.monotonic() - started >= 0.6  # there and back
+
+
+def test_reset_kills_open_connections_and_refuses_new_ones(proxy: FaultProxy) -> None:
+    sock = _connect(proxy)
+    assert _echo(sock, b"a") == b"a"
+    proxy.mode = "reset"
+    time.sleep(0.1)
+    with pytest.raises(ConnectionResetError):
+        sock.sendall(b"b")
+        sock.recv(10)
+    sock.close()
+    with _connect(proxy) as fresh, pytest.raises(ConnectionResetError):
+        fresh.sendall(b"c")
+        fresh.recv(10)
+    proxy.mode = "pass"
+    with _connect(proxy) as again:
+        assert _echo(again, b"d") == b"d"
+
+
+def test_blackhole_keeps_the_connection_and_forwards_nothing(proxy: FaultProxy) -> None:
+    with _connect(proxy) as sock:
+        proxy.mode = "blackhole"
+        sock.sendall(b"lost")
+        with pytest.raises(TimeoutError):
+            sock.settimeout(0.5)
+            sock.recv(10)
+
+
+def test_drip_forwards_a_few_bytes_at_a_time(proxy: FaultProxy) -> None:
+    proxy.mode = "drip"  # 4 bytes every 0.1 s
+    with _connect(proxy) as sock:
+        started = time.monotonic()
+        assert _echo(sock, b"0123456789abcdef") == b"0123456789abcdef"
+        assert time.monotonic() - started >= 0.3
