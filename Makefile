@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing-sim bench-gateway install clean
+.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing-sim bench-gateway soak install clean
 
 install: $(STAMP)
 
@@ -133,6 +133,12 @@ bench-store: $(STAMP)
 # Streams and SSE events/s one cortex (then two workers) sustains.
 bench-gateway: $(STAMP)
 	$(PY) -m bench.gateway_capacity
+
+# 200 streams over 3 sim neurons behind fault proxies, a fault every 30 s
+# (bench/soak.py): failures, how cut streams ended, TTFT, cortex RSS and fds.
+SOAK_MINUTES ?= 10
+soak: $(STAMP)
+	$(PY) -m bench.soak --minutes $(SOAK_MINUTES)
 
 clean:
 	rm -rf $(VENV)

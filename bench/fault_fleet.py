@@ -57,6 +57,7 @@ class FaultFleet:
     proxies: list[FaultProxy]
     neurons: list[Proc] = field(default_factory=list)
     restarts: int = 0
+    cortex_pid: int = 0
 
     @property
     def replicas(self) -> list[str]:
@@ -149,6 +150,7 @@ def fault_fleet(
         targets = [a for replica in fleet.replicas for a in ("--neuron", replica)]
         args = ["cortex", "--port", str(port), *targets, "--model", MODEL, *admin]
         cortex = Proc([*args, *CORTEX_DEADLINES], logs / "cortex.log")
+        fleet.cortex_pid = cortex.popen.pid
         wait_http_ready(cortex, f"{fleet.base_url}/readyz", 60)
         fleet.wait_all_up()
         yield fleet

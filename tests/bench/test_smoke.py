@@ -117,3 +117,11 @@ def test_store_benchmark_runs(tmp_path: Path) -> None:
     assert "| events after (compacted) |" in out, out
     assert "| postgres | 1000 |" in out, out
     assert (tmp_path / "store.md").is_file()
+
+
+def test_soak_runs(tmp_path: Path) -> None:
+    # Three sim neurons behind fault proxies, 20 streams, three faults in ~20 s.
+    out = _smoke("bench.soak", "--out", str(tmp_path / "soak.json"))
+    assert "| failed before first token |" in out, out
+    assert "| cut without terminal event | 0 |" in out, out
+    assert (tmp_path / "soak.md").is_file()

@@ -1,0 +1,223 @@
+"""The soak (issue 13 point 9): 200 concurrent streamed chat clients, back to
+back, through a cortex in front of three sim neurons, each behind a fault
+proxy (bench/fault_fleet.py), with a fault from the fault tests' list
+injected into one neuron every 30 s (held 10 s, then cleared; the faults
+and the neurons taken in turn).
+
+Reported: requests, completed, failures before the first token (target 0),
+streams cut mid-way and how each ended (with its terminal error event and
+[DONE], or without: the target is none without), p50/p99 TTFT, and cortex's
+RSS and open file descriptors after the warm-up and at the end (targets:
+RSS growth under 5 %, descriptors flat).
+
+    make soak                      # 10 minutes
+    make soak SOAK_MINUTES=30
+    python -m bench.soak --minutes 3
+    python -m bench.soak --smoke   # ~20 s, two faults (make test)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from bench.fault_fleet import FAULTS, MODEL, Fault, FaultFleet, fault_fleet
+from bench.plots import markdown_table, write_markdown
+from bench.stack import RESULTS, output_path, parser, write_summary
+
+
+@dataclass
+class Request:
+    started_at: float
+    ttft: float | None = None
+    finished: bool = False  # a finish_reason, then [DONE]
+    error_event: bool = False
+    done: bool = False  # [DONE] came
+    status: int = 0
+
+
+@dataclass
+class Sample:
+    at_s: float
+    rss_mb: float
+    fds: int
+
+
+@dataclass
+class Soak:
+    requests: list[Request] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+
+
+async def _one(client: httpx.AsyncClient, max_tokens: int) -> Request:
+    request = Request(time.monotonic())
+    body = {
+        "model": MODEL,
+        "stream": True,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": "hello"}],
+    }
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            request.status = response.status_code
+            if response.status_code != 200:
+                await response.aread()
+                return request
+            finish = None
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                data = line[6:]
+                if data == "[DONE]":
+                    request.done = True
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    request.error_event = True
+                    continue
+                for choice in chunk["choices"]:
+                    if request.ttft is None and choice["delta"].get("content"):
+                        request.ttft = time.monotonic() - request.started_at
+                    finish = choice.get("finish_reason") or finish
+            request.finished = request.done and finish is not None and not request.error_event
+    except httpx.HTTPError:
+        pass  # neither finished nor a terminal event: counted as such
+    return request
+
+
+async def _clients(base_url: str, streams: int, until: float, max_tokens: int, soak: Soak) -> None:
+    limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
+    async with httpx.AsyncClient(base_url=base_url, timeout=120, limits=limits) as client:
+
+        async def loop() -> None:
+            while time.monotonic() < until:
+                soak.requests.append(await _one(client, max_tokens))
+
+        await asyncio.gather(*(loop() for _ in range(streams)))
+
+
+def _faults(
+    fleet: FaultFleet, stop: threading.Event, every_s: float, hold_s: float, soak: Soak
+) -> None:
+    """Inject a fault every `every_s`, hold it `hold_s`, clear it."""
+    kinds = [f for f in FAULTS if f != "none"]
+    n = 0
+    while not stop.wait(every_s - hold_s if n else every_s / 2):
+        fault: Fault = kinds[n % len(kinds)]
+        neuron = n % len(fleet.proxies)
+        fleet.inject(fault, neuron)
+        soak.faults.append(f"{fault}@{neuron}")
+        stop.wait(hold_s)
+        fleet.clear(fault, neuron)
+        n += 1
+
+
+def _sampler(pid: int, stop: threading.Event, started: float, soak: Soak) -> None:
+    process = psutil.Process(pid)
+    while not stop.wait(1.0):
+        soak.samples.append(
+            Sample(time.monotonic() - started, process.memory_info().rss / 1e6, process.num_fds())
+        )
+
+
+def run(
+    logs: Path, minutes: float, streams: int, every_s: float, hold_s: float, max_tokens: int
+) -> tuple[Soak, float]:
+    soak = Soak()
+    args = ["--sim-ttft-s", "0.05", "--sim-itl-s", "0.1"]
+    with fault_fleet(logs, neuron_args=args) as fleet:
+        stop = threading.Event()
+        started = time.monotonic()
+        threads = [
+            threading.Thread(target=_faults, args=(fleet, stop, every_s, hold_s, soak)),
+            threading.Thread(target=_sampler, args=(fleet.cortex_pid, stop, started, soak)),
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            until = started + minutes * 60
+            asyncio.run(_clients(fleet.base_url, streams, until, max_tokens, soak))
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(60)
+    return soak, time.monotonic() - started
+
+
+def summarize(soak: Soak, warmup_s: float) -> dict[str, float]:
+    requests = soak.requests
+    ttfts = sorted(r.ttft for r in requests if r.ttft is not None)
+    cut = [r for r in requests if r.ttft is not None and not r.finished]
+    after = [s for s in soak.samples if s.at_s >= warmup_s] or soak.samples
+    first, last = after[0], after[-1]
+    return {
+        "requests": len(requests),
+        "completed": sum(r.finished for r in requests),
+        "failed_before_first_token": sum(1 for r in requests if r.ttft is None),
+        "cut_mid_stream": len(cut),
+        "cut_with_terminal_event": sum(1 for r in cut if r.error_event and r.done),
+        "cut_without_terminal_event": sum(1 for r in cut if not (r.error_event and r.done)),
+        "ttft_p50_ms": statistics.median(ttfts) * 1000 if ttfts else 0.0,
+        "ttft_p99_ms": ttfts[int(len(ttfts) * 0.99) - 1] * 1000 if ttfts else 0.0,
+        "faults": len(soak.faults),
+        "rss_start_mb": first.rss_mb,
+        "rss_end_mb": last.rss_mb,
+        "rss_growth_pct": (last.rss_mb / first.rss_mb - 1) * 100,
+        "fds_start": first.fds,
+        "fds_end": last.fds,
+    }
+
+
+def report(summary: dict[str, float], faults: list[str], minutes: float, streams: int) -> str:
+    rows = [[name.replace("_", " "), value] for name, value in summary.items()]
+    return "\n".join(
+        [
+            f"Soak: {minutes:g} min, {streams} streams, 3 sim neurons, faults: "
+            + (", ".join(faults) or "none"),
+            "",
+            markdown_table(["figure", "value"], rows),
+            "",
+            "targets: failed before first token 0; cut without terminal event 0; "
+            "RSS growth < 5 %; fds flat",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser(__doc__)
+    cli.add_argument("--minutes", type=float, default=10.0)
+    cli.add_argument("--streams", type=int, default=200)
+    cli.add_argument("--fault-every-s", type=float, default=30.0)
+    cli.add_argument("--fault-hold-s", type=float, default=10.0)
+    cli.add_argument("--max-tokens", type=int, default=40)
+    cli.add_argument("--warmup-s", type=float, default=30.0)
+    args = cli.parse_args(argv)
+    if args.smoke:
+        args.minutes, args.streams, args.fault_every_s, args.fault_hold_s = 0.35, 20, 8, 3
+        args.warmup_s, args.max_tokens = 3, 10
+    logs = RESULTS / "soak-logs"
+    soak, took = run(
+        logs, args.minutes, args.streams, args.fault_every_s, args.fault_hold_s, args.max_tokens
+    )
+    summary = summarize(soak, args.warmup_s)
+    text = report(summary, soak.faults, args.minutes, args.streams)
+    print(text)
+    out = output_path(args, "soak/soak.json")
+    if out is not None:
+        write_markdown(out.parent, "soak", text)
+    write_summary(out, {**summary, "seconds": took})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
