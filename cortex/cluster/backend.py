@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from cortex.cluster.nodes import NodeMark
 from cortex.cluster.placement import NodeView
 from neuraxis.core.generations import Generation
 
@@ -39,6 +40,9 @@ class ReplicaRequest:
     gpus: int
     label_selector: dict[str, str]
     preferred_node: str | None
+    # Only the preferred node will do: while some nodes are cordoned, a soft
+    # wish could land the replica on one of them.
+    pinned: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,4 +140,12 @@ class ClusterBackend(Protocol):
     def kill(self, replica_id: str) -> None:
         """Release the replica (its actor, its neuron, its connections) at
         once; a no-op for an unknown id."""
+        ...
+
+    async def load_marks(self) -> dict[str, NodeMark]:
+        """The cordoned and draining nodes, as the last controller saved them."""
+        ...
+
+    async def save_marks(self, marks: dict[str, NodeMark]) -> None:
+        """Keep the node marks where the next controller finds them."""
         ...

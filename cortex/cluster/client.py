@@ -183,6 +183,18 @@ def status(timeout_s: float = 30.0) -> ClusterStatus:
         raise ClusterError(f"the controller's status is not in this version's form: {e}") from None
 
 
+def mark_node(name: str, mark: str | None, timeout_s: float = 60.0) -> tuple[str, str]:
+    """Cordon ("cordoned"), drain ("draining") or uncordon (None) a node;
+    its id and host. ClusterError when the controller refuses (no such
+    node, several)."""
+    result: dict[str, str] = ray.get(
+        find_controller().mark_node.remote(name, mark), timeout=timeout_s
+    )
+    if "error" in result:
+        raise ClusterError(result["error"])
+    return result["node_id"], result["host"]
+
+
 def apply_spec(spec: DeploymentSpec, timeout_s: float = 60.0) -> None:
     ray.get(find_controller().apply.remote(spec_to_dict(spec)), timeout=timeout_s)
 

@@ -37,6 +37,7 @@ from cortex.cluster.backend import (
 )
 from cortex.cluster.clock import Clock
 from cortex.cluster.decisions import Backoff, ReplicaRecord
+from cortex.cluster.nodes import NodeMark, resolve
 from cortex.cluster.placement import NodeView, eligibility, label_selector, unplaceable_reason
 from cortex.cluster.replica_settings import replica_settings, settings_env
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
@@ -97,6 +98,8 @@ class Controller:
         self.table = EndpointTable()
         self._passes = 0
         self._reports: dict[str, tuple[CortexReport, float]] = {}
+        # Cordoned and draining nodes (nodes.py), by node id.
+        self._marks: dict[str, NodeMark] = {}
 
     # -- what the actor exposes ----------------------------------------------
 
@@ -120,6 +123,30 @@ class Controller:
         """A cortex instance's periodic report (its requests in flight per
         replica); kept for REPORT_TTL_S, so a cortex that stopped drops out."""
         self._reports[report.instance] = (report, self._clock.monotonic())
+
+    async def mark_node(self, name: str, mark: NodeMark | None) -> NodeView:
+        """Cordon (`CORDONED`), drain (`DRAINING`) or uncordon (None) the node
+        `name` means (nodes.resolve); the change is saved in the cluster and
+        a pass runs at once. NodeError when no node or several match."""
+        await self.adopt()
+        self._nodes = await self._backend.nodes()
+        node = resolve(self._nodes, name)
+        if mark is None:
+            self._marks.pop(node.node_id, None)
+        else:
+            self._marks[node.node_id] = mark
+        await self._backend.save_marks(self._marks)
+        log.info("node %s (%s): %s", node.node_id, node.host, mark.value if mark else "uncordoned")
+        await self.tick()
+        return node
+
+    def _mark_of(self, node_id: str) -> str | None:
+        mark = self._marks.get(node_id)
+        return mark.value if mark is not None else None
+
+    def _schedulable(self) -> list[NodeView]:
+        """The nodes new replicas may go to: not cordoned, not draining."""
+        return [n for n in self._nodes if n.node_id not in self._marks]
 
     def _fresh_reports(self) -> list[tuple[CortexReport, float]]:
         """The reports younger than REPORT_TTL_S, each with its age."""
@@ -150,7 +177,10 @@ class Controller:
                     ],
                 )
             )
-        nodes = [NodeStatus(n.node_id, n.host, n.generation, n.gpus, n.alive) for n in self._nodes]
+        nodes = [
+            NodeStatus(n.node_id, n.host, n.generation, n.gpus, n.alive, self._mark_of(n.node_id))
+            for n in self._nodes
+        ]
         cortices = [
             CortexStatus(
                 r.instance,
@@ -198,6 +228,7 @@ class Controller:
         async with self._adopting:
             if self._adopted:
                 return
+            self._marks = await self._backend.load_marks()
             found = await self._backend.replicas()
             health = await asyncio.gather(*(self._backend.check(r.replica_id) for r in found))
             for running, checked in zip(found, health, strict=True):
@@ -321,6 +352,10 @@ class Controller:
             for r in self._replicas.values()
             if r.model == model.id and r.state is not ReplicaState.DRAINING
         ]
+        leaving = [r for r in active if self._marks.get(r.node_id or "") is NodeMark.DRAINING]
+        if leaving:
+            self._move_off(model, active, leaving)
+            return
         if len(active) > model.replicas:
             for replica in decisions.scale_down_victims(active, model.replicas):
                 self._drain(replica)
@@ -329,18 +364,47 @@ class Controller:
             self._unplaceable.pop(model.id, None)
             self._rebalance(model, active)
             return
-        reason = unplaceable_reason(model, self._nodes)
+        self._place_missing(model, model.replicas - len(active))
+
+    def _place_missing(self, model: ModelSpec, count: int) -> int:
+        """Place `count` replicas of `model` on schedulable nodes; how many
+        were placed (none when no such node can hold one, or while the
+        model's starts back off)."""
+        reason = unplaceable_reason(model, self._schedulable())
         if reason is not None:
+            if unplaceable_reason(model, self._nodes) is None:
+                reason = "every node that could hold it is cordoned or draining"
             if self._unplaceable.get(model.id) != reason:
                 log.error("cannot place %s: %s", model.id, reason)
             self._unplaceable[model.id] = reason
-            return
+            return 0
         self._unplaceable.pop(model.id, None)
         backoff = self._backoff.get(model.id)
         if backoff and self._clock.monotonic() < backoff.not_before:
-            return
-        for _ in range(model.replicas - len(active)):
+            return 0
+        for _ in range(count):
             self._place(model)
+        return count
+
+    def _move_off(
+        self, model: ModelSpec, active: list[ReplicaRecord], leaving: list[ReplicaRecord]
+    ) -> None:
+        """Replicas on draining nodes: replacements elsewhere first; each
+        leaving replica drains once the ready replicas elsewhere keep the
+        model's ready count (one not serving yet drains at once)."""
+        staying = [r for r in active if r not in leaving]
+        if len(staying) < model.replicas:
+            self._place_missing(model, model.replicas - len(staying))
+        ready_elsewhere = sum(1 for r in staying if r.state is ReplicaState.READY)
+        serving = [r for r in leaving if r.state is ReplicaState.READY]
+        for replica in leaving:
+            if replica not in serving:
+                self._drain(replica)
+        # Each can go once the ready count stays where it was.
+        can_go = ready_elsewhere + len(serving) - max(model.replicas, len(serving))
+        for replica in sorted(serving, key=lambda r: r.serial)[: max(0, can_go)]:
+            log.info("moving %s off draining node %s", replica.id, replica.node_id)
+            self._drain(replica)
 
     def _rebalance(self, model: ModelSpec, active: list[ReplicaRecord]) -> None:
         now = self._clock.monotonic()
@@ -362,11 +426,24 @@ class Controller:
     def _next_node(self, model: ModelSpec) -> str | None:
         avoid = decisions.avoided_nodes(self._suspect, self._clock.monotonic())
         replicas = list(self._replicas.values())
-        return decisions.next_node(model, self._nodes, replicas, self._spec, avoid)
+        return decisions.next_node(model, self._schedulable(), replicas, self._spec, avoid)
+
+    def _target(self, model: ModelSpec) -> tuple[str | None, bool]:
+        """Where the next replica goes and whether only there: with nodes
+        cordoned, a node picked here (one without a replica of the model if
+        any, else the least loaded schedulable one), pinned."""
+        preferred = self._next_node(model)
+        if not self._marks:
+            return preferred, False
+        if preferred is None:
+            replicas = list(self._replicas.values())
+            preferred = decisions.least_loaded_node(model, self._schedulable(), replicas)
+        return preferred, preferred is not None
 
     def _place(self, model: ModelSpec) -> None:
         generations = eligibility(model).generations
         serial = next(self._counter)
+        node_id, pinned = self._target(model)
         replica = ReplicaRecord(
             f"{model.id}-{serial}",
             model.id,
@@ -374,7 +451,7 @@ class Controller:
             created=self._clock.time(),
             # Where it is meant to go, until the backend says where it went;
             # the next placement of this pass then prefers another node.
-            node_id=self._next_node(model),
+            node_id=node_id,
         )
         failures = self._pending_failures.get(model.id)
         if failures:
@@ -388,6 +465,7 @@ class Controller:
                 model.gpus_per_replica(),
                 label_selector(generations),
                 replica.node_id,
+                pinned,
             )
         )
         self._run_task(replica, self._start(replica, model))

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from cortex.cluster.backend import Health, Liveness, RunningReplica
-from cortex.cluster.placement import NodeView, preferred_node
+from cortex.cluster.placement import NodeView, eligibility, preferred_node
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
 from cortex.cluster.status import Failure, ReplicaState
 from neuraxis.core.generations import Generation
@@ -179,6 +179,18 @@ def next_node(
     preference."""
     used = usage(replicas, spec)
     return preferred_node(model, nodes, used.models, avoid, used.gpus)
+
+
+def least_loaded_node(
+    model: ModelSpec, nodes: list[NodeView], replicas: list[ReplicaRecord]
+) -> str | None:
+    """Any live node of an allowed generation, the one holding the fewest
+    replicas first (a second replica of a model on one node is better than
+    none while others are cordoned); None when there is none."""
+    wanted = set(eligibility(model).generations)
+    held = Counter(r.node_id for r in replicas if r.state is not ReplicaState.DRAINING)
+    fits = [n for n in nodes if n.alive and n.generation in wanted]
+    return min(fits, key=lambda n: (held[n.node_id], n.node_id)).node_id if fits else None
 
 
 def rebalance_mover(

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from typing import Any
 
 import grpc
 import ray
 from ray.exceptions import RayError
+from ray.experimental import internal_kv
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cortex.cluster.backend import (
@@ -34,6 +36,7 @@ from cortex.cluster.backend import (
 )
 from cortex.cluster.clock import SystemClock
 from cortex.cluster.controller import Controller, ControllerConfig
+from cortex.cluster.nodes import NodeError, NodeMark
 from cortex.cluster.placement import NodeView
 from cortex.cluster.replica import ReplicaActor
 from cortex.cluster.spec import DeploymentSpec
@@ -47,6 +50,8 @@ log = logging.getLogger("neuraxis.controller")
 
 CONTROLLER_NAME = "neuraxis-controller"
 NAMESPACE = "neuraxis"
+# The cordoned and draining nodes, in Ray's key-value store (the GCS).
+MARKS_KEY = "node-marks"
 # How long a replica's actor may take to answer a check before it counts as gone.
 CHECK_TIMEOUT_S = 10.0
 # How long the neuron's health and load calls may take.
@@ -78,7 +83,7 @@ class RayBackend:
         # Soft: Ray still places it on another eligible node when this one is
         # full; SPREAD when every eligible node already holds a replica.
         strategy: Any = (
-            NodeAffinitySchedulingStrategy(node_id=request.preferred_node, soft=True)
+            NodeAffinitySchedulingStrategy(node_id=request.preferred_node, soft=not request.pinned)
             if request.preferred_node
             else "SPREAD"
         )
@@ -165,6 +170,16 @@ class RayBackend:
         except RayError as e:
             # Gone already: nothing left to drain.
             log.warning("replica %s could not be drained: %s", replica_id, _cause(e))
+
+    async def load_marks(self) -> dict[str, NodeMark]:
+        stored = internal_kv._internal_kv_get(MARKS_KEY, namespace=NAMESPACE)
+        if not stored:
+            return {}
+        return {node: NodeMark(mark) for node, mark in json.loads(stored).items()}
+
+    async def save_marks(self, marks: dict[str, NodeMark]) -> None:
+        value = json.dumps({node: mark.value for node, mark in marks.items()})
+        internal_kv._internal_kv_put(MARKS_KEY, value, namespace=NAMESPACE)
 
     def kill(self, replica_id: str) -> None:
         actor = self._actors.pop(replica_id, None)
@@ -286,6 +301,15 @@ class ControllerShell:
 
     async def report(self, report: dict[str, Any]) -> None:
         self._controller.report(CortexReport.from_dict(report))
+
+    async def mark_node(self, name: str, mark: str | None) -> dict[str, Any]:
+        """`neuraxis node cordon|drain|uncordon`: the node's id, or the error."""
+        await self._resume()
+        try:
+            node = await self._controller.mark_node(name, NodeMark(mark) if mark else None)
+        except NodeError as e:
+            return {"error": str(e)}
+        return {"node_id": node.node_id, "host": node.host}
 
     async def shutdown(self) -> None:
         # Adopts what runs (to drain it) without placing anything new.

@@ -49,6 +49,8 @@ class NodeStatus:
     generation: Generation | None
     gpus: int
     alive: bool
+    # "cordoned" or "draining" (neuraxis node ...), None when schedulable.
+    mark: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +59,7 @@ class NodeStatus:
             "generation": _value(self.generation),
             "gpus": self.gpus,
             "alive": self.alive,
+            "mark": self.mark,
         }
 
     @classmethod

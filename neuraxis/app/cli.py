@@ -1,5 +1,6 @@
 """The `neuraxis` command: up, cortex, head, neuron serve|agent, status,
-config check, model prepare, tls init, keys create|list|revoke.
+config check, model prepare, tls init, keys create|list|revoke, node
+cordon|drain|uncordon.
 
 The options of `cortex`, `neuron serve` and `neuron agent` are generated from
 their settings classes, and those of `up` from EmbeddedOptions
@@ -20,6 +21,7 @@ from cortex.config import CortexSettings
 from neuraxis.app.embedded import EmbeddedOptions
 from neuraxis.app.head import HeadSettings
 from neuraxis.app.keys import add_keys_parser
+from neuraxis.app.node import add_node_parser, run_node
 from neuraxis.app.options import add_settings_options, overrides
 from neuraxis.core.neuron_settings import AGENT_SETTINGS, NeuronSettings
 from neuraxis.core.settings import S, SettingsError, load_settings
@@ -172,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         "than cortex (repeatable; cortex checks the name neuraxis-neuron)",
     )
     add_keys_parser(sub)
+    add_node_parser(sub)
     return parser
 
 
@@ -235,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             from neuraxis.app.keys import run_keys
 
             return run_keys(args)
+        if args.command == "node":
+            return run_node(args)
     except (SettingsError, SpecError) as e:
         print(f"neuraxis: {e}", file=sys.stderr)
         return 2
@@ -266,21 +271,12 @@ def _cluster(args: argparse.Namespace) -> int:
 
 
 def _status(address: str | None, config: Path | None, as_json: bool, every: float | None) -> int:
-    import os
-
+    from neuraxis.app.cluster_address import NO_ADDRESS, cluster_address
     from neuraxis.app.status import render, render_json, watch
 
-    if address is None and config is not None:
-        settings = load_settings(CortexSettings, config, {})
-        head = f"{settings.ray_node_ip}:{settings.ray_port}" if settings.ray_head else None
-        address = settings.ray_address or head
-    address = address or os.environ.get("RAY_ADDRESS") or _embedded_cluster()
+    address = cluster_address(address, config)
     if not address:
-        print(
-            "neuraxis: give --address (the Ray head's host:port) or --config; "
-            "no `neuraxis up` is running",
-            file=sys.stderr,
-        )
+        print(NO_ADDRESS, file=sys.stderr)
         return 2
     # Imported once the address (and a running `up`'s token) is known: Ray
     # reads its authentication settings when it is first imported.
@@ -311,25 +307,6 @@ def _status(address: str | None, config: Path | None, as_json: bool, every: floa
         return 0
     sys.stdout.write(render_json(current) if as_json else render(current))
     return 0
-
-
-def _embedded_cluster() -> str | None:
-    """The address of a running `neuraxis up` (its token goes to the
-    environment, for Ray to read)."""
-    import json
-    import os
-
-    from cortex.config import default_state_dir
-    from neuraxis.app.embedded import EMBEDDED_CLUSTER_FILE
-
-    marker = default_state_dir() / EMBEDDED_CLUSTER_FILE
-    try:
-        found = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        return None
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ["RAY_AUTH_TOKEN"] = str(found["token"])
-    return str(found["address"])
 
 
 def _prepare_models(models: list[str], cache_dir: Path | None) -> int:

@@ -20,7 +20,7 @@ def render(status: ClusterStatus) -> str:
             n.host,
             n.generation.value if n.generation else "-",
             str(n.gpus),
-            "alive" if n.alive else "dead",
+            ("alive" if n.alive else "dead") + (f", {n.mark}" if n.mark else ""),
             n.node_id[:12],
         ]
         for n in status.nodes

@@ -15,6 +15,7 @@ from cortex.cluster.backend import (
     RunningReplica,
     Started,
 )
+from cortex.cluster.nodes import NodeMark
 from cortex.cluster.placement import NodeView
 from neuraxis.core.generations import Generation
 
@@ -90,6 +91,8 @@ class FakeBackend:
         self.start_errors: dict[str, str] = {}
         # While set, checks wait for it before answering (a check in flight).
         self.check_gate: asyncio.Event | None = None
+        # The node marks saved in the cluster (they outlive a controller).
+        self.marks: dict[str, NodeMark] = {}
         self._ports = iter(range(50051, 60000))
 
     async def nodes(self) -> list[NodeView]:
@@ -170,3 +173,9 @@ class FakeBackend:
     def kill(self, replica_id: str) -> None:
         if self.actors.pop(replica_id, None) is not None:
             self.killed.append(replica_id)
+
+    async def load_marks(self) -> dict[str, NodeMark]:
+        return dict(self.marks)
+
+    async def save_marks(self, marks: dict[str, NodeMark]) -> None:
+        self.marks = dict(marks)

@@ -231,3 +231,20 @@ def test_up_keeps_its_flags() -> None:
         "verbose": True,
         "log_format": "json",
     }
+
+
+@pytest.mark.parametrize("command", ["cordon", "drain", "uncordon"])
+def test_node_commands_take_a_node_and_where_the_cluster_is(command: str) -> None:
+    args = build_parser().parse_args(["node", command, "abc123", "--address", "10.0.0.1:6379"])
+    assert (args.command, args.node_command, args.node) == ("node", command, "abc123")
+    assert args.address == "10.0.0.1:6379"
+    assert getattr(args, "timeout", None) == (900.0 if command == "drain" else None)
+
+
+def test_a_node_command_with_no_cluster_to_reach_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))  # no `neuraxis up` here
+    assert main(["node", "cordon", "abc123"]) == 2
+    assert "give --address" in capsys.readouterr().err

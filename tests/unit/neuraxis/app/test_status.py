@@ -25,6 +25,7 @@ STATUS = ClusterStatus(
     nodes=[
         NodeStatus("a" * 40, "10.0.0.21", ADA, 2, True),
         NodeStatus("b" * 40, "10.0.0.22", None, 0, False),
+        NodeStatus("c" * 40, "10.0.0.23", ADA, 2, True, "draining"),
     ],
     models=[
         ModelStatus(
@@ -63,7 +64,7 @@ STATUS = ClusterStatus(
 # Every field set (none None, no list empty), so that a field the JSON loses
 # or renames cannot hide behind its default.
 FULL = ClusterStatus(
-    nodes=[NodeStatus("node-1", "10.0.0.21", ADA, 2, True)],
+    nodes=[NodeStatus("node-1", "10.0.0.21", ADA, 2, True, "cordoned")],
     models=[
         ModelStatus(
             id="chat",
@@ -129,7 +130,14 @@ FULL = ClusterStatus(
 # what scripts reading it depend on.
 FULL_JSON: dict[str, Any] = {
     "nodes": [
-        {"node_id": "node-1", "host": "10.0.0.21", "generation": "ada", "gpus": 2, "alive": True}
+        {
+            "node_id": "node-1",
+            "host": "10.0.0.21",
+            "generation": "ada",
+            "gpus": 2,
+            "alive": True,
+            "mark": "cordoned",
+        }
     ],
     "models": [
         {
@@ -209,8 +217,9 @@ def _unset_fields(value: object, path: str = "status") -> list[str]:
 
 def test_tables_show_nodes_replicas_and_unplaceable_models() -> None:
     lines = render(STATUS).splitlines()
-    assert "  10.0.0.21  ada         2     alive  aaaaaaaaaaaa" in lines
-    assert "  10.0.0.22  -           0     dead   bbbbbbbbbbbb" in lines
+    assert "  10.0.0.21  ada         2     alive            aaaaaaaaaaaa" in lines
+    assert "  10.0.0.22  -           0     dead             bbbbbbbbbbbb" in lines
+    assert "  10.0.0.23  ada         2     alive, draining  cccccccccccc" in lines
     assert any(line.split()[:3] == ["chat", "1/2", "ada,blackwell"] for line in lines)
     ready = next(line for line in lines if "chat-1" in line).split()
     # cortex's count, then the engine's running and waiting with their age.
