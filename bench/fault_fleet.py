@@ -130,10 +130,14 @@ class FaultFleet:
 
 @contextmanager
 def fault_fleet(
-    logs: Path, neurons: int = 3, neuron_args: Sequence[str] = ()
+    logs: Path,
+    neurons: int = 3,
+    neuron_args: Sequence[str] = (),
+    cortex_args: Sequence[str] = (),
 ) -> Iterator[FaultFleet]:
     """`neurons` sim neurons, each behind a fault proxy, and a cortex in
-    front of the proxies."""
+    front of the proxies (`cortex_args` after CORTEX_DEADLINES: the later
+    flag wins)."""
     logs.mkdir(parents=True, exist_ok=True)
     ports = [free_port() for _ in range(neurons)]
     # A delay under the health timeout: a slow link, not a dead one.
@@ -149,7 +153,7 @@ def fault_fleet(
             fleet.start_neuron(i)
         targets = [a for replica in fleet.replicas for a in ("--neuron", replica)]
         args = ["cortex", "--port", str(port), *targets, "--model", MODEL, *admin]
-        cortex = Proc([*args, *CORTEX_DEADLINES], logs / "cortex.log")
+        cortex = Proc([*args, *CORTEX_DEADLINES, *cortex_args], logs / "cortex.log")
         fleet.cortex_pid = cortex.popen.pid
         wait_http_ready(cortex, f"{fleet.base_url}/readyz", 60)
         fleet.wait_all_up()

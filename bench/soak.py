@@ -24,6 +24,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,8 @@ class Request:
     error_event: bool = False
     done: bool = False  # [DONE] came
     status: int = 0
+    events: int = 0  # data events before the end
+    error: str = ""  # the error event's message, the HTTP body, or the transport error
 
 
 @dataclass
@@ -71,7 +74,7 @@ async def _one(client: httpx.AsyncClient, max_tokens: int) -> Request:
         async with client.stream("POST", "/v1/chat/completions", json=body) as response:
             request.status = response.status_code
             if response.status_code != 200:
-                await response.aread()
+                request.error = (await response.aread()).decode(errors="replace")[:200]
                 return request
             finish = None
             async for line in response.aiter_lines():
@@ -82,16 +85,18 @@ async def _one(client: httpx.AsyncClient, max_tokens: int) -> Request:
                     request.done = True
                     break
                 chunk = json.loads(data)
+                request.events += 1
                 if "error" in chunk:
                     request.error_event = True
+                    request.error = chunk["error"].get("message", "")
                     continue
                 for choice in chunk["choices"]:
                     if request.ttft is None and choice["delta"].get("content"):
                         request.ttft = time.monotonic() - request.started_at
                     finish = choice.get("finish_reason") or finish
             request.finished = request.done and finish is not None and not request.error_event
-    except httpx.HTTPError:
-        pass  # neither finished nor a terminal event: counted as such
+    except httpx.HTTPError as e:  # neither finished nor a terminal event: counted as such
+        request.error = f"{type(e).__name__}: {e}"
     return request
 
 
@@ -135,7 +140,10 @@ def run(
 ) -> tuple[Soak, float]:
     soak = Soak()
     args = ["--sim-ttft-s", "0.05", "--sim-itl-s", "0.1"]
-    with fault_fleet(logs, neuron_args=args) as fleet:
+    # cortex's default health timeout: under 200 streams on two cores, the
+    # fault tests' 0.5 s let healthy neurons' polls time out now and then.
+    health = ["--health-timeout-s", "1.0", "--poll-interval-s", "0.5"]
+    with fault_fleet(logs, neuron_args=args, cortex_args=health) as fleet:
         stop = threading.Event()
         started = time.monotonic()
         threads = [
@@ -154,11 +162,14 @@ def run(
     return soak, time.monotonic() - started
 
 
-def summarize(soak: Soak, warmup_s: float) -> dict[str, float]:
+def summarize(soak: Soak, warmup_s: float, load_s: float) -> dict[str, float]:
+    """The figures; cortex's memory and descriptors from the warm-up's end to
+    the last sample while the load still ran."""
     requests = soak.requests
     ttfts = sorted(r.ttft for r in requests if r.ttft is not None)
     cut = [r for r in requests if r.ttft is not None and not r.finished]
-    after = [s for s in soak.samples if s.at_s >= warmup_s] or soak.samples
+    during = [s for s in soak.samples if warmup_s <= s.at_s <= load_s - 1]
+    after = during or soak.samples
     first, last = after[0], after[-1]
     return {
         "requests": len(requests),
@@ -178,7 +189,19 @@ def summarize(soak: Soak, warmup_s: float) -> dict[str, float]:
     }
 
 
-def report(summary: dict[str, float], faults: list[str], minutes: float, streams: int) -> str:
+def failure_causes(soak: Soak) -> list[str]:
+    """What the requests that failed before their first token saw, counted."""
+    causes = Counter(
+        f"HTTP {r.status}, {r.events} events: {r.error[:100]}"
+        for r in soak.requests
+        if r.ttft is None and not r.finished
+    )
+    return [f"- {count} x {cause}" for cause, count in causes.most_common(10)]
+
+
+def report(
+    summary: dict[str, float], faults: list[str], minutes: float, streams: int, causes: list[str]
+) -> str:
     rows = [[name.replace("_", " "), value] for name, value in summary.items()]
     return "\n".join(
         [
@@ -189,6 +212,7 @@ def report(summary: dict[str, float], faults: list[str], minutes: float, streams
             "",
             "targets: failed before first token 0; cut without terminal event 0; "
             "RSS growth < 5 %; fds flat",
+            *(["", "Failed before the first token:", *causes] if causes else []),
         ]
     )
 
@@ -209,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     soak, took = run(
         logs, args.minutes, args.streams, args.fault_every_s, args.fault_hold_s, args.max_tokens
     )
-    summary = summarize(soak, args.warmup_s)
-    text = report(summary, soak.faults, args.minutes, args.streams)
+    summary = summarize(soak, args.warmup_s, args.minutes * 60)
+    text = report(summary, soak.faults, args.minutes, args.streams, failure_causes(soak))
     print(text)
     out = output_path(args, "soak/soak.json")
     if out is not None:

@@ -65,6 +65,7 @@ from neuraxis.core.errors import (
     InternalError,
     InvalidRequestError,
     ModelNotFoundError,
+    ModelOverloadedError,
     NeuraxisError,
     UnavailableError,
     caused_by_request,
@@ -447,7 +448,10 @@ class NeuronPool:
             chosen = self._alternative(route, tried)
             refusal = None
             if chosen is not None:
-                refusal = ticket.refusal(engine_died=isinstance(error, EngineDiedError))
+                refusal = ticket.refusal(
+                    engine_died=isinstance(error, EngineDiedError),
+                    neuron_down=_neuron_down(error),
+                )
             if refusal is not None:
                 metrics.record_retry_refused(self.model_label(request.model))
                 log.warning("request %s not retried: %s", request.request_id, refusal)
@@ -603,3 +607,12 @@ class NeuronPool:
         was sent yet)."""
         for watchdog in state.watchdogs:
             watchdog.neuron_down()
+
+
+def _neuron_down(error: NeuraxisError) -> bool:
+    """Whether the attempt failed because its neuron is down (unreachable,
+    shutting down, or gone silent: the pool's own health verdict), not
+    because of what the engine did with the request or a lack of capacity."""
+    return isinstance(error, UnavailableError) and not isinstance(
+        error, EngineDiedError | ModelOverloadedError
+    )

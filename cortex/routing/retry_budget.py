@@ -8,6 +8,14 @@ end; its first retry takes a slot of the budget, kept until the request ends.
 A request during which an engine died is retried at most once: the request
 itself may be what killed it, and must not kill the fleet one engine at a
 time.
+
+Moving a request off a neuron that is down (unreachable, or declared gone by
+its health checks) before its first token spends no budget: that is
+failover, not a second run of the work. The neuron's share of the requests
+in flight must go somewhere, and the neurons left get no more than they
+would have had it never been chosen; a budget there turned a lost neuron
+into failed requests (the soak: 102 of 10,591 under 200 streams). It still
+counts toward the request's `max_retries` and the engine-death rule.
 """
 
 from __future__ import annotations
@@ -61,13 +69,14 @@ class Ticket:
         if self._holds_slot:
             self._budget.retrying -= 1
 
-    def refusal(self, engine_died: bool) -> str | None:
-        """Take the next retry, or say why it may not go (None: it may)."""
+    def refusal(self, engine_died: bool, neuron_down: bool = False) -> str | None:
+        """Take the next retry, or say why it may not go (None: it may).
+        `neuron_down`: the failed attempt's neuron is down (no budget spent)."""
         if engine_died:
             self.engine_deaths += 1
         if self.engine_deaths and self.retries >= 1:
             return "an engine died during this request, which was already retried once"
-        if not self._holds_slot:
+        if not self._holds_slot and not neuron_down:
             if self._budget.retrying >= self._budget._allowance():
                 return "the retry budget is spent"
             self._budget.retrying += 1

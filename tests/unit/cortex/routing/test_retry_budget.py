@@ -47,3 +47,25 @@ def test_a_request_during_which_an_engine_died_is_retried_at_most_once() -> None
         assert ticket.refusal(engine_died=False) is None
         refusal = ticket.refusal(engine_died=True)
         assert refusal is not None and "engine died" in refusal
+
+
+def test_moving_off_a_neuron_that_is_down_spends_no_budget() -> None:
+    # A neuron gone (unreachable, or failing its health checks) takes a third
+    # of the requests in flight with it: each must move, and moving it adds
+    # no load its share would not have brought anyway.
+    budget = RetryBudget(RetryBudgetOptions(ratio=0.2, minimum=3))
+    with ExitStack() as stack:
+        tickets = [stack.enter_context(budget.ticket()) for _ in range(30)]
+        moved = [t.refusal(engine_died=False, neuron_down=True) for t in tickets[:10]]
+        assert moved == [None] * 10
+        assert budget.retrying == 0
+        # Retries of other failures still meet the budget (6 of 30).
+        others = [t.refusal(engine_died=False) for t in tickets[10:]]
+        assert others.count(None) == 6
+
+
+def test_an_engine_death_still_allows_one_retry_when_the_neuron_is_down() -> None:
+    budget = RetryBudget()
+    with budget.ticket() as ticket:
+        assert ticket.refusal(engine_died=True, neuron_down=True) is None
+        assert ticket.refusal(engine_died=False, neuron_down=True) is not None
