@@ -41,6 +41,7 @@ class FaultProxy:
         self._mode: Mode = "pass"
         self._loop = asyncio.new_event_loop()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()  # one per connection
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         serving = asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -63,6 +64,9 @@ class FaultProxy:
         async def stop() -> None:
             self._server.close()
             self._reset_all()
+            for handler in self._handlers:
+                handler.cancel()
+            await asyncio.gather(*self._handlers, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -83,6 +87,15 @@ class FaultProxy:
         self._writers.clear()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        try:
+            await self._proxy(reader, writer)
+        finally:
+            self._handlers.discard(handler)
+
+    async def _proxy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._mode == "reset":
             _reset(writer)
             return

@@ -88,6 +88,8 @@ class Load:
                 outcome = stream_once(client, model, max_tokens)
                 with self._lock:
                     self.outcomes.append(outcome)
+                if outcome.error is not None and not outcome.first_token:
+                    time.sleep(0.05)  # refused at once (a cortex down): not a busy loop
 
     def count(self) -> int:
         with self._lock:

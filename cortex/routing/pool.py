@@ -61,6 +61,7 @@ from cortex.routing.policy import (
 )
 from cortex.routing.retry_budget import RetryBudget, RetryBudgetOptions, Ticket
 from neuraxis.core.errors import (
+    DeadlineExceededError,
     EngineDiedError,
     InternalError,
     InvalidRequestError,
@@ -94,6 +95,9 @@ class NeuronState:
     # The attempts in flight here, abandoned when the health poll finds the
     # neuron gone.
     watchdogs: set[Watchdog] = field(default_factory=set)
+    # When a stream message from it last arrived (the pool's clock): proof of
+    # life when an Info poll misses its deadline.
+    last_heard: float = float("-inf")
 
 
 @dataclass(frozen=True)
@@ -311,6 +315,7 @@ class NeuronPool:
                 finally:
                     watchdog.received()
                 watchdog.started()
+                state.last_heard = self._clock()
                 yield response
         finally:
             watchdog.stop()
@@ -577,6 +582,12 @@ class NeuronPool:
         try:
             info = await state.client.info(timeout=self._health_timeout)
         except NeuraxisError as e:
+            if isinstance(e, DeadlineExceededError) and self._heard_lately(state):
+                # Its streams flow: the poll was late (cortex's own loop under
+                # load), not the neuron. Taking it out here abandoned every
+                # stream on a healthy neuron (the soak: "no neuron is ready").
+                log.debug("neuron %s: Info late, streams flowing", state.client.address)
+                return
             if state.ready:
                 log.warning("neuron %s is not answering: %s", state.client.address, e.message)
             state.ready = False
@@ -599,6 +610,9 @@ class NeuronPool:
                 metrics.touch_replica(model, state.client.address)
                 policy = self._policy_for(model)
                 metrics.touch_decisions(model, state.client.address, policy.name, policy.decisions)
+
+    def _heard_lately(self, state: NeuronState) -> bool:
+        return self._clock() - state.last_heard < self._health_timeout
 
     @staticmethod
     def _abandon(state: NeuronState) -> None:

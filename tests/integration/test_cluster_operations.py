@@ -7,8 +7,9 @@ control run of the same load:
   the model never below two ready replicas, the replica now on the free
   node, the drained node empty and marked; `uncordon` clears the mark;
 - two more cortex instances following the same controller and sharing one
-  PostgreSQL store, load on both, one SIGKILLed: requests failed on the
-  other 0.
+  PostgreSQL store, load on both, one SIGKILLed and started again on its
+  port: requests failed on the other 0, replicas reloaded 0, the time until
+  the restarted one serves again.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -107,40 +109,80 @@ def test_draining_a_node_under_load_fails_no_request(ray_cluster: SimCluster, dr
     assert marks[victim_node] is None
 
 
+@dataclass
+class Instances:
+    """cortex instances following the cluster's controller, sharing one
+    PostgreSQL store; each can be killed and started again on its port."""
+
+    cluster: SimCluster
+    logs: Path
+    dsn: str
+    ports: list[int]
+    procs: list[Proc] = field(default_factory=list)
+
+    def url(self, i: int) -> str:
+        return f"http://127.0.0.1:{self.ports[i]}"
+
+    def start(self, i: int) -> Proc:
+        spec = self.logs / "cluster-deployment.toml"  # the cluster's cortex follows it too
+        args = ["cortex", "--port", str(self.ports[i]), "--admin-port", "0"]
+        args += ["--ray-address", self.cluster.address, "--deployment", str(spec)]
+        log = self.logs / f"ops-cortex{i}-{len(self.procs)}.log"
+        proc = Proc([*args, "--postgres-dsn", self.dsn], log)
+        wait_http_ready(proc, f"{self.url(i)}/readyz", 120)
+        self.procs.append(proc)
+        return proc
+
+
 @pytest.fixture(scope="module")
-def two_cortexes(ray_cluster: SimCluster, logs_dir: Path) -> Iterator[list[tuple[str, Proc]]]:
-    spec = logs_dir / "cluster-deployment.toml"  # the one the cluster's cortex follows
+def two_cortexes(ray_cluster: SimCluster, logs_dir: Path) -> Iterator[Instances]:
     with postgres_server() as dsn:
-        made: list[tuple[str, Proc]] = []
+        instances = Instances(ray_cluster, logs_dir, dsn, [free_port(), free_port()])
         try:
-            for i in range(2):
-                port = free_port()
-                args = ["cortex", "--port", str(port), "--admin-port", "0"]
-                args += ["--ray-address", ray_cluster.address, "--deployment", str(spec)]
-                proc = Proc([*args, "--postgres-dsn", dsn], logs_dir / f"ops-cortex{i}.log")
-                made.append((f"http://127.0.0.1:{port}", proc))
-                wait_http_ready(proc, f"http://127.0.0.1:{port}/readyz", 120)
-            yield made
+            instances.start(0)
+            instances.start(1)
+            yield instances
         finally:
-            for _, proc in made:
+            for proc in instances.procs:
                 proc.stop()
 
 
+def _pids(cluster: SimCluster) -> dict[str, int]:
+    return {r["id"]: r["pid"] for r in cluster.ready(MODEL)}
+
+
 @pytest.mark.parametrize("kill", [False, True], ids=["control", "kill"])
-def test_killing_one_cortex_fails_nothing_on_the_other(
-    two_cortexes: list[tuple[str, Proc]], kill: bool
+def test_killing_one_cortex_fails_nothing_on_the_other_and_reloads_nothing(
+    two_cortexes: Instances, kill: bool
 ) -> None:
-    (killed_url, killed), (other_url, _) = two_cortexes
+    cortexes = two_cortexes
+    killed = cortexes.procs[0]
     assert killed.alive(), "a previous case killed it"
-    with Load(other_url, MODEL, clients=3) as other, Load(killed_url, MODEL, clients=3) as doomed:
+    pids = _pids(cortexes.cluster)
+    back_after = 0.0
+    with (
+        Load(cortexes.url(1), MODEL, clients=3) as other,
+        Load(cortexes.url(0), MODEL, clients=3) as doomed,
+    ):
         other.wait_for(8)
         doomed.wait_for(4)
         if kill:
             killed.popen.send_signal(signal.SIGKILL)
             killed.popen.wait(10)
-        other.wait_for(16)
+            other.wait_for(8)  # the other serves on while this one is down
+            restarted = time.monotonic()
+            cortexes.start(0)  # as systemd would, on the same port
+            back_after = time.monotonic() - restarted
+            doomed.wait_for(4)
+        other.wait_for(8)
     summary = other.summary()
-    print(f"\ntwo cortexes ({'one killed' if kill else 'control'}): the other {summary}, "
-          f"the killed one's own {doomed.summary()}")  # fmt: skip
+    own = doomed.summary()
+    print(f"\ntwo cortexes ({'one killed and restarted' if kill else 'control'}): the other "
+          f"{summary}; the killed one's own {own}; serving again {back_after:.1f} s after "
+          f"its restart; replicas {pids} -> {_pids(cortexes.cluster)}")  # fmt: skip
     assert summary["failed_before_first_token"] == 0 and summary["failed_mid_stream"] == 0
     assert summary["completed"] == summary["requests"] >= 24
+    assert _pids(cortexes.cluster) == pids  # no replica reloaded
+    if kill:  # the restarted instance serves again
+        last = doomed.outcomes[-4:]
+        assert all(o.finished for o in last), last

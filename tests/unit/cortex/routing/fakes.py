@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
-from neuraxis.core.errors import NeuraxisError, UnavailableError
+from neuraxis.core.errors import DeadlineExceededError, NeuraxisError, UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 # A stream script: messages to send, errors to raise, events to wait for
@@ -39,6 +39,7 @@ class FakeNeuron:
         self.models = [pb.ModelInfo(id=m, max_context_length=100, task=task) for m in models]
         self.ready = ready
         self.reachable = True
+        self.info_times_out = False  # Info past its deadline (a slow poll, or a hung neuron)
         self.script: list[Step] = [text("hi"), DONE]
         self.embed_error: NeuraxisError | None = None
         self.generate_requests: list[pb.GenerateRequest] = []
@@ -52,6 +53,8 @@ class FakeNeuron:
     async def info(self, timeout: float) -> pb.InfoResponse:
         if not self.reachable:
             raise UnavailableError(f"neuron {self.address} is unreachable")
+        if self.info_times_out:
+            raise DeadlineExceededError(f"neuron {self.address}: Info past its deadline")
         return pb.InfoResponse(
             models=self.models,
             engine="fake",

@@ -268,3 +268,42 @@ async def test_a_started_stream_on_a_neuron_gone_silent_ends_with_an_error() -> 
     with pytest.raises(UnavailableError, match="stopped answering its health checks"):
         await asyncio.wait_for(reading, 2)
     assert not b.generate_requests
+
+
+async def test_a_slow_poll_of_a_neuron_whose_streams_flow_keeps_it_in() -> None:
+    # cortex's own loop under load can make an Info poll miss its deadline;
+    # a neuron whose stream messages arrive meanwhile is alive.
+    a, b = FakeNeuron("flowing-a:1"), FakeNeuron("flowing-b:1")
+    gate = asyncio.Event()
+    a.script = [text("partial"), gate, text("rest"), DONE]
+    clock = Clock()
+    pool = await _polled(_pool([a, b], clock=clock))
+    stream = pool.generate(_request())
+    assert [c.text for c in (await anext(stream)).choices] == ["partial"]
+    a.info_times_out = True
+    clock.now += 0.5  # within the health timeout (1 s) of its last message
+    await pool.refresh()
+    gate.set()
+    assert await asyncio.wait_for(_texts(stream), 2) == ["rest", "!"]
+    a.script = [text("again"), DONE]  # still in rotation: the first choice
+    assert await _texts(pool.generate(_request())) == ["again", "!"]
+
+
+async def test_a_slow_poll_of_a_neuron_heard_from_long_ago_takes_it_out() -> None:
+    a, b = FakeNeuron("quiet-a:1"), FakeNeuron("quiet-b:1")
+    a.script = [text("partial"), asyncio.Event(), DONE]
+    clock = Clock()
+    pool = await _polled(_pool([a, b], clock=clock))
+    stream = pool.generate(_request())
+    await anext(stream)
+
+    async def read() -> pb.GenerateResponse:
+        return await anext(stream)
+
+    reading = asyncio.create_task(read())
+    await asyncio.sleep(0)
+    a.info_times_out = True
+    clock.now += 1.5  # nothing heard for longer than the health timeout
+    await pool.refresh()
+    with pytest.raises(UnavailableError, match="stopped answering its health checks"):
+        await asyncio.wait_for(reading, 2)
