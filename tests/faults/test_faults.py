@@ -1,7 +1,7 @@
 """Fault injection (issue 13 point 8): three sim neurons, each behind our own
 TCP fault proxy, a cortex with short deadlines in front of the proxies
-(bench/fault_fleet.py). Each fault is injected into neuron 0 while six long
-streams run (two a neuron) and is paired with a control run without it.
+(bench/fault_fleet.py). Each fault is injected into the neuron running the
+most of six long streams and is paired with a control run without it.
 
 What a client must see:
 - the streams on the faulty neuron end with a terminal error event (then
@@ -44,11 +44,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultFleet]:
 
 @dataclass
 class Seen:
-    on_faulty: int  # streams running on neuron 0 when the fault came
+    on_faulty: int  # streams running on the faulty neuron when the fault came
     streams: list[Outcome]
     new: list[int]  # HTTP statuses of the requests sent during the fault
     injected_at: float
-    back_after_s: float  # from clearing the fault to neuron 0 taking requests
+    back_after_s: float  # from clearing the fault to the faulty neuron taking requests
 
 
 def _wait_started(futures: list[Future[Outcome]], fleet: FaultFleet) -> None:
@@ -66,9 +66,13 @@ def _scenario(fleet: FaultFleet, fault: Fault) -> Seen:
         clients = [httpx.Client(base_url=fleet.base_url, timeout=60) for _ in range(STREAMS)]
         futures = [pool.submit(stream_once, c, MODEL, STREAM_TOKENS) for c in clients]
         _wait_started(futures, fleet)
-        on_faulty = engine_load(f"127.0.0.1:{fleet.ports[0]}").running
+        # The fault goes to the neuron with the most streams (the policy
+        # decides where they went).
+        running = [engine_load(f"127.0.0.1:{port}").running for port in fleet.ports]
+        faulty = running.index(max(running))
+        on_faulty = running[faulty]
         injected_at = time.monotonic()
-        fleet.inject(fault, 0)
+        fleet.inject(fault, faulty)
         try:
             body = {
                 "model": MODEL,
@@ -80,14 +84,14 @@ def _scenario(fleet: FaultFleet, fault: Fault) -> Seen:
                                 range(NEW_REQUESTS)))  # fmt: skip
             streams = [f.result(timeout=60) for f in futures]  # a hang fails here
         finally:
-            fleet.clear(fault, 0)
+            fleet.clear(fault, faulty)
         for client in clients:
             client.close()
     cleared = time.monotonic()
     fleet.wait_all_up()
-    routed = fleet.routed(0)
-    while fleet.routed(0) == routed:  # back in rotation: it is chosen again
-        assert time.monotonic() - cleared < 30, "neuron 0 did not come back"
+    routed = fleet.routed(faulty)
+    while fleet.routed(faulty) == routed:  # back in rotation: it is chosen again
+        assert time.monotonic() - cleared < 30, f"neuron {faulty} did not come back"
         httpx.post(url, json=body, timeout=30)
     return Seen(on_faulty, streams, new, injected_at, time.monotonic() - cleared)
 
