@@ -18,7 +18,6 @@ shows in seconds.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import time
 from collections.abc import Iterator, Sequence
@@ -27,10 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-import httpx
-
 from bench.faultproxy import FaultProxy
-from tests.procs import Proc, admin_args, free_port, wait_http_ready
+from tests.procs import Proc, admin_args, cortex_metric, free_port, wait_http_ready
 
 MODEL = "sim-faults"
 IDLE_TIMEOUT_S = 2.0
@@ -100,14 +97,7 @@ class FaultFleet:
 
     def metric(self, name: str, **labels: str) -> float:
         """One sample of cortex's /metrics (0 when absent)."""
-        text = httpx.get(f"{self.admin_url}/metrics", timeout=10).text
-        for line in text.splitlines():
-            if not line.startswith(name + "{"):
-                continue
-            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
-            if all(found.get(k) == v for k, v in labels.items()):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
+        return cortex_metric(self.admin_url, name, **labels)
 
     def up(self) -> list[bool]:
         """Each replica's readiness as cortex sees it."""

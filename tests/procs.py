@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -55,6 +56,19 @@ def new_key(tenant: str, *args: str) -> str:
     done = neuraxis_keys("create", "--tenant", tenant, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+def cortex_metric(admin_url: str, name: str, **labels: str) -> float:
+    """One sample of a cortex's /metrics (its admin listener), the first whose
+    labels include `labels`; 0 when there is none."""
+    text = httpx.get(f"{admin_url}/metrics", timeout=10).text
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def admin_args() -> tuple[list[str], str]:

@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.procs import Proc, admin_args, engine_load, free_port, wait_http_ready
+from tests.procs import Proc, admin_args, cortex_metric, engine_load, free_port, wait_http_ready
 
 MODEL = "sim-model"
 
@@ -47,14 +47,7 @@ class Fleet:
 
     def metric(self, name: str, **labels: str) -> float:
         """One sample of cortex's /metrics (0 when absent)."""
-        text = httpx.get(f"{self.admin_url}/metrics", timeout=10).text
-        for line in text.splitlines():
-            if not line.startswith(name + "{"):
-                continue
-            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
-            if all(found.get(k) == v for k, v in labels.items()):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
+        return cortex_metric(self.admin_url, name, **labels)
 
     def up(self) -> list[bool]:
         """Each neuron's readiness as cortex sees it."""
