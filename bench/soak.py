@@ -136,10 +136,16 @@ def _sampler(pid: int, stop: threading.Event, started: float, soak: Soak) -> Non
 
 
 def run(
-    logs: Path, minutes: float, streams: int, every_s: float, hold_s: float, max_tokens: int
+    logs: Path,
+    minutes: float,
+    streams: int,
+    every_s: float,
+    hold_s: float,
+    max_tokens: int,
+    itl_s: float,
 ) -> tuple[Soak, float]:
     soak = Soak()
-    args = ["--sim-ttft-s", "0.05", "--sim-itl-s", "0.1"]
+    args = ["--sim-ttft-s", "0.05", "--sim-itl-s", str(itl_s)]
     # cortex's default health timeout: under 200 streams on two cores, the
     # fault tests' 0.5 s let healthy neurons' polls time out now and then.
     health = ["--health-timeout-s", "1.0", "--poll-interval-s", "0.5"]
@@ -223,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--streams", type=int, default=200)
     cli.add_argument("--fault-every-s", type=float, default=30.0)
     cli.add_argument("--fault-hold-s", type=float, default=10.0)
-    cli.add_argument("--max-tokens", type=int, default=40)
+    cli.add_argument("--max-tokens", type=int, default=20)
+    # 200 streams at 4 tokens/s each: 800 SSE events/s through cortex, what
+    # two shared cores carry beside the client and three neurons; at 10/s the
+    # machine itself starved and healthy neurons missed their health polls.
+    cli.add_argument("--itl-s", type=float, default=0.25, help="sim time between tokens")
     cli.add_argument("--warmup-s", type=float, default=30.0)
     args = cli.parse_args(argv)
     if args.smoke:
@@ -231,7 +241,13 @@ def main(argv: list[str] | None = None) -> int:
         args.warmup_s, args.max_tokens = 3, 10
     logs = RESULTS / "soak-logs"
     soak, took = run(
-        logs, args.minutes, args.streams, args.fault_every_s, args.fault_hold_s, args.max_tokens
+        logs,
+        args.minutes,
+        args.streams,
+        args.fault_every_s,
+        args.fault_hold_s,
+        args.max_tokens,
+        args.itl_s,
     )
     summary = summarize(soak, args.warmup_s, args.minutes * 60)
     text = report(summary, soak.faults, args.minutes, args.streams, failure_causes(soak))
