@@ -188,6 +188,10 @@ def summarize(soak: Soak, warmup_s: float, load_s: float) -> dict[str, float]:
         "ttft_p99_ms": ttfts[int(len(ttfts) * 0.99) - 1] * 1000 if ttfts else 0.0,
         "faults": len(soak.faults),
         "rss_start_mb": first.rss_mb,
+        # The trend, not two points: a leak climbs through the thirds, an
+        # allocator's high-water mark levels off.
+        "rss_third_mb": after[len(after) // 3].rss_mb,
+        "rss_two_thirds_mb": after[2 * len(after) // 3].rss_mb,
         "rss_end_mb": last.rss_mb,
         "rss_growth_pct": (last.rss_mb / first.rss_mb - 1) * 100,
         "fds_start": first.fds,
