@@ -17,6 +17,13 @@ sent nothing is just closed), past a limit 431 `headers_too_large`, both in
 the OpenAI error envelope, and the connection is closed. The handler of a
 request whose body timed out sees the client leave (`http.disconnect`),
 as for any client that goes away.
+
+The close lingers (nginx's lingering_close): after the answer, cortex
+shuts its side for writing and reads and drops what the client still
+sends, for up to `LINGER_S`, before closing. A client refused mid-body is
+usually still sending, and closing a socket with unread input makes the
+kernel answer with a reset, which destroys the answer in the client's
+receive buffer before it is read.
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ from neuraxis.core.errors import (
 )
 
 log = logging.getLogger("neuraxis.cortex")
+
+# How long a refused connection is read (and dropped) after its answer.
+LINGER_S = 2.0
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -72,6 +82,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._head_started = False  # a byte of the current request's head arrived
         self._head_bytes = 0
         self._header_count = 0
+        self._lingering = False  # refused: the answer is sent, input is dropped
 
     # --- the deadlines ----------------------------------------------------
 
@@ -176,6 +187,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         # uvicorn's, except that a head past the limits gets its 431 rather
         # than the generic 400 (httptools wraps what a callback raised).
+        if self._lingering:
+            return
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
@@ -211,4 +224,15 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.cycle.disconnected = True
             self.cycle.message_event.set()
         self.transport.write(b"".join(head) + body)
-        self.transport.close()
+        self._linger()
+
+    def _linger(self) -> None:
+        """Half-close after the answer and drop input until the client
+        closes or `LINGER_S` passes (see the module's docstring)."""
+        self._lingering = True
+        self.transport.resume_reading()  # uvicorn pauses it when a body backs up
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self.transport.write_eof()  # sent once the answer is flushed
+        self._timer = self.loop.call_later(LINGER_S, self.transport.close)

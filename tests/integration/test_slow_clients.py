@@ -105,16 +105,15 @@ def _chat(gateway: Gateway) -> int:
 def test_trickled_headers_get_408_at_the_deadline_while_others_are_served(
     gateway: Gateway,
 ) -> None:
-    sock = _connect(gateway)
-    head = [b"POST /v1/chat/completions HTTP/1.1\r\n"] + [b"x-slow: a\r\n"] * 15
-    started = time.monotonic()
-    sender = threading.Thread(target=_trickle, args=(sock, head, 0.25))
-    sender.start()
-    assert _chat(gateway) == 200  # served while the slow client waits
-    status, envelope = _answer(_read_all(sock))
-    took = time.monotonic() - started
-    sender.join()
-    sock.close()
+    with _connect(gateway) as sock:
+        head = [b"POST /v1/chat/completions HTTP/1.1\r\n"] + [b"x-slow: a\r\n"] * 15
+        started = time.monotonic()
+        sender = threading.Thread(target=_trickle, args=(sock, head, 0.25))
+        sender.start()
+        assert _chat(gateway) == 200  # served while the slow client waits
+        status, envelope = _answer(_read_all(sock))
+        took = time.monotonic() - started
+        sender.join()
     print(f"\ntrickled headers: {status} after {took:.2f} s (deadline {HEADER_TIMEOUT_S} s)")
     assert status == 408
     assert envelope["error"]["code"] == "request_timeout"
@@ -123,11 +122,10 @@ def test_trickled_headers_get_408_at_the_deadline_while_others_are_served(
 
 
 def test_a_connection_that_sends_nothing_is_closed(gateway: Gateway) -> None:
-    sock = _connect(gateway)
-    started = time.monotonic()
-    assert _read_all(sock) == b""
-    took = time.monotonic() - started
-    sock.close()
+    with _connect(gateway) as sock:
+        started = time.monotonic()
+        assert _read_all(sock) == b""
+        took = time.monotonic() - started
     assert HEADER_TIMEOUT_S * 0.9 <= took < HEADER_TIMEOUT_S + 2
 
 
@@ -139,20 +137,38 @@ def test_a_trickled_body_gets_408_at_the_deadline(gateway: Gateway) -> None:
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: cortex\r\n"
         b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
     )
-    sock = _connect(gateway)
-    sock.sendall(head)
-    started = time.monotonic()
-    pieces = [body[i : i + 10] for i in range(0, len(body), 10)]
-    sender = threading.Thread(target=_trickle, args=(sock, pieces, 0.2))
-    sender.start()
-    status, envelope = _answer(_read_all(sock))
-    took = time.monotonic() - started
-    sender.join()
-    sock.close()
+    with _connect(gateway) as sock:
+        sock.sendall(head)
+        started = time.monotonic()
+        pieces = [body[i : i + 10] for i in range(0, len(body), 10)]
+        sender = threading.Thread(target=_trickle, args=(sock, pieces, 0.2))
+        sender.start()
+        status, envelope = _answer(_read_all(sock))
+        took = time.monotonic() - started
+        sender.join()
     print(f"\ntrickled body: {status} after {took:.2f} s (deadline {BODY_TIMEOUT_S} s)")
     assert (status, envelope["error"]["code"]) == (408, "request_timeout")
     assert BODY_TIMEOUT_S * 0.9 <= took < BODY_TIMEOUT_S + 2
     assert _chat(gateway) == 200
+
+
+def test_a_refused_client_still_sending_reads_its_answer(gateway: Gateway) -> None:
+    # A head past the limits followed by a large body: cortex refuses after
+    # its first read, with most of the body still unread in its socket.
+    # Closing a socket with unread input makes the kernel reset the
+    # connection and drop the answer not yet sent; the close must linger.
+    headers = b"".join(b"x-h%d: v\r\n" % i for i in range(MAX_HEADERS + 1))
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: cortex\r\n%s"
+        b"content-length: 4000000\r\n\r\n%s" % (headers, b"x" * 4_000_000)
+    )
+    for _ in range(10):  # a race (the reset against the read): tried ten times
+        with _connect(gateway) as sock:
+            sender = threading.Thread(target=_trickle, args=(sock, [request], 0))
+            sender.start()
+            status, envelope = _answer(_read_all(sock))
+            sender.join()
+        assert (status, envelope["error"]["code"]) == (431, "headers_too_large")
 
 
 @pytest.mark.parametrize(
@@ -176,20 +192,19 @@ def test_a_head_past_the_limits_gets_431(gateway: Gateway, extra: list[tuple[str
 def _rss_growth_while_unread(gateway: Gateway, path: str, body: dict[str, Any]) -> float:
     """MB cortex's memory grows while a client holds a long stream unread."""
     before = gateway.cortex.memory_info().rss
-    sock = _connect(gateway)
-    # A small receive buffer, so that the kernel holds little on our side.
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    payload = json.dumps(body).encode()
-    sock.sendall(
-        b"POST %s HTTP/1.1\r\nhost: cortex\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\n\r\n%s" % (path.encode(), len(payload), payload)
-    )
-    assert sock.recv(1024).startswith(b"HTTP/1.1 200")
-    peak = before
-    for _ in range(30):  # 3 s of not reading while the neuron could go on
-        time.sleep(0.1)
-        peak = max(peak, gateway.cortex.memory_info().rss)
-    sock.close()
+    with _connect(gateway) as sock:
+        # A small receive buffer, so that the kernel holds little on our side.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        payload = json.dumps(body).encode()
+        sock.sendall(
+            b"POST %s HTTP/1.1\r\nhost: cortex\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (path.encode(), len(payload), payload)
+        )
+        assert sock.recv(1024).startswith(b"HTTP/1.1 200")
+        peak = before
+        for _ in range(30):  # 3 s of not reading while the neuron could go on
+            time.sleep(0.1)
+            peak = max(peak, gateway.cortex.memory_info().rss)
     return float(peak - before) / 1e6
 
 
