@@ -126,10 +126,16 @@ class FaultProxy:
         if mode == "delay":
             await asyncio.sleep(self.delay_s)
         if mode == "drip":
-            for i in range(0, len(data), self.drip_bytes):
-                writer.write(data[i : i + self.drip_bytes])
+            # The mode is read again for each piece: a drip cleared while a
+            # chunk read during it is dripping sends the rest at once (a
+            # 64 KiB chunk would otherwise drip on for 100 s after the fault).
+            while data and self._mode == "drip":
+                writer.write(data[: self.drip_bytes])
+                data = data[self.drip_bytes :]
                 await writer.drain()
                 await asyncio.sleep(self.drip_every_s)
+            if data:
+                await self._forward(data, writer)  # the rest, as the mode now says
             return
         writer.write(data)
         await writer.drain()

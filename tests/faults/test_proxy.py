@@ -91,3 +91,24 @@ def test_drip_forwards_a_few_bytes_at_a_time(proxy: FaultProxy) -> None:
         started = time.monotonic()
         assert _echo(sock, b"0123456789abcdef") == b"0123456789abcdef"
         assert time.monotonic() - started >= 0.3
+
+
+def test_clearing_a_drip_forwards_what_it_was_dripping_at_once(proxy: FaultProxy) -> None:
+    # 400 bytes at 4 every 0.1 s would take 10 s; the fault is cleared after
+    # 0.3 s, and what was read during it must not go on dripping (the soak
+    # holds each fault 10 s: a drip lasting far longer overlapped the next).
+    proxy.mode = "drip"
+    data = bytes(range(256)) + bytes(144)
+    with _connect(proxy) as sock:
+        sock.sendall(data)
+        time.sleep(0.3)
+        proxy.mode = "pass"
+        started = time.monotonic()
+        got = b""
+        while len(got) < len(data):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        assert got == data
+        assert time.monotonic() - started < 1.0
