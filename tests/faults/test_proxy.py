@@ -37,8 +37,13 @@ def _connect(proxy: FaultProxy) -> socket.socket:
 
 def _echo(sock: socket.socket, data: bytes) -> bytes:
     sock.sendall(data)
+    return _receive(sock, len(data))
+
+
+def _receive(sock: socket.socket, size: int) -> bytes:
+    """`size` bytes, or what came before the connection closed."""
     got = b""
-    while len(got) < len(data):
+    while len(got) < size:
         chunk = sock.recv(65536)
         if not chunk:
             break
@@ -104,11 +109,5 @@ def test_clearing_a_drip_forwards_what_it_was_dripping_at_once(proxy: FaultProxy
         time.sleep(0.3)
         proxy.mode = "pass"
         started = time.monotonic()
-        got = b""
-        while len(got) < len(data):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            got += chunk
-        assert got == data
+        assert _receive(sock, len(data)) == data
         assert time.monotonic() - started < 1.0
