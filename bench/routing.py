@@ -40,9 +40,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
@@ -91,6 +92,7 @@ class Result:
     decisions: dict[str, int]  # kind of decision -> requests
     ttfts_ms: list[float]
     failed: int = 0  # requests whose stream ended with an error event
+    errors: dict[str, int] = field(default_factory=dict)  # their codes, counted
 
     @property
     def max_share_ratio(self) -> float:
@@ -207,6 +209,7 @@ def measure(
         decisions={k: v for k, v in decisions.items() if v},
         ttfts_ms=ttfts,
         failed=sum(s.failed for s in samples),
+        errors=dict(Counter(s.error for s in samples if s.failed)),
     )
 
 
@@ -252,7 +255,7 @@ def report(results: list[Result], out: Path | None) -> str:
             r.max_share_ratio,
             " ".join(f"{s:.2f}" for s in r.shares.values()),
             " ".join(f"{k}:{v}" for k, v in sorted(r.decisions.items())),
-            r.failed,
+            " ".join([str(r.failed), *(f"{k}:{v}" for k, v in sorted(r.errors.items()))]),
         ]
         for r in results
     ]

@@ -61,6 +61,7 @@ class Sample:
     group: int
     turn: int
     failed: bool = False  # the stream ended with an error event
+    error: str = ""  # that event's code (its type when it has none)
 
 
 def conversations(shape: Shape, seed: int) -> list[User]:
@@ -82,10 +83,10 @@ def conversations(shape: Shape, seed: int) -> list[User]:
 
 async def _one(
     http: httpx.AsyncClient, base: str, messages: list[dict[str, str]], max_tokens: int
-) -> tuple[float, int, str, bool]:
-    """Time to first token, tokens out, the answer, and whether the stream
-    ended with an error event (a neuron declared hung under CPU starvation
-    ends its streams so: the run goes on and counts them)."""
+) -> tuple[float, int, str, str]:
+    """Time to first token, tokens out, the answer, and the code of the
+    error event the stream ended with ("" if none: the run goes on and
+    counts the ones that did, by code)."""
     body = {
         "model": MODEL,
         "messages": messages,
@@ -105,7 +106,9 @@ async def _one(
                 continue
             chunk = json.loads(line[6:])
             if "error" in chunk:
-                return time.perf_counter() - started, tokens, "".join(text), True
+                error = chunk["error"]
+                code = str(error.get("code") or error.get("type") or "error")
+                return time.perf_counter() - started, tokens, "".join(text), code
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
             if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
@@ -113,7 +116,7 @@ async def _one(
                 text.append(chunk["choices"][0]["delta"]["content"])
     # A first chunk without text (an empty answer) still ends the wait.
     first = ttft if ttft is not None else time.perf_counter() - started
-    return first, tokens, "".join(text), False
+    return first, tokens, "".join(text), ""
 
 
 async def run_workload(base: str, users: list[User], shape: Shape) -> tuple[list[Sample], float]:
@@ -128,8 +131,8 @@ async def run_workload(base: str, users: list[User], shape: Shape) -> tuple[list
         for turn, question in enumerate(user.questions):
             messages.append({"role": "user", "content": question})
             async with gate:
-                ttft, tokens, answer, failed = await _one(http, base, messages, shape.max_tokens)
-            samples.append(Sample(ttft, tokens, user.group, turn, failed))
+                ttft, tokens, answer, error = await _one(http, base, messages, shape.max_tokens)
+            samples.append(Sample(ttft, tokens, user.group, turn, bool(error), error))
             messages.append({"role": "assistant", "content": answer})
 
     limits = httpx.Limits(max_connections=shape.concurrency + 4)

@@ -19,7 +19,8 @@ def _transport(fail_every: int) -> httpx.MockTransport:
     def handler(request: httpx.Request) -> httpx.Response:
         calls["n"] += 1
         if calls["n"] % fail_every == 0:
-            body = 'data: {"error": {"message": "neuron lost", "type": "server_error"}}\n\n'
+            body = 'data: {"error": {"message": "neuron lost", "type": "server_error", '
+            body += '"code": "unavailable"}}\n\n'
         else:
             body = (
                 'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
@@ -41,4 +42,5 @@ def test_error_events_are_counted_and_the_run_goes_on(monkeypatch: pytest.Monkey
     samples, _ = asyncio.run(run_workload("http://x", conversations(SHAPE, 1), SHAPE))
     assert len(samples) == 4
     assert sum(s.failed for s in samples) == 2
+    assert [s.error for s in samples if s.failed] == ["unavailable", "unavailable"]
     assert all(s.output_tokens == 1 for s in samples if not s.failed)
