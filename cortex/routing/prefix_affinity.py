@@ -19,23 +19,23 @@ more than (1 + epsilon) times the average (rounded up). When the preferred
 neuron is over it, the request *overflows* to the least loaded neuron
 within the bound (ties in ring order from the prefix's hash), and the
 prefix stays homed where it was: the overflow's neuron owns only the
-blocks nobody owned yet (that request's own tail). A hot prefix thus keeps
-one home and spreads the rest by load, and a group that overflows now and
-then keeps its cache on its home.
+blocks nobody owned yet (that request's own tail). A group that overflows
+now and then thus keeps its cache on its home.
 
 A prefix hotter than one neuron's bound (more of its requests in flight
 than the bound lets one neuron carry) has no single home: it goes to the
 least loaded neuron, among equals the preferred one (its chain or
 conversation), then one that holds the prefix (was sent it): a hit on a
-holder, an overflow elsewhere. Filling its home up
-to the bound first kept that neuron at 1.5 times the average load and its
-requests at the tail of the TTFT (16 sim replicas, one hot prefix: p90
-1.13 times least_outstanding's); preferring its holders up to the bound
-did the same to them. A group with a few requests in flight is never hot,
-so its cache stays in one place. A neuron whose KV
-cache is saturated (`load.saturated`) is passed over as well while any
-candidate is not. A request without a prefix (embeddings) goes to the
-least loaded candidate.
+holder, an overflow elsewhere. Filling its home up to the bound first kept
+that neuron at 1.5 times the average load and its requests at the tail of
+the TTFT (16 sim replicas, one hot prefix: p90 1.13 times
+least_outstanding's); preferring its holders up to the bound did the same
+to them. A group with a few requests in flight is never hot, so its cache
+stays in one place.
+
+A neuron whose KV cache is saturated (`load.saturated`) is passed over
+while any candidate is not. A request without a prefix (embeddings) goes
+to the least loaded candidate.
 
 Load is `load.effective_load`. With several cortex processes (or uvicorn
 workers) each sees only its own outstanding counts; the shared signal is
@@ -58,6 +58,7 @@ import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from cortex.routing.load import effective_load, saturated
 from cortex.routing.policy import (
@@ -71,8 +72,11 @@ from cortex.routing.policy import (
 from cortex.routing.prefix import PrefixHasher
 from cortex.routing.ring import HashRing
 
+K = TypeVar("K")
+V = TypeVar("V")
 
-class _Lru(OrderedDict[int | str | tuple[str, int], str]):
+
+class _Lru(OrderedDict[K, V]):
     """A mapping that forgets its least recently written keys past `size`
     (the policy remembers recent prefixes and chains, not all of them)."""
 
@@ -80,24 +84,9 @@ class _Lru(OrderedDict[int | str | tuple[str, int], str]):
         super().__init__()
         self._size = size
 
-    def put(self, key: int | str | tuple[str, int], value: str) -> None:
+    def put(self, key: K, value: V) -> None:
         self[key] = value
         self.move_to_end(key)
-        while len(self) > self._size:
-            self.popitem(last=False)
-
-
-class _Holders(OrderedDict[int, set[str]]):
-    """First block -> the neurons it was sent to, for the most recently
-    sent `size` prefixes."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self._size = size
-
-    def add(self, block: int, address: str) -> None:
-        self.setdefault(block, set()).add(address)
-        self.move_to_end(block)
         while len(self) > self._size:
             self.popitem(last=False)
 
@@ -130,14 +119,14 @@ class PrefixAffinity(RoutingPolicy):
         self._max_age = load_max_age_s
         self._kv_limit = kv_limit
         self._virtual_nodes = virtual_nodes
-        self._owners = _Lru(max_prefixes)  # block hash -> address
-        self._chains = _Lru(max_chains)  # response id -> address
+        self._owners: _Lru[int, str] = _Lru(max_prefixes)  # block hash -> address
+        self._chains: _Lru[str, str] = _Lru(max_chains)  # response id -> address
         # (request id, attempt) -> the neuron an overflow chose, until dispatch
-        self._overflows = _Lru(1024)
+        self._overflows: _Lru[tuple[str, int], str] = _Lru(1024)
         # First block -> requests in flight (dispatched, not yet complete),
         # and first block -> neurons it was sent to (the hot-prefix rule).
         self._in_flight: dict[int, int] = {}
-        self._holders = _Holders(max_prefixes)
+        self._holders: _Lru[int, frozenset[str]] = _Lru(max_prefixes)
         self._ring: HashRing | None = None
         self._rotation = itertools.count()
 
@@ -214,7 +203,7 @@ class PrefixAffinity(RoutingPolicy):
         first = next(
             ((a, k) for a, k in preferred if k is not Decision.HOME and a in present), None
         )
-        holders = self._holders.get(request.prefix[0], set())
+        holders = self._holders.get(request.prefix[0], frozenset())
 
         def rank(j: int) -> tuple[bool, int, bool, bool, int]:
             address = candidates[j].address
@@ -257,7 +246,10 @@ class PrefixAffinity(RoutingPolicy):
         if request.prefix:
             first = request.prefix[0]
             self._in_flight[first] = self._in_flight.get(first, 0) + 1
-            self._holders.add(first, candidate.address)
+            held = self._holders.get(first, frozenset())
+            if candidate.address not in held:  # a new set only when one joins
+                held |= {candidate.address}
+            self._holders.put(first, held)
 
     def on_complete(self, address: str, request: RouteRequest, outcome: Outcome) -> None:
         if outcome is Outcome.OK:
