@@ -208,7 +208,14 @@ def test_status_shows_current_in_flight_counts_and_watch_refreshes(
         time.sleep(4)  # Ray's driver start-up, then a few rounds
     finally:
         watcher.send_signal(signal.SIGINT)
-        out, err = watcher.communicate(timeout=30)
+        try:
+            out, err = watcher.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            # Fail this test only: a watcher left running would close its
+            # pipes in the next test (an unraisable ResourceWarning there).
+            watcher.kill()
+            watcher.communicate()
+            raise
     (logs_dir / "cluster-status-watch.txt").write_text(out)
     assert watcher.returncode == 0, err[-2000:]
     assert out.count("neuraxis status, every 0.5s") >= 2, out
