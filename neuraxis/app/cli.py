@@ -272,7 +272,7 @@ def _cluster(args: argparse.Namespace) -> int:
 
 def _status(address: str | None, config: Path | None, as_json: bool, every: float | None) -> int:
     from neuraxis.app.cluster_address import NO_ADDRESS, cluster_address
-    from neuraxis.app.status import render, render_json, watch_until_interrupted
+    from neuraxis.app.status import render, render_json, watch
 
     address = cluster_address(address, config)
     if not address:
@@ -297,7 +297,7 @@ def _status(address: str | None, config: Path | None, as_json: bool, every: floa
     try:
         connect(address)
         if every is not None:
-            watch_until_interrupted(status, sys.stdout, every)
+            watch(status, sys.stdout, every)
             return 0
         current = status()
     except ClusterError as e:

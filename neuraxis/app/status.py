@@ -5,8 +5,6 @@ form) is cortex/cluster/status.py; this module only renders it."""
 from __future__ import annotations
 
 import json
-import os
-import threading
 import time
 from collections.abc import Callable
 from typing import TextIO
@@ -133,38 +131,6 @@ def watch(
         done += 1
         if rounds is None or done < rounds:
             sleep(interval_s)
-
-
-def watch_until_interrupted(
-    fetch: Callable[[], ClusterStatus], out: TextIO, interval_s: float
-) -> None:
-    """`watch` until Ctrl-C, then exit the process at once (status 0).
-
-    The rounds run in a daemon thread while the main thread waits in short
-    joins, which a signal always interrupts: a fetch can be blocked inside
-    Ray's client, where Python does not see SIGINT until the call returns,
-    and Ray's exit handlers (the driver's shutdown) can take seconds on a
-    loaded host; a watcher has nothing to save, so neither is waited for.
-    An error of a round (ClusterError) is raised here, in the caller's thread.
-    """
-    failed: list[BaseException] = []
-
-    def rounds() -> None:
-        try:
-            watch(fetch, out, interval_s)
-        except BaseException as e:  # handed to the main thread
-            failed.append(e)
-
-    worker = threading.Thread(target=rounds, name="status-watch", daemon=True)
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(0.5)
-    except KeyboardInterrupt:
-        out.flush()
-        os._exit(0)
-    if failed:
-        raise failed[0]
 
 
 def _count(value: int | None) -> str:

@@ -163,6 +163,12 @@ def test_status_command_shows_nodes_models_replicas_and_reasons(
     assert {n["generation"] for n in data["nodes"]} >= {"ampere", "ada", "blackwell"}
 
 
+_CLI_WITH_SIGINT = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from neuraxis.app.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
 def test_status_shows_current_in_flight_counts_and_watch_refreshes(
     ray_cluster: SimCluster, logs_dir: Path
 ) -> None:
@@ -189,34 +195,48 @@ def test_status_shows_current_in_flight_counts_and_watch_refreshes(
         time.sleep(0.2)
     assert seen >= (1, 1), status
     assert [c["in_flight"] for c in status["cortices"]] == [1]
-    watcher = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "neuraxis.app.cli",
-            "status",
-            "--address",
-            ray_cluster.address,
-            "--watch",
-            "0.5",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    # Output to files, read while it runs: Ctrl-C goes once two rounds are
+    # out, however long the driver's start-up takes on a loaded machine.
+    out_path, err_path = (
+        logs_dir / "cluster-status-watch.txt",
+        logs_dir / "cluster-status-watch.err",
     )
+    with out_path.open("w") as out_file, err_path.open("w") as err_file:
+        watcher = subprocess.Popen(
+            # Python turns SIGINT into KeyboardInterrupt only when it starts
+            # with SIGINT at its default: a test run started in the background
+            # by a non-interactive shell ignores SIGINT, and so would the
+            # watcher, which then never ends on Ctrl-C (both failures of this
+            # test had that cause). So the watcher sets the handler itself, as
+            # a terminal's `neuraxis status --watch` has it.
+            [
+                sys.executable,
+                "-c",
+                _CLI_WITH_SIGINT,
+                "status",
+                "--address",
+                ray_cluster.address,
+                "--watch",
+                "0.5",
+            ],
+            stdout=out_file,
+            stderr=err_file,
+        )
     try:
-        time.sleep(4)  # Ray's driver start-up, then a few rounds
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and watcher.poll() is None:
+            if out_path.read_text().count("neuraxis status, every 0.5s") >= 2:
+                break
+            time.sleep(0.2)
     finally:
         watcher.send_signal(signal.SIGINT)
         try:
-            out, err = watcher.communicate(timeout=30)
+            watcher.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            # Fail this test only: a watcher left running would close its
-            # pipes in the next test (an unraisable ResourceWarning there).
             watcher.kill()
-            watcher.communicate()
+            watcher.wait()
             raise
-    (logs_dir / "cluster-status-watch.txt").write_text(out)
+    out, err = out_path.read_text(), err_path.read_text()
     assert watcher.returncode == 0, err[-2000:]
     assert out.count("neuraxis status, every 0.5s") >= 2, out
     assert "CORTEX" in out and "Traceback" not in err, err[-2000:]

@@ -16,7 +16,7 @@ from cortex.cluster.status import (
     ReplicaState,
     ReplicaStatus,
 )
-from neuraxis.app.status import render, render_json, watch, watch_until_interrupted
+from neuraxis.app.status import render, render_json, watch
 from neuraxis.core.generations import Generation
 
 ADA = Generation.ADA
@@ -324,11 +324,3 @@ def test_the_control_plane_shows_the_controller_and_what_each_cortex_sees() -> N
     lines = render(dataclasses.replace(FULL, cortices=[up])).splitlines()
     row = lines[lines.index("CONTROL PLANE (as each cortex sees it)") + 2].split()
     assert row[1:3] == ["up", "-"]
-
-
-def test_watch_until_interrupted_raises_a_rounds_error_in_the_callers_thread() -> None:
-    def fetch() -> ClusterStatus:
-        raise RuntimeError("the controller is gone")
-
-    with pytest.raises(RuntimeError, match="the controller is gone"):
-        watch_until_interrupted(fetch, io.StringIO(), 0.01)
