@@ -10,8 +10,16 @@ The pool hands the policy the request's chained prefix-block hashes
    the request id, remembered here when an attempt ends OK).
 2. The neuron this policy last dispatched the longest known block of the
    prefix to (block hash -> neuron, remembered at dispatch).
-3. A walk of the consistent-hash ring from the first block's hash: requests
-   sharing a system prompt (and tools) share a home neuron.
+3. The prefix's home: where its first block went (requests sharing a
+   system prompt and tools share it), or, for a prefix seen first, a walk
+   of the consistent-hash ring from the first block's hash that stops at
+   the first neuron with no more than its share of recent homes (a bound
+   on cache, beside the one on load below). The ring alone, with 16
+   groups on two replicas, homed 11 on one: more traffic and more
+   prefixes than its cache held (`make bench-routing`, share 1.38 times
+   the average). With the homes bound, prefixes are spread to within one
+   of even, and a new prefix still goes to its ring home when that
+   neuron holds no more than its share.
 
 Each step takes a neuron only under the bound: a neuron is eligible when
 its load + 1 <= ceil((1 + epsilon) * (total load + 1) / n), so none takes
@@ -42,7 +50,10 @@ workers) each sees only its own outstanding counts; the shared signal is
 the engine's fresh running + waiting, which every process polls, so the
 bound holds against the whole load to within one poll interval. The ring
 is the same in every process (stable hashes), so processes that have never
-seen a prefix still agree on its home; only steps 1-2 are per process.
+seen a prefix mostly agree on its home; the homes bound is per process
+(each counts the homes it made), so two processes may home a prefix on
+different neurons when their ring home held more than its share: each
+then warms it once. Steps 1-2 are per process.
 
 Each choice says which step made it (`choose` -> `Decision`): chain,
 prefix or home for a hit on the preferred neuron, overflow when one was
@@ -56,7 +67,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -82,13 +93,39 @@ class _Lru(OrderedDict[K, V]):
 
     def __init__(self, size: int) -> None:
         super().__init__()
-        self._size = size
+        self.size = size
 
     def put(self, key: K, value: V) -> None:
         self[key] = value
         self.move_to_end(key)
-        while len(self) > self._size:
+        while len(self) > self.size:
             self.popitem(last=False)
+
+
+class _Homes:
+    """The neuron each recent prefix (by first block) lives on, and how many
+    live on each: the counts the homes bound reads. The oldest prefixes are
+    forgotten past `size`, so the counts are of recent traffic."""
+
+    def __init__(self, size: int) -> None:
+        self._where: _Lru[int, str] = _Lru(size)
+        self._count: Counter[str] = Counter()
+
+    def get(self, first: int) -> str | None:
+        return self._where.get(first)
+
+    def count(self, address: str) -> int:
+        return self._count[address]
+
+    def put(self, first: int, address: str) -> None:
+        old = self._where.pop(first, None)
+        if old is not None:
+            self._count[old] -= 1
+        self._where[first] = address
+        self._count[address] += 1
+        while len(self._where) > self._where.size:
+            _, gone = self._where.popitem(last=False)
+            self._count[gone] -= 1
 
 
 class PrefixAffinity(RoutingPolicy):
@@ -121,6 +158,7 @@ class PrefixAffinity(RoutingPolicy):
         self._virtual_nodes = virtual_nodes
         self._owners: _Lru[int, str] = _Lru(max_prefixes)  # block hash -> address
         self._chains: _Lru[str, str] = _Lru(max_chains)  # response id -> address
+        self._homes = _Homes(max_prefixes)  # first block -> address
         # (request id, attempt) -> the neuron an overflow chose, until dispatch
         self._overflows: _Lru[tuple[str, int], str] = _Lru(1024)
         # First block -> requests in flight (dispatched, not yet complete),
@@ -151,15 +189,14 @@ class PrefixAffinity(RoutingPolicy):
         # Without a prefix, a rotation, so ties take turns.
         n = len(candidates)
         if request.prefix:
-            walk = self._ring_for(index).walk(request.prefix[0])
+            walk = list(self._ring_for(index).walk(request.prefix[0]))
             position = {index[address]: p for p, address in enumerate(walk)}
         else:
             start = next(self._rotation)
             position = {i: (i - start) % n for i in range(n)}
         preferred = self._preferred(request)
         if request.prefix:
-            home = min(position, key=position.__getitem__)
-            preferred.append((candidates[home].address, Decision.HOME))
+            preferred.append((self._home(request.prefix[0], walk, index), Decision.HOME))
 
         if request.prefix and self._hot(request.prefix[0], limit):
             return self._spread(candidates, request, preferred, loads, position, eligible)
@@ -245,6 +282,8 @@ class PrefixAffinity(RoutingPolicy):
             self._owners.put(block, candidate.address)
         if request.prefix:
             first = request.prefix[0]
+            # The home is where the first block is owned (the same rule).
+            self._homes.put(first, self._owners.get(first, candidate.address))
             self._in_flight[first] = self._in_flight.get(first, 0) + 1
             held = self._holders.get(first, frozenset())
             if candidate.address not in held:  # a new set only when one joins
@@ -261,6 +300,18 @@ class PrefixAffinity(RoutingPolicy):
                 self._in_flight[first] = left
             else:
                 self._in_flight.pop(first, None)
+
+    def _home(self, first: int, walk: list[str], index: dict[str, int]) -> str:
+        """Where the prefix lives if that neuron is a candidate; else the
+        first neuron of the ring walk holding no more than its share of
+        homes: count + 1 <= ceil((total + 1) / n), which the neuron with
+        the fewest always meets."""
+        home = self._homes.get(first)
+        if home is not None and home in index:
+            return home
+        total = sum(self._homes.count(a) for a in walk)
+        share = math.ceil((total + 1) / len(walk))
+        return next(a for a in walk if self._homes.count(a) + 1 <= share)
 
     def _hot(self, first: int, limit: int) -> bool:
         """More requests of this prefix in flight, with this one, than one

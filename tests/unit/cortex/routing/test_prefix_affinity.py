@@ -102,8 +102,40 @@ def test_distinct_prefixes_spread_over_the_neurons() -> None:
         )
         for i in range(200)
     )
+    # The homes bound: within one of even (the ring alone gave 40-60).
     assert set(homes) == set(ADDRESSES)
-    assert min(homes.values()) >= 20  # 50 each on average; the ring is not lopsided
+    assert max(homes.values()) - min(homes.values()) <= 1
+
+
+def test_groups_on_two_neurons_split_evenly_where_the_ring_alone_did_not() -> None:
+    two = ADDRESSES[:2]
+    prefixes = [
+        HASHER.blocks(_chat(f"{g:02d}: group, a distinct system prompt.", "q")) for g in range(16)
+    ]
+    by_ring = Counter(_home(p, two)[0] for p in prefixes)
+    assert max(by_ring.values()) >= 10  # the lopsided case this guards against
+    policy = PrefixAffinity(hasher=HASHER)
+    turns = [
+        {p: _sequential(policy, _idle(two), _route(p, request_id=f"{turn}")) for p in prefixes}
+        for turn in range(3)
+    ]
+    assert sorted(Counter(turns[0].values()).values()) == [8, 8]
+    # Every group comes back to the neuron it was homed on.
+    assert turns[1] == turns[2] == turns[0]
+
+
+def test_a_new_prefix_goes_to_its_ring_home_while_that_holds_no_more_than_its_share() -> None:
+    policy = PrefixAffinity(hasher=HASHER)
+    prefix = HASHER.blocks(_chat("A late prefix, homed by the ring."))
+    home, other = _home(prefix)[0], _home(prefix)[1]
+    for g in range(3):  # one prefix on each neuron but the home: it is under its share
+        placed = [a for a in ADDRESSES if a != home][g]
+        policy.on_dispatch(Candidate(address=placed, outstanding=0), _route((g, 100 + g)))
+    assert policy.select(_idle(), _route(prefix)).address == home
+    crowded = PrefixAffinity(hasher=HASHER)
+    for g in range(2):  # two on the home, none elsewhere: the walk goes on
+        crowded.on_dispatch(Candidate(address=home, outstanding=0), _route((g, 200 + g)))
+    assert crowded.select(_idle(), _route(prefix)).address == other
 
 
 def test_a_later_turn_follows_the_neuron_that_holds_the_longer_prefix() -> None:
@@ -258,7 +290,8 @@ def test_remembered_prefixes_are_bounded_the_oldest_forgotten() -> None:
     policy.on_dispatch(Candidate(address=elsewhere, outstanding=0), _route(prefix))
     assert policy.select(_idle(), _route(prefix)).address == elsewhere
     for other in ((1, 2), (3, 4)):  # two newer prefixes push it out
-        policy.on_dispatch(Candidate(address=home, outstanding=0), _route(other))
+        policy.on_dispatch(Candidate(address=elsewhere, outstanding=0), _route(other))
+    # A new prefix again: its ring home, which holds no more than its share.
     assert policy.select(_idle(), _route(prefix)).address == home
 
 
