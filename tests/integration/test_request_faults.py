@@ -153,11 +153,14 @@ def test_a_neuron_failing_with_internal_is_ejected_and_clients_see_no_failure(
     statuses: list[int] = []
     with httpx.Client(timeout=30) as client:
         # Until ejected (5 failures in a row by default), each failure is
-        # retried on a healthy neuron.
+        # retried on a healthy neuron. Prompts differ, as clients' do: the
+        # default policy (prefix_affinity) keeps a repeated prompt on the
+        # neuron that last served it, which after a retry is a healthy one.
         deadline = time.monotonic() + 60
         while fleet.metric("neuraxis_replica_ejections_total", replica=bad) < 1:
             assert time.monotonic() < deadline, "never ejected"
-            statuses.append(client.post(url, json=_chat("hi")).status_code)
+            prompt = f"question {len(statuses)}"
+            statuses.append(client.post(url, json=_chat(prompt)).status_code)
         before = len(statuses)
         routed_at_ejection = fleet.routed(bad)
         with ThreadPoolExecutor(4) as pool:

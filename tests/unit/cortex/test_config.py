@@ -23,9 +23,9 @@ def _from_flags(*argv: str) -> CortexSettings:
     return load_settings(CortexSettings, None, overrides(args, CortexSettings))
 
 
-def test_least_outstanding_is_the_default_for_every_model() -> None:
+def test_prefix_affinity_is_the_default_for_every_model() -> None:
     table = CortexSettings().policy_table()
-    assert isinstance(table.for_model("any"), LeastOutstanding)
+    assert isinstance(table.for_model("any"), PrefixAffinity)
 
 
 def test_routing_and_its_tuning_come_from_the_flags() -> None:
@@ -54,9 +54,9 @@ def test_routing_comes_from_the_environment_and_the_file(
     from_file = load_settings(CortexSettings, config, {})
     assert isinstance(from_file.policy_table().for_model("x"), PowerOfTwo)
     assert isinstance(from_file.policy_table().for_model("m"), PrefixAffinity)
-    monkeypatch.setenv("NEURAXIS_CORTEX_ROUTING", "prefix_affinity")
+    monkeypatch.setenv("NEURAXIS_CORTEX_ROUTING", "least_outstanding")  # not the default
     assert isinstance(
-        load_settings(CortexSettings, None, {}).policy_table().for_model("x"), PrefixAffinity
+        load_settings(CortexSettings, None, {}).policy_table().for_model("x"), LeastOutstanding
     )
 
 

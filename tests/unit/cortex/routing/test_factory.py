@@ -17,10 +17,13 @@ from cortex.routing.prefix import PrefixHasher
 from cortex.routing.prefix_affinity import PrefixAffinity
 
 
-def test_least_outstanding_is_built_by_name_and_is_the_default() -> None:
+def test_least_outstanding_is_built_by_name() -> None:
     assert isinstance(make_policy("least_outstanding"), LeastOutstanding)
-    assert isinstance(make_policy(), LeastOutstanding)
-    assert DEFAULT_POLICY == PolicyName.LEAST_OUTSTANDING
+
+
+def test_prefix_affinity_is_the_default() -> None:
+    assert isinstance(make_policy(), PrefixAffinity)
+    assert DEFAULT_POLICY == PolicyName.PREFIX_AFFINITY
 
 
 def test_each_policy_gets_its_own_state() -> None:
@@ -46,13 +49,13 @@ def test_each_name_builds_its_policy_with_the_options() -> None:
 
 
 def test_the_table_gives_each_model_its_own_policy_of_its_kind() -> None:
-    table = PolicyTable("prefix_affinity", {"embedder": "least_outstanding"})
+    table = PolicyTable("power_of_two", {"embedder": "least_outstanding"})
     chat, other = table.for_model("chat"), table.for_model("other-chat")
-    assert isinstance(chat, PrefixAffinity)
+    assert isinstance(chat, PowerOfTwo)
     assert chat is not other
     assert table.for_model("chat") is chat
     assert isinstance(table.for_model("embedder"), LeastOutstanding)
-    assert isinstance(PolicyTable().for_model("any"), LeastOutstanding)
+    assert isinstance(PolicyTable().for_model("any"), PrefixAffinity)
 
 
 def test_the_table_refuses_an_unknown_name_when_built() -> None:
