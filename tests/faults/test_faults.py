@@ -90,9 +90,14 @@ def _scenario(fleet: FaultFleet, fault: Fault) -> Seen:
     cleared = time.monotonic()
     fleet.wait_all_up()
     routed = fleet.routed(faulty)
+    asked = 0
     while fleet.routed(faulty) == routed:  # back in rotation: it is chosen again
         assert time.monotonic() - cleared < 30, f"neuron {faulty} did not come back"
-        httpx.post(url, json=body, timeout=30)
+        # A new prompt each time, as clients send: the default policy keeps
+        # a repeated one on the neuron that served it during the fault.
+        asked += 1
+        fresh = {**body, "messages": [{"role": "user", "content": f"hi again {asked}"}]}
+        httpx.post(url, json=fresh, timeout=30)
     return Seen(on_faulty, streams, new, injected_at, time.monotonic() - cleared)
 
 
