@@ -93,13 +93,16 @@ class _Lru(OrderedDict[K, V]):
 
     def __init__(self, size: int) -> None:
         super().__init__()
-        self.size = size
+        self._size = size
 
-    def put(self, key: K, value: V) -> None:
+    def put(self, key: K, value: V) -> list[V]:
+        """Writes `key`; returns the values forgotten to make room."""
         self[key] = value
         self.move_to_end(key)
-        while len(self) > self.size:
-            self.popitem(last=False)
+        forgotten = []
+        while len(self) > self._size:
+            forgotten.append(self.popitem(last=False)[1])
+        return forgotten
 
 
 class _Homes:
@@ -121,10 +124,8 @@ class _Homes:
         old = self._where.pop(first, None)
         if old is not None:
             self._count[old] -= 1
-        self._where[first] = address
         self._count[address] += 1
-        while len(self._where) > self._where.size:
-            _, gone = self._where.popitem(last=False)
+        for gone in self._where.put(first, address):
             self._count[gone] -= 1
 
 
