@@ -37,6 +37,7 @@ from neuraxis.core.neuron_settings import NeuronSettings
 from neuraxis.core.process import (
     FIXED_RAY_PORT_ARGS,
     FIXED_REPLICA_PORTS,
+    QUIET_RAY_ARGS,
     die_with_parent,
     ray_binary,
     stop_process_group,
@@ -68,7 +69,7 @@ def join_command(
         "--address",
         address,
         "--block",
-        "--disable-usage-stats",
+        *QUIET_RAY_ARGS,
         "--labels",
         f"{GENERATION_LABEL}={generation.value}",
         "--num-gpus",

@@ -18,7 +18,7 @@ import grpc
 import httpx
 
 from neuraxis.core.generations import GENERATION_LABEL
-from neuraxis.core.process import ray_binary, stop_process_group
+from neuraxis.core.process import QUIET_RAY_ARGS, ray_binary, stop_process_group
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 
@@ -174,7 +174,8 @@ def start_gpu_node(
     would start it (two logical GPUs labelled `generation`, replicas on
     127.0.0.1), in a session of its own; its output goes to `log_path`."""
     env = {**child_env(), "NEURAXIS_REPLICA_HOST": "127.0.0.1"}
-    args = [ray_binary(), "start", "--address", address, "--block", "--num-cpus", "1"]
+    args = [ray_binary(), "start", "--address", address, "--block", *QUIET_RAY_ARGS]
+    args += ["--num-cpus", "1"]
     args += ["--num-gpus", "2", "--labels", f"{GENERATION_LABEL}={generation}"]
     with open(log_path, "wb") as log:
         return subprocess.Popen(

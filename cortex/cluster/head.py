@@ -14,7 +14,12 @@ from pathlib import Path
 
 import grpc
 
-from neuraxis.core.process import FIXED_RAY_PORT_ARGS, die_with_parent, ray_binary
+from neuraxis.core.process import (
+    FIXED_RAY_PORT_ARGS,
+    QUIET_RAY_ARGS,
+    die_with_parent,
+    ray_binary,
+)
 
 # Ray's object store holds only small control messages here.
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
@@ -37,7 +42,7 @@ def head_command(
         "--node-ip-address",
         node_ip,
         "--include-dashboard=false",
-        "--disable-usage-stats",
+        *QUIET_RAY_ARGS,
         "--num-cpus",
         str(num_cpus),
         "--num-gpus",

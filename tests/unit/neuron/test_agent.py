@@ -50,3 +50,8 @@ def test_the_replicas_get_the_hosts_tls_files_as_absolute_paths(
     assert NeuronSettings().tls == TlsFiles(
         tmp_path / "ca.crt", Path.cwd() / "tls" / "neuron.crt", tmp_path / "n.key"
     )
+
+
+def test_the_node_starts_without_rays_log_monitor() -> None:
+    # Every driver joins with log_to_driver=False: nobody reads what it forwards.
+    assert "--include-log-monitor=false" in join_command("ray", "h:1", Generation.ADA, [], None)
