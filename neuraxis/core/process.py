@@ -136,7 +136,7 @@ def ray_binary() -> str:
 # with log_to_driver=False, so Ray's log monitor, which tails each worker's
 # log files to forward new lines to drivers, forwarded nothing while costing
 # ~6.5 ms of CPU a second on an idle node: CPU that a small host's engine
-# shares (docs/performance.md, "Where it went").
+# shares (docs/performance.md, "Again, with more runs").
 QUIET_RAY_ARGS = ["--disable-usage-stats", "--include-log-monitor=false"]
 
 
