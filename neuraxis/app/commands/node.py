@@ -27,7 +27,7 @@ POLL_S = 1.0
 STUCK_S = 10.0
 
 
-def add_node_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     node = sub.add_parser(
         "node",
         help="cordon, drain or uncordon a node",
@@ -52,9 +52,10 @@ def add_node_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 default=900.0,
                 help="seconds to wait for the replicas to move (default 900)",
             )
+    return node
 
 
-def run_node(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from neuraxis.app.cluster_address import NO_ADDRESS, cluster_address
 
     address = cluster_address(args.address, args.config)

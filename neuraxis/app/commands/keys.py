@@ -25,7 +25,7 @@ from cortex.store.keys import ApiKey, KeyStore, open_key_store
 from neuraxis.core.settings import load_settings
 
 
-def add_keys_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="manage API keys", description="API key commands.")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
     create = keys_sub.add_parser(
@@ -53,6 +53,7 @@ def add_keys_parser(sub: Any) -> None:
         command.add_argument("--config", type=Path, help="cortex's TOML settings file")
         command.add_argument("--state-dir", type=Path, help="cortex's state directory")
         command.add_argument("--postgres-dsn", help="cortex's PostgreSQL store")
+    return keys
 
 
 def _positive(text: str) -> int:
@@ -62,7 +63,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def run_keys(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     given = {
         name: value
         for name, value in (("state_dir", args.state_dir), ("postgres_dsn", args.postgres_dsn))
