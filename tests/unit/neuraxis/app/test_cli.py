@@ -11,7 +11,7 @@ from pydantic_settings import BaseSettings
 
 from cortex.config import CortexSettings
 from cortex.routing.factory import PolicyName
-from neuraxis.app.cli import build_parser, main
+from neuraxis.app.cli import COMMANDS, build_parser, main
 from neuraxis.app.embedded import EmbeddedOptions
 from neuraxis.app.options import overrides
 from neuraxis.core.generations import Generation
@@ -248,3 +248,15 @@ def test_a_node_command_with_no_cluster_to_reach_says_so(
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))  # no `neuraxis up` here
     assert main(["node", "cordon", "abc123"]) == 2
     assert "give --address" in capsys.readouterr().err
+
+
+def test_each_command_module_runs_its_own_command() -> None:
+    """cli.py only registers: the parser a module adds runs that module."""
+    parser = build_parser()
+    argv = {"neuron": ["neuron", "serve"], "cluster": ["cluster", "stop", "--address", "a:1"]}
+    argv |= {"config": ["config", "check"], "model": ["model", "prepare"]}
+    argv |= {"tls": ["tls", "init", "d"], "keys": ["keys", "list"], "node": ["node", "drain", "n"]}
+    for command in COMMANDS:
+        name = command.__name__.rsplit(".", 1)[1]
+        args = parser.parse_args(argv.get(name, [name]))
+        assert (args.command, args.run) == (name, command.run)
