@@ -5,7 +5,7 @@ could not start or be placed.
 `StartProgress` is pure: it is fed the controller's status (the typed
 ClusterStatus `neuraxis status` prints) with the time it was read, and
 returns the lines that became true since the last one. Reading the status,
-and printing, are embedded.py's business.
+and printing, are replica_watch.py's business.
 """
 
 from __future__ import annotations
