@@ -53,12 +53,8 @@ def run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
     # Anyone who can reach a Ray cluster can run code on it: this one takes
     # only processes that know a token made for this run.
     token = secrets.token_hex(32)
-    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
-    env["NEURAXIS_CACHE_DIR"] = str(cache_dir)
-    env["NEURAXIS_REPLICA_HOST"] = "127.0.0.1"
     state_dir = options.state_dir or default_state_dir()
-    env["NEURAXIS_REPLICA_LOG_DIR"] = str(state_dir / "replicas")
-    env.update(cortex_logging(options))
+    env = _children_env(options, token, cache_dir, state_dir)
     workdir = Path(tempfile.mkdtemp(prefix="neuraxis-up-"))
     spec = workdir / "deployment.toml"
     spec.write_text(embedded_spec(options))
@@ -110,6 +106,17 @@ def run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
         marker.unlink(missing_ok=True)
 
     return run_until_stopped(run, stop)
+
+
+def _children_env(
+    options: EmbeddedOptions, token: str, cache_dir: Path, state_dir: Path
+) -> dict[str, str]:
+    """The environment of the head (and so of every replica) and of cortex."""
+    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    env["NEURAXIS_CACHE_DIR"] = str(cache_dir)
+    env["NEURAXIS_REPLICA_HOST"] = "127.0.0.1"
+    env["NEURAXIS_REPLICA_LOG_DIR"] = str(state_dir / "replicas")
+    return env | cortex_logging(options)
 
 
 def _drain_replicas(address: str, env: dict[str, str], log_path: Path) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from cortex.cluster.spec import parse_spec
 from neuraxis.app.cli import build_parser, main
-from neuraxis.app.embedded import EmbeddedOptions, cortex_options, embedded_spec
+from neuraxis.app.embedded import EmbeddedOptions, cortex_command, cortex_options, embedded_spec
 from neuraxis.app.options import overrides
 from neuraxis.core.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
 
@@ -47,3 +47,13 @@ def test_the_admin_port_is_passed_to_cortex() -> None:
 def test_several_replicas_with_static_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["up", "--static", "--replicas", "2"]) == 2
     assert "--replicas above 1 needs Ray" in capsys.readouterr().err
+
+
+def test_cortex_is_started_with_the_same_command_line_in_either_mode() -> None:
+    """The supervisor starts a cortex that died again with this line: the
+    same address, ports and auth, and where its neurons are."""
+    options = _up("--port", "8090", "--auth", "required", "--admin-port", "9190")
+    assert cortex_command(options, "--ray-address", "127.0.0.1:6390") == [
+        *("cortex", "--host", "127.0.0.1", "--port", "8090", "--auth", "required"),
+        *("--ray-address", "127.0.0.1:6390", "--admin-port", "9190"),
+    ]
