@@ -31,15 +31,7 @@ from neuraxis.app.embedded import (
     embedded_spec,
 )
 from neuraxis.app.replica_watch import ReplicaWatch
-from neuraxis.app.supervisor import (
-    READY_TIMEOUT_S,
-    STOP_TIMEOUT_S,
-    Supervisor,
-    http_ready,
-    reap,
-    run_until_stopped,
-    spawn,
-)
+from neuraxis.app.supervisor import STOP_TIMEOUT_S, run_until_stopped, spawn, supervise_cortex
 from neuraxis.core.generations import GENERATION_LABEL
 from neuraxis.core.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
 from neuraxis.core.process import stop_process_group
@@ -61,9 +53,7 @@ def run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
     # `neuraxis status` with no arguments finds this cluster here.
     marker = state_dir / EMBEDDED_CLUSTER_FILE
     cortex_cmd = cortex_command(options, "--ray-address", address, "--deployment", str(spec))
-    supervisor = Supervisor(
-        lambda: spawn(cortex_cmd, env), lambda: http_ready(options.base_url), reap
-    )
+    supervisor = supervise_cortex(cortex_cmd, env, options.base_url)
 
     def run() -> int:
         head_log = workdir / "ray-head.log"
@@ -88,7 +78,7 @@ def run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
         supervisor.start_cortex()
         watch = ReplicaWatch(address, token)
         try:
-            supervisor.wait_ready(READY_TIMEOUT_S, watch.poll)
+            supervisor.wait_ready(tick=watch.poll)
             watch.poll(now=True)  # the last replica's "ready" line
         finally:
             watch.close()

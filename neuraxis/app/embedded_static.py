@@ -13,15 +13,7 @@ from pathlib import Path
 from cortex.config import default_state_dir
 from neuraxis.app.console import auth_line, print_banner, say
 from neuraxis.app.embedded import EmbeddedOptions, cortex_command, cortex_logging
-from neuraxis.app.supervisor import (
-    READY_TIMEOUT_S,
-    STOP_TIMEOUT_S,
-    Supervisor,
-    http_ready,
-    reap,
-    run_until_stopped,
-    spawn,
-)
+from neuraxis.app.supervisor import STOP_TIMEOUT_S, run_until_stopped, spawn, supervise_cortex
 from neuraxis.core.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
 from neuraxis.core.process import stop_process_group
 
@@ -34,9 +26,7 @@ def run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
         where += ["--model", model]
     cortex_cmd = cortex_command(options, *where)
     cortex_env = dict(os.environ, **cortex_logging(options))
-    supervisor = Supervisor(
-        lambda: spawn(cortex_cmd, cortex_env), lambda: http_ready(options.base_url), reap
-    )
+    supervisor = supervise_cortex(cortex_cmd, cortex_env, options.base_url)
 
     def run() -> int:
         chat_cmd = _neuron_command(DEFAULT_CHAT_MODEL, options.neuron_port, cache_dir)
@@ -61,7 +51,7 @@ def run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
         say(f"starting cortex on {options.host}:{options.port}")
         say(auth_line(options))
         supervisor.start_cortex()
-        supervisor.wait_ready(READY_TIMEOUT_S)
+        supervisor.wait_ready()
         print_banner(options)
         return supervisor.serve()
 

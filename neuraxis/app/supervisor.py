@@ -170,7 +170,9 @@ class Supervisor(Generic[C]):
         essential = [child for _, child in self._essential]
         return essential if self._cortex is None else [*essential, self._cortex]
 
-    def wait_ready(self, timeout_s: float, tick: Callable[[], None] = lambda: None) -> None:
+    def wait_ready(
+        self, timeout_s: float = READY_TIMEOUT_S, tick: Callable[[], None] = lambda: None
+    ) -> None:
         """Until cortex first answers ready (`tick` between looks); a
         SystemExit with the reason when the stack ends first."""
         deadline = self._clock() + timeout_s
@@ -220,6 +222,14 @@ class Supervisor(Generic[C]):
         self._cortex = self._start_cortex()
         self._restarted_at = now
         return None
+
+
+def supervise_cortex(
+    command: list[str], env: dict[str, str], base_url: str
+) -> Supervisor[subprocess.Popen[bytes]]:
+    """A supervisor whose cortex is `neuraxis COMMAND` in `env`, ready once
+    base_url/readyz answers."""
+    return Supervisor(lambda: spawn(command, env), lambda: http_ready(base_url), reap)
 
 
 class StopRequestedError(Exception):
