@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from cortex.cluster.decisions import ReplicaRecord
 from cortex.cluster.status import (
     ClusterStatus,
     CortexReport,
@@ -16,6 +19,7 @@ from cortex.cluster.status import (
     NodeStatus,
     ReplicaState,
     ReplicaStatus,
+    waiting_reason,
 )
 from neuraxis.app.status import render_json
 from neuraxis.core.generations import Generation
@@ -129,5 +133,27 @@ def test_status_json_is_byte_for_byte_what_it_was() -> None:
 
 
 def test_a_cortex_report_crosses_the_wire_as_it_did() -> None:
-    assert json.dumps(REPORT.to_dict(), sort_keys=True) == REPORT_JSON
-    assert CortexReport.from_dict(json.loads(REPORT_JSON)) == REPORT
+    assert json.dumps(REPORT.model_dump(mode="json"), sort_keys=True) == REPORT_JSON
+    assert CortexReport.read(json.loads(REPORT_JSON)) == REPORT
+
+
+def test_a_long_pending_replica_says_what_it_waits_for() -> None:
+    pending = ReplicaRecord("m-1", "m", 1, 100.0, state=ReplicaState.PENDING)
+    assert waiting_reason(pending, 2, 105.0) is None
+    assert waiting_reason(pending, 2, 111.0) == "waiting for a node with 2 free GPUs"
+    assert waiting_reason(pending, 0, 111.0) == "waiting for the cluster"
+    ready = ReplicaRecord("m-2", "m", 2, 100.0, state=ReplicaState.READY)
+    assert waiting_reason(ready, 2, 111.0) is None
+
+
+def test_reading_the_wire_refuses_a_missing_or_unknown_field_but_code_may_omit_defaults() -> None:
+    data = json.loads(render_json(FULL))
+    del data["cortices"][0]["head_up"]  # a field with a default
+    with pytest.raises(TypeError, match="missing fields: head_up"):
+        ClusterStatus.read(data)
+    assert (
+        CortexStatus(
+            instance="i", host="h", pid=1, in_flight=0, table_version=0, reported_s_ago=0.0
+        ).head_up
+        is None
+    )
