@@ -12,6 +12,7 @@ and no rendering (neuraxis/app/status.py renders).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Self
 
@@ -239,17 +240,7 @@ def cluster_status(
         for model in spec.models
     ]
     return ClusterStatus(
-        nodes=[
-            NodeStatus(
-                node_id=n.node_id,
-                host=n.host,
-                generation=n.generation,
-                gpus=n.gpus,
-                alive=n.alive,
-                mark=_mark(marks.get(n.node_id)),
-            )
-            for n in nodes
-        ],
+        nodes=[NodeStatus(**asdict(n), mark=_mark(marks.get(n.node_id))) for n in nodes],
         models=models,
         cortices=[
             CortexStatus(
@@ -268,6 +259,21 @@ def cluster_status(
     )
 
 
+# The fields a replica's status takes from its record as they are.
+_AS_RECORDED = (
+    "id",
+    "state",
+    "address",
+    "host",
+    "node_id",
+    "generation",
+    "pid",
+    "log",
+    "engine_running",
+    "engine_waiting",
+)
+
+
 def _replica_status(
     replica: ReplicaRecord,
     model: ModelSpec,
@@ -282,18 +288,9 @@ def _replica_status(
     if reports and replica.address:
         cortex_in_flight = sum(r.in_flight.get(replica.address, 0) for r, _ in reports)
     return ReplicaStatus(
-        id=replica.id,
-        state=replica.state,
+        **{name: getattr(replica, name) for name in _AS_RECORDED},
         waiting=waiting_reason(replica, model.gpus_per_replica(), now),
-        address=replica.address,
-        host=replica.host,
-        node_id=replica.node_id,
-        generation=replica.generation,
         in_flight=engine,
-        pid=replica.pid,
-        log=replica.log,
-        engine_running=replica.engine_running,
-        engine_waiting=replica.engine_waiting,
         load_age_s=None if replica.load_at is None else _rounded(monotonic - replica.load_at),
         cortex_in_flight=cortex_in_flight,
     )
