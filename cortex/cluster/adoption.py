@@ -11,9 +11,9 @@ import logging
 from dataclasses import dataclass, field
 
 from cortex.cluster import decisions
-from cortex.cluster.backend import ClusterBackend
+from cortex.cluster.backend import ClusterBackend, RunningReplica
 from cortex.cluster.decisions import ReplicaRecord
-from cortex.cluster.status import Failure, ReplicaState
+from cortex.cluster.status import ReplicaState
 
 log = logging.getLogger("neuraxis.controller")
 
@@ -21,13 +21,14 @@ log = logging.getLogger("neuraxis.controller")
 @dataclass
 class Adoption:
     replicas: dict[str, ReplicaRecord] = field(default_factory=dict)
-    lost: list[Failure] = field(default_factory=list)
+    # Refused replicas that had served, and why: lost, to be replaced.
+    lost: list[tuple[RunningReplica, str]] = field(default_factory=list)
     next_serial: int = 1  # the first serial no replica found running has
 
 
-async def adopt(backend: ClusterBackend, now: float, monotonic: float) -> Adoption:
+async def adopt(backend: ClusterBackend, monotonic: float) -> Adoption:
     """Check every replica running in the cluster, adopt the serving ones
-    and kill the rest. `now` is wall time, `monotonic` the controller's clock."""
+    and kill the rest. `monotonic` is the controller's clock."""
     found = await backend.replicas()
     health = await asyncio.gather(*(backend.check(r.replica_id) for r in found))
     adoption = Adoption(next_serial=decisions.next_serial(found))
@@ -39,15 +40,7 @@ async def adopt(backend: ClusterBackend, now: float, monotonic: float) -> Adopti
             )
             backend.kill(running.replica_id)
             if running.address is not None:
-                adoption.lost.append(
-                    Failure(
-                        model=running.model,
-                        replica=running.replica_id,
-                        reason=refusal,
-                        failed_at=now,
-                        address=running.address,
-                    )
-                )
+                adoption.lost.append((running, refusal))
             continue
         replica = ReplicaRecord(
             running.replica_id,

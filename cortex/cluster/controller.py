@@ -34,7 +34,7 @@ from cortex.cluster.placement import NodeView, eligibility, label_selector, unpl
 from cortex.cluster.replica_settings import replica_settings, settings_env
 from cortex.cluster.reports import CortexReports
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
-from cortex.cluster.status import ClusterStatus, CortexReport, Failure, ReplicaState, cluster_status
+from cortex.cluster.status import ClusterStatus, CortexReport, ReplicaState, cluster_status
 from cortex.cluster.table import Endpoint, EndpointTable
 from cortex.cluster.tasks import ReplicaTasks
 from neuraxis.core.generations import Generation
@@ -161,10 +161,12 @@ class Controller:
             if self._adopted:
                 return
             self._marks = await self._backend.load_marks()
-            adoption = await adopt(self._backend, self._clock.time(), self._clock.monotonic())
+            adoption = await adopt(self._backend, self._clock.monotonic())
             self._replicas.update(adoption.replicas)
-            for failure in adoption.lost:
-                self._failovers.lost(failure)
+            for running, reason in adoption.lost:
+                self._failovers.lost(
+                    running.model, running.replica_id, reason, running.address, self._clock.time()
+                )
             self._counter = itertools.count(adoption.next_serial)
             self.adopted_replicas = len(self._replicas)
             self._adopted = True
@@ -231,15 +233,7 @@ class Controller:
         self._forget(replica)
         if replica.node_id and node_suspect:
             self._suspect[replica.node_id] = self._clock.monotonic() + decisions.SUSPECT_S
-        self._failovers.lost(
-            Failure(
-                model=replica.model,
-                replica=replica.id,
-                reason=reason,
-                failed_at=self._clock.time(),
-                address=replica.address,
-            )
-        )
+        self._failovers.lost(replica.model, replica.id, reason, replica.address, self._clock.time())
 
     def _forget(self, replica: ReplicaRecord) -> None:
         self._replicas.pop(replica.id, None)

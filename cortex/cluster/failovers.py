@@ -15,9 +15,13 @@ class FailoverLog:
         self._pending: dict[str, list[Failure]] = {}
         self._done: list[Failover] = []
 
-    def lost(self, failure: Failure) -> None:
-        """A replica of `failure.model` was lost; the next one placed replaces it."""
-        self._pending.setdefault(failure.model, []).append(failure)
+    def lost(self, model: str, replica: str, reason: str, address: str | None, at: float) -> None:
+        """A replica of `model` was lost at `at` (wall time); the next one
+        placed replaces it."""
+        failure = Failure(
+            model=model, replica=replica, reason=reason, failed_at=at, address=address
+        )
+        self._pending.setdefault(model, []).append(failure)
 
     def claim(self, model: str) -> Failure | None:
         """The oldest loss of `model` a new replica replaces, if any."""
