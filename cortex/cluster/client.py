@@ -177,7 +177,7 @@ def find_controller() -> Any:
 def status(timeout_s: float = 30.0) -> ClusterStatus:
     result: dict[str, Any] = ray.get(find_controller().status.remote(), timeout=timeout_s)
     try:
-        return ClusterStatus.from_dict(result)
+        return ClusterStatus.read(result)
     except (TypeError, KeyError, ValueError) as e:
         # A controller left running by another version of neuraxis.
         raise ClusterError(f"the controller's status is not in this version's form: {e}") from None
@@ -253,18 +253,20 @@ async def report_forever(
     while True:
         plane = followed.plane
         report = CortexReport(
-            f"{host}:{pid}",
-            host,
-            pid,
-            pool.in_flight(),
-            followed.version,
+            instance=f"{host}:{pid}",
+            host=host,
+            pid=pid,
+            in_flight=pool.in_flight(),
+            table_version=followed.version,
             head_up=plane.head_up if plane else None,
             table_age_s=plane.table_age_s() if plane else None,
             controller_restarts=plane.controller_restarts if plane else 0,
             adopted=plane.adopted if plane else 0,
         )
         try:
-            await asyncio.wait_for(_result(link.actor.report.remote(report.to_dict())), REPORT_S)
+            await asyncio.wait_for(
+                _result(link.actor.report.remote(report.model_dump(mode="json"))), REPORT_S
+            )
         except (RayError, TimeoutError, AttributeError) as e:
             log.debug("could not report to the controller: %s", type(e).__name__)
         await asyncio.sleep(interval_s)

@@ -1,9 +1,7 @@
 """The controller: keeps the deployment spec true on a cluster.
 
-A new controller first adopts the replicas it finds running (detached actors
-that outlive a controller): the ones serving join its records as they are,
-with no restart and no engine reload; the others are killed (and replaced by
-the first pass). Then every `health_interval_s` a pass reads the nodes, checks each serving
+A new controller first adopts the replicas it finds running (adoption.py).
+Then every `health_interval_s` a pass reads the nodes, checks each serving
 replica, replaces the ones that died (with their actor, their node or their
 neuron) or failed too many checks, drains the ones a scale-down removes,
 and places missing ones. Placements no node could ever satisfy are
@@ -23,45 +21,25 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
 
 from cortex.cluster import decisions
-from cortex.cluster.backend import (
-    ClusterBackend,
-    Health,
-    ReplicaRequest,
-    ReplicaStartError,
-    RunningReplica,
-)
+from cortex.cluster.adoption import adopt
+from cortex.cluster.backend import ClusterBackend, ReplicaRequest, ReplicaStartError
 from cortex.cluster.clock import Clock
 from cortex.cluster.decisions import Backoff, ReplicaRecord
+from cortex.cluster.failovers import FailoverLog
 from cortex.cluster.nodes import NodeMark, resolve
 from cortex.cluster.placement import NodeView, eligibility, label_selector, unplaceable_reason
 from cortex.cluster.replica_settings import replica_settings, settings_env
+from cortex.cluster.reports import CortexReports
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
-from cortex.cluster.status import (
-    ClusterStatus,
-    CortexReport,
-    CortexStatus,
-    Failover,
-    Failure,
-    ModelStatus,
-    NodeStatus,
-    ReplicaState,
-    ReplicaStatus,
-)
+from cortex.cluster.status import ClusterStatus, CortexReport, ReplicaState, cluster_status
 from cortex.cluster.table import Endpoint, EndpointTable
+from cortex.cluster.tasks import ReplicaTasks
 from neuraxis.core.generations import Generation
 
 log = logging.getLogger("neuraxis.controller")
-
-# Failovers kept for the status.
-FAILOVERS_KEPT = 20
-# A cortex report older than this no longer counts (cortex reports every
-# REPORT_S, cortex/cluster/client.py; a few missed reports are tolerated).
-REPORT_TTL_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -84,10 +62,9 @@ class Controller:
         # Nodes where a replica's actor just died: not preferred until then.
         self._suspect: dict[str, float] = {}
         self._rebalanced: dict[str, float] = {}
-        self._failovers: list[Failover] = []
-        self._pending_failures: dict[str, list[Failure]] = {}
+        self._failovers = FailoverLog()
         self._counter = itertools.count(1)
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks = ReplicaTasks()
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
         self._adopted = False
@@ -97,7 +74,7 @@ class Controller:
         self.adopted_replicas = 0
         self.table = EndpointTable()
         self._passes = 0
-        self._reports: dict[str, tuple[CortexReport, float]] = {}
+        self._reports = CortexReports()
         # Cordoned and draining nodes (nodes.py), by node id.
         self._marks: dict[str, NodeMark] = {}
 
@@ -122,7 +99,7 @@ class Controller:
     def report(self, report: CortexReport) -> None:
         """A cortex instance's periodic report (its requests in flight per
         replica); kept for REPORT_TTL_S, so a cortex that stopped drops out."""
-        self._reports[report.instance] = (report, self._clock.monotonic())
+        self._reports.add(report, self._clock.monotonic())
 
     async def mark_node(self, name: str, mark: NodeMark | None) -> NodeView:
         """Cordon (`CORDONED`), drain (`DRAINING`) or uncordon (None) the node
@@ -140,71 +117,26 @@ class Controller:
         await self.tick()
         return node
 
-    def _mark_of(self, node_id: str) -> str | None:
-        mark = self._marks.get(node_id)
-        return mark.value if mark is not None else None
-
     def _schedulable(self) -> list[NodeView]:
         """The nodes new replicas may go to: not cordoned, not draining."""
         return [n for n in self._nodes if n.node_id not in self._marks]
 
-    def _fresh_reports(self) -> list[tuple[CortexReport, float]]:
-        """The reports younger than REPORT_TTL_S, each with its age."""
-        now = self._clock.monotonic()
-        for instance, (_, at) in list(self._reports.items()):
-            if now - at > REPORT_TTL_S:
-                del self._reports[instance]
-        return [(r, now - at) for r, at in self._reports.values()]
-
     def status(self) -> ClusterStatus:
-        now = self._clock.time()
-        reports = self._fresh_reports()
-        models = []
-        for model in self._spec.models:
-            backoff = self._backoff.get(model.id)
-            models.append(
-                ModelStatus(
-                    id=model.id,
-                    desired=model.replicas,
-                    generations=eligibility(model).generations,
-                    gpus_per_replica=model.gpus_per_replica(),
-                    unplaceable=self._unplaceable.get(model.id),
-                    last_start_error=backoff.last_error if backoff else None,
-                    replicas=[
-                        self._describe(r, model, now, reports)
-                        for r in self._replicas.values()
-                        if r.model == model.id
-                    ],
-                )
-            )
-        nodes = [
-            NodeStatus(n.node_id, n.host, n.generation, n.gpus, n.alive, self._mark_of(n.node_id))
-            for n in self._nodes
-        ]
-        cortices = [
-            CortexStatus(
-                r.instance,
-                r.host,
-                r.pid,
-                sum(r.in_flight.values()),
-                r.table_version,
-                round(age, 1),
-                head_up=r.head_up,
-                table_age_s=None if r.table_age_s is None else round(r.table_age_s, 1),
-                controller_restarts=r.controller_restarts,
-                adopted=r.adopted,
-            )
-            for r, age in sorted(reports, key=lambda item: item[0].instance)
-        ]
-        return ClusterStatus(
-            nodes,
-            models,
-            list(self._failovers),
-            self.table.version,
-            self._passes,
-            cortices,
+        return cluster_status(
+            self._spec,
+            self._replicas.values(),
+            self._nodes,
+            self._reports.fresh(self._clock.monotonic()),
+            marks=self._marks,
+            unplaceable=self._unplaceable,
+            start_errors={model: b.last_error for model, b in self._backoff.items()},
+            failovers=self._failovers.recent(),
+            version=self.table.version,
             epoch=self.table.epoch,
+            passes=self._passes,
             adopted=self.adopted_replicas,
+            now=self._clock.time(),
+            monotonic=self._clock.monotonic(),
         )
 
     async def shutdown(self) -> None:
@@ -218,7 +150,7 @@ class Controller:
             if replica.state is not ReplicaState.DRAINING:
                 self._drain(replica)
         await self._publish()
-        await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+        await self._tasks.wait()
 
     async def adopt(self) -> None:
         """Once per controller: take over the replicas found running. The
@@ -229,49 +161,16 @@ class Controller:
             if self._adopted:
                 return
             self._marks = await self._backend.load_marks()
-            found = await self._backend.replicas()
-            health = await asyncio.gather(*(self._backend.check(r.replica_id) for r in found))
-            for running, checked in zip(found, health, strict=True):
-                self._adopt_one(running, checked)
-            self._counter = itertools.count(decisions.next_serial(found))
+            adoption = await adopt(self._backend, self._clock.monotonic())
+            self._replicas.update(adoption.replicas)
+            for running, reason in adoption.lost:
+                self._failovers.lost(
+                    running.model, running.replica_id, reason, running.address, self._clock.time()
+                )
+            self._counter = itertools.count(adoption.next_serial)
             self.adopted_replicas = len(self._replicas)
             self._adopted = True
-        if found:
-            log.info("adopted %d of %d replicas found running", len(self._replicas), len(found))
         await self._publish()
-
-    def _adopt_one(self, running: RunningReplica, health: Health) -> None:
-        refusal = decisions.adoption_refusal(running, health)
-        if refusal is not None:
-            log.warning(
-                "not adopting replica %s of %s: %s", running.replica_id, running.model, refusal
-            )
-            self._backend.kill(running.replica_id)
-            if running.address is not None:
-                failure = Failure(
-                    running.model, running.replica_id, refusal, self._clock.time(), running.address
-                )
-                self._pending_failures.setdefault(running.model, []).append(failure)
-            return
-        self._replicas[running.replica_id] = ReplicaRecord(
-            running.replica_id,
-            running.model,
-            running.serial,
-            created=running.created,
-            state=ReplicaState.READY,
-            node_id=running.node_id,
-            host=running.host,
-            generation=running.generation,
-            address=running.address,
-            metrics_port=running.metrics_port,
-            pid=running.pid,
-            log=running.log,
-            ready_at=running.started_at,
-        )
-        self._record_load(self._replicas[running.replica_id], health)
-        log.info(
-            "adopted replica %s of %s at %s", running.replica_id, running.model, running.address
-        )
 
     # -- one pass --------------------------------------------------------------
 
@@ -323,12 +222,7 @@ class Controller:
                 log.info("replica %s at %s is healthy again", replica.id, replica.address)
         replica.state = verdict.state
         replica.failures = verdict.failures
-        self._record_load(replica, health)
-
-    def _record_load(self, replica: ReplicaRecord, health: Health) -> None:
-        if health.running is not None and health.waiting is not None:
-            replica.engine_running, replica.engine_waiting = health.running, health.waiting
-            replica.load_at = self._clock.monotonic()
+        replica.record_load(health, self._clock.monotonic())
 
     def _lost(self, replica: ReplicaRecord, reason: str, node_suspect: bool) -> None:
         """A replica died: forget it (the next reconcile places a replacement)
@@ -339,8 +233,7 @@ class Controller:
         self._forget(replica)
         if replica.node_id and node_suspect:
             self._suspect[replica.node_id] = self._clock.monotonic() + decisions.SUSPECT_S
-        failure = Failure(replica.model, replica.id, reason, self._clock.time(), replica.address)
-        self._pending_failures.setdefault(replica.model, []).append(failure)
+        self._failovers.lost(replica.model, replica.id, reason, replica.address, self._clock.time())
 
     def _forget(self, replica: ReplicaRecord) -> None:
         self._replicas.pop(replica.id, None)
@@ -395,14 +288,7 @@ class Controller:
         staying = [r for r in active if r not in leaving]
         if len(staying) < model.replicas:
             self._place_missing(model, model.replicas - len(staying))
-        ready_elsewhere = sum(1 for r in staying if r.state is ReplicaState.READY)
-        serving = [r for r in leaving if r.state is ReplicaState.READY]
-        for replica in leaving:
-            if replica not in serving:
-                self._drain(replica)
-        # Each can go once the ready count stays where it was.
-        can_go = ready_elsewhere + len(serving) - max(model.replicas, len(serving))
-        for replica in sorted(serving, key=lambda r: r.serial)[: max(0, can_go)]:
+        for replica in decisions.moved_off(staying, leaving, model.replicas):
             log.info("moving %s off draining node %s", replica.id, replica.node_id)
             self._drain(replica)
 
@@ -453,9 +339,7 @@ class Controller:
             # the next placement of this pass then prefers another node.
             node_id=node_id,
         )
-        failures = self._pending_failures.get(model.id)
-        if failures:
-            replica.replaces = failures.pop(0)
+        replica.replaces = self._failovers.claim(model.id)
         self._replicas[replica.id] = replica
         self._backend.create(
             ReplicaRequest(
@@ -468,7 +352,7 @@ class Controller:
                 pinned,
             )
         )
-        self._run_task(replica, self._start(replica, model))
+        self._tasks.run(replica.id, self._start(replica, model))
         log.info(
             "placing %s (%s, %d GPUs)",
             replica.id,
@@ -479,10 +363,7 @@ class Controller:
     async def _start(self, replica: ReplicaRecord, model: ModelSpec) -> None:
         try:
             placed = await self._backend.placed(replica.id)
-            replica.node_id = placed.node_id
-            replica.host = placed.host
-            replica.generation = placed.generation
-            replica.state = ReplicaState.STARTING
+            replica.placed(placed)
             if placed.generation is None:
                 raise ReplicaStartError(f"node {placed.node_id} has no generation label")
             env = settings_env(replica_settings(model, placed.generation))
@@ -491,12 +372,8 @@ class Controller:
             if replica.id in self._replicas:  # not drained or lost meanwhile
                 self._start_failed(replica, model, str(e))
             return
-        replica.address = started.address
-        replica.metrics_port = started.metrics_port
-        replica.pid = started.pid
-        replica.log = started.log
-        replica.state = ReplicaState.READY
-        replica.ready_at = self._clock.time()
+        ready_at = self._clock.time()
+        replica.serving(started, ready_at)
         self._backoff.pop(model.id, None)
         log.info(
             "replica %s of %s ready at %s on %s (%s)",
@@ -507,16 +384,12 @@ class Controller:
             _name(replica.generation),
         )
         if replica.replaces is not None:
-            failover = Failover.of(replica.replaces, replica.id, replica.address, replica.ready_at)
-            self._failovers = [*self._failovers[-(FAILOVERS_KEPT - 1) :], failover]
+            self._failovers.replaced(replica.replaces, replica.id, started.address, ready_at)
         await self._publish()
 
     def _start_failed(self, replica: ReplicaRecord, model: ModelSpec, reason: str) -> None:
         backoff = self._backoff.setdefault(model.id, Backoff())
-        backoff.failures += 1
-        delay = decisions.backoff_delay(backoff.failures)
-        backoff.not_before = self._clock.monotonic() + delay
-        backoff.last_error = reason
+        delay = backoff.failed(reason, self._clock.monotonic())
         log.error(
             "replica %s of %s failed to start (next attempt in %.0f s): %s",
             replica.id,
@@ -525,16 +398,14 @@ class Controller:
             reason,
         )
         if replica.replaces is not None:
-            self._pending_failures.setdefault(model.id, []).insert(0, replica.replaces)
+            self._failovers.unclaim(replica.replaces)
         self._forget(replica)
 
     def _drain(self, replica: ReplicaRecord) -> None:
         previous = replica.state
         replica.state = ReplicaState.DRAINING
-        starting = self._tasks.get(replica.id)
-        if starting is not None and not starting.done():
-            starting.cancel()  # still starting: nothing to drain
-        self._run_task(replica, self._stop(replica, previous))
+        self._tasks.cancel(replica.id)  # still starting: nothing to drain
+        self._tasks.run(replica.id, self._stop(replica, previous))
         log.info("draining %s at %s", replica.id, replica.address)
 
     async def _stop(self, replica: ReplicaRecord, previous: ReplicaState) -> None:
@@ -547,23 +418,6 @@ class Controller:
             self._forget(replica)
             log.info("replica %s stopped", replica.id)
 
-    def _run_task(self, replica: ReplicaRecord, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks[replica.id] = task
-
-        def done(finished: asyncio.Task[None]) -> None:
-            if self._tasks.get(replica.id) is finished:
-                del self._tasks[replica.id]
-            if not finished.cancelled() and finished.exception() is not None:
-                log.error(
-                    "replica %s: %s",
-                    replica.id,
-                    finished.exception(),
-                    exc_info=finished.exception(),
-                )
-
-        task.add_done_callback(done)
-
     async def _publish(self) -> None:
         ready = sorted(
             (r for r in self._replicas.values() if r.state is ReplicaState.READY),
@@ -574,39 +428,6 @@ class Controller:
                 Endpoint(r.id, r.model, r.address or "", _name(r.generation), r.metrics_port)
                 for r in ready
             ]
-        )
-
-    def _describe(
-        self,
-        replica: ReplicaRecord,
-        model: ModelSpec,
-        now: float,
-        reports: list[tuple[CortexReport, float]],
-    ) -> ReplicaStatus:
-        engine = None
-        if replica.engine_running is not None and replica.engine_waiting is not None:
-            engine = replica.engine_running + replica.engine_waiting
-        load_age = None
-        if replica.load_at is not None:
-            load_age = round(self._clock.monotonic() - replica.load_at, 1)
-        cortex_in_flight = None
-        if reports and replica.address:
-            cortex_in_flight = sum(r.in_flight.get(replica.address, 0) for r, _ in reports)
-        return ReplicaStatus(
-            id=replica.id,
-            state=replica.state,
-            waiting=decisions.waiting_reason(replica, model.gpus_per_replica(), now),
-            address=replica.address,
-            host=replica.host,
-            node_id=replica.node_id,
-            generation=replica.generation,
-            in_flight=engine,
-            pid=replica.pid,
-            log=replica.log,
-            engine_running=replica.engine_running,
-            engine_waiting=replica.engine_waiting,
-            load_age_s=load_age,
-            cortex_in_flight=cortex_in_flight,
         )
 
 

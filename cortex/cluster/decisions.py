@@ -1,7 +1,9 @@
 """The controller's decisions, as pure functions over plain data: whether a
 replica found running is adopted, the health verdict on one check, the
-start-failure back-off, which replicas a scale-down drains, which replica
-a rebalance moves, which node the next replica prefers, and why a pending replica still waits.
+start-failure back-off, which replicas a scale-down drains and which a
+draining node gives up, which replica a rebalance moves, and which node
+the next replica prefers (why a pending replica still waits is the
+status's: status.py).
 
 Nothing here acts, sleeps or reads a clock: the controller (controller.py)
 passes the time in and carries out what these return. Placement eligibility
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from cortex.cluster.backend import Health, Liveness, RunningReplica
+from cortex.cluster.backend import Health, Liveness, Placed, RunningReplica, Started
 from cortex.cluster.placement import NodeView, eligibility, preferred_node
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
 from cortex.cluster.status import Failure, ReplicaState
@@ -23,8 +25,6 @@ from neuraxis.core.generations import Generation
 # before it is replaced.
 UNHEALTHY_AFTER = 3
 REPLACE_AFTER = 10
-# A replica not placed after this long is reported as waiting for resources.
-PENDING_REPORT_S = 10.0
 # Start failures of a model back off up to this long between attempts.
 MAX_BACKOFF_S = 60.0
 # How long a node where a replica's actor died (perhaps with the node, which
@@ -70,6 +70,24 @@ class ReplicaRecord:
     load_at: float | None = None
     ready_at: float | None = None
     replaces: Failure | None = None  # the lost replica this one replaces
+
+    def placed(self, where: Placed) -> None:
+        """The backend put it on a node: its neuron starts there."""
+        self.node_id, self.host, self.generation = where.node_id, where.host, where.generation
+        self.state = ReplicaState.STARTING
+
+    def serving(self, started: Started, now: float) -> None:
+        """Its neuron answers SERVING (since wall time `now`)."""
+        self.address, self.metrics_port = started.address, started.metrics_port
+        self.pid, self.log = started.pid, started.log
+        self.state = ReplicaState.READY
+        self.ready_at = now
+
+    def record_load(self, health: Health, at: float) -> None:
+        """Keep the engine's counts from a check that could read them."""
+        if health.running is not None and health.waiting is not None:
+            self.engine_running, self.engine_waiting = health.running, health.waiting
+            self.load_at = at
 
 
 @dataclass(frozen=True)
@@ -128,6 +146,27 @@ class Backoff:
     failures: int = 0
     not_before: float = 0.0  # monotonic
     last_error: str = ""
+
+    def failed(self, reason: str, now: float) -> float:
+        """One more failed start at `now` (monotonic); the delay it adds."""
+        self.failures += 1
+        delay = backoff_delay(self.failures)
+        self.not_before = now + delay
+        self.last_error = reason
+        return delay
+
+
+def moved_off(
+    staying: list[ReplicaRecord], leaving: list[ReplicaRecord], desired: int
+) -> list[ReplicaRecord]:
+    """Which replicas on draining nodes drain now: those not serving at once,
+    the serving ones (oldest first) as the ready replicas `staying` keep the
+    model's ready count where it was."""
+    ready_elsewhere = sum(1 for r in staying if r.state is ReplicaState.READY)
+    serving = [r for r in leaving if r.state is ReplicaState.READY]
+    can_go = ready_elsewhere + len(serving) - max(desired, len(serving))
+    idle = [r for r in leaving if r not in serving]
+    return idle + sorted(serving, key=lambda r: r.serial)[: max(0, can_go)]
 
 
 def scale_down_victims(active: list[ReplicaRecord], desired: int) -> list[ReplicaRecord]:
@@ -210,11 +249,3 @@ def rebalance_mover(
     if not crowded:
         return None
     return max(crowded, key=lambda r: r.serial)
-
-
-def waiting_reason(replica: ReplicaRecord, gpus: int, now: float) -> str | None:
-    """Why a replica is still pending, once it has been for a while (wall
-    time `now`)."""
-    if replica.state is not ReplicaState.PENDING or now - replica.created <= PENDING_REPORT_S:
-        return None
-    return f"waiting for a node with {gpus} free GPUs" if gpus else "waiting for the cluster"

@@ -297,10 +297,10 @@ class ControllerShell:
 
     async def status(self) -> dict[str, Any]:
         await self._resume()
-        return self._controller.status().to_dict()
+        return self._controller.status().model_dump(mode="json")
 
     async def report(self, report: dict[str, Any]) -> None:
-        self._controller.report(CortexReport.from_dict(report))
+        self._controller.report(CortexReport.read(report))
 
     async def mark_node(self, name: str, mark: str | None) -> dict[str, Any]:
         """`neuraxis node cordon|drain|uncordon`: the node's id, or the error."""

@@ -1,19 +1,35 @@
-"""The controller's status as typed data: what `neuraxis status` prints and
-what the controller actor returns (as a JSON-able dict, since it crosses
+"""The controller's status as typed data, and the pure function that
+assembles it from what the controller knows: what `neuraxis status` prints
+and what the controller actor returns (as JSON-able data, since it crosses
 Ray's wire and is printed with `--json`).
 
-`to_dict` and `from_dict` are each other's inverse; `from_dict` refuses a
-missing or unknown field (TypeError) rather than guessing. No Ray
-here, and no rendering (neuraxis/app/status.py renders).
+The types are frozen pydantic models: `model_dump(mode="json")` is their
+wire form and `read` its inverse, which refuses a missing or unknown field
+(TypeError) rather than guessing (a peer of another version). No Ray here,
+and no rendering (neuraxis/app/status.py renders).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+
+from cortex.cluster.nodes import NodeMark
+from cortex.cluster.placement import NodeView, eligibility
+from cortex.cluster.spec import DeploymentSpec, ModelSpec
 from neuraxis.core.generations import Generation
+
+if TYPE_CHECKING:
+    from cortex.cluster.decisions import ReplicaRecord
+
+# A replica not placed after this long is reported as waiting for resources.
+PENDING_REPORT_S = 10.0
+# The validation context under which `read` asks for every field.
+_EXACT = "exact"
 
 
 class ReplicaState(Enum):
@@ -24,26 +40,31 @@ class ReplicaState(Enum):
     DRAINING = "draining"
 
 
-def _exact(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """`data`, once it has exactly the fields of dataclass `cls`."""
-    names = {f.name for f in fields(cls)}
-    if set(data) != names:
-        missing = ", ".join(sorted(names - set(data))) or "none"
-        unknown = ", ".join(sorted(set(data) - names)) or "none"
-        raise TypeError(f"{cls.__name__}: missing fields: {missing}; unknown fields: {unknown}")
-    return data
+class _Status(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def read(cls, data: Any) -> Self:
+        """The wire form back as the type; every field present, none unknown."""
+        return cls.model_validate(data, context=_EXACT)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _exact(cls, data: Any, info: ValidationInfo) -> Any:
+        # Only when read from the wire: in code, a field left out takes its default.
+        if info.context == _EXACT and isinstance(data, dict):
+            names = set(cls.model_fields)
+            if set(data) != names:
+                missing = ", ".join(sorted(names - set(data))) or "none"
+                unknown = ", ".join(sorted(set(data) - names)) or "none"
+                # Not a ValueError: pydantic would wrap it; callers expect TypeError.
+                raise TypeError(
+                    f"{cls.__name__}: missing fields: {missing}; unknown fields: {unknown}"
+                )
+        return data
 
 
-def _generation(value: str | None) -> Generation | None:
-    return Generation(value) if value is not None else None
-
-
-def _value(generation: Generation | None) -> str | None:
-    return generation.value if generation is not None else None
-
-
-@dataclass(frozen=True)
-class NodeStatus:
+class NodeStatus(_Status):
     node_id: str
     host: str
     generation: Generation | None
@@ -52,24 +73,8 @@ class NodeStatus:
     # "cordoned" or "draining" (neuraxis node ...), None when schedulable.
     mark: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "node_id": self.node_id,
-            "host": self.host,
-            "generation": _value(self.generation),
-            "gpus": self.gpus,
-            "alive": self.alive,
-            "mark": self.mark,
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NodeStatus:
-        data = _exact(cls, data)
-        return cls(**{**data, "generation": _generation(data["generation"])})
-
-
-@dataclass(frozen=True)
-class ReplicaStatus:
+class ReplicaStatus(_Status):
     id: str
     state: ReplicaState
     # Why a pending replica is still pending, once that has taken a while.
@@ -92,38 +97,20 @@ class ReplicaStatus:
     # this replica (None: no cortex reported).
     cortex_in_flight: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "state": self.state.value,
-            "waiting": self.waiting,
-            "address": self.address,
-            "host": self.host,
-            "node_id": self.node_id,
-            "generation": _value(self.generation),
-            "in_flight": self.in_flight,
-            "pid": self.pid,
-            "log": self.log,
-            "engine_running": self.engine_running,
-            "engine_waiting": self.engine_waiting,
-            "load_age_s": self.load_age_s,
-            "cortex_in_flight": self.cortex_in_flight,
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ReplicaStatus:
-        data = _exact(cls, data)
-        return cls(
-            **{
-                **data,
-                "state": ReplicaState(data["state"]),
-                "generation": _generation(data["generation"]),
-            }
-        )
+class _PlaneView(_Status):
+    """The control plane as a cortex sees it (cortex/cluster/plane.py):
+    whether the head answers (None: not probed yet), seconds since the
+    controller last confirmed its table, and the controllers that replaced
+    the one it followed with the replicas they adopted."""
+
+    head_up: bool | None = None
+    table_age_s: float | None = None
+    controller_restarts: int = 0
+    adopted: int = 0
 
 
-@dataclass(frozen=True)
-class CortexReport:
+class CortexReport(_PlaneView):
     """What one cortex instance tells the controller every few seconds: who
     it is and the requests it has in flight per neuron address. Several
     instances route to the same replicas, so only their sum is the
@@ -134,35 +121,9 @@ class CortexReport:
     pid: int
     in_flight: dict[str, int]  # neuron address -> requests in flight
     table_version: int  # the endpoint table it routes on
-    # The control plane as it sees it (cortex/cluster/plane.py): whether the
-    # head answers (None: not probed yet), seconds since the controller last
-    # confirmed its table, and the controllers that replaced the one it
-    # followed with the replicas they adopted.
-    head_up: bool | None = None
-    table_age_s: float | None = None
-    controller_restarts: int = 0
-    adopted: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "instance": self.instance,
-            "host": self.host,
-            "pid": self.pid,
-            "in_flight": dict(self.in_flight),
-            "table_version": self.table_version,
-            "head_up": self.head_up,
-            "table_age_s": self.table_age_s,
-            "controller_restarts": self.controller_restarts,
-            "adopted": self.adopted,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CortexReport:
-        return cls(**_exact(cls, data))
 
 
-@dataclass(frozen=True)
-class CortexStatus:
+class CortexStatus(_PlaneView):
     """A cortex instance as the status shows it: its report and its age."""
 
     instance: str
@@ -171,66 +132,19 @@ class CortexStatus:
     in_flight: int  # its requests in flight, over every replica
     table_version: int
     reported_s_ago: float
-    # As in its report (CortexReport).
-    head_up: bool | None = None
-    table_age_s: float | None = None
-    controller_restarts: int = 0
-    adopted: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "instance": self.instance,
-            "host": self.host,
-            "pid": self.pid,
-            "in_flight": self.in_flight,
-            "table_version": self.table_version,
-            "reported_s_ago": self.reported_s_ago,
-            "head_up": self.head_up,
-            "table_age_s": self.table_age_s,
-            "controller_restarts": self.controller_restarts,
-            "adopted": self.adopted,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CortexStatus:
-        return cls(**_exact(cls, data))
 
 
-@dataclass(frozen=True)
-class ModelStatus:
+class ModelStatus(_Status):
     id: str
     desired: int
     generations: list[Generation]
     gpus_per_replica: int
     unplaceable: str | None = None
     last_start_error: str | None = None
-    replicas: list[ReplicaStatus] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "desired": self.desired,
-            "generations": [g.value for g in self.generations],
-            "gpus_per_replica": self.gpus_per_replica,
-            "unplaceable": self.unplaceable,
-            "last_start_error": self.last_start_error,
-            "replicas": [r.to_dict() for r in self.replicas],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelStatus:
-        data = _exact(cls, data)
-        return cls(
-            **{
-                **data,
-                "generations": [Generation(g) for g in data["generations"]],
-                "replicas": [ReplicaStatus.from_dict(r) for r in data["replicas"]],
-            }
-        )
+    replicas: list[ReplicaStatus] = Field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(_Status):
     """A replica that was lost, until its replacement is ready."""
 
     model: str
@@ -240,15 +154,9 @@ class Failure:
     address: str | None
 
 
-@dataclass(frozen=True)
-class Failover:
+class Failover(Failure):
     """A lost replica and the one that replaced it."""
 
-    model: str
-    replica: str
-    reason: str
-    failed_at: float
-    address: str | None
     replacement: str
     replacement_address: str | None
     ready_at: float
@@ -259,73 +167,138 @@ class Failover:
         cls, failure: Failure, replacement: str, address: str | None, ready_at: float
     ) -> Failover:
         return cls(
-            model=failure.model,
-            replica=failure.replica,
-            reason=failure.reason,
-            failed_at=failure.failed_at,
-            address=failure.address,
+            **failure.model_dump(),
             replacement=replacement,
             replacement_address=address,
             ready_at=ready_at,
             seconds_to_ready=round(ready_at - failure.failed_at, 3),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "replica": self.replica,
-            "reason": self.reason,
-            "failed_at": self.failed_at,
-            "address": self.address,
-            "replacement": self.replacement,
-            "replacement_address": self.replacement_address,
-            "ready_at": self.ready_at,
-            "seconds_to_ready": self.seconds_to_ready,
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Failover:
-        return cls(**_exact(cls, data))
-
-
-@dataclass(frozen=True)
-class ClusterStatus:
-    nodes: list[NodeStatus] = field(default_factory=list)
-    models: list[ModelStatus] = field(default_factory=list)
-    failovers: list[Failover] = field(default_factory=list)
+class ClusterStatus(_Status):
+    nodes: list[NodeStatus] = Field(default_factory=list)
+    models: list[ModelStatus] = Field(default_factory=list)
+    failovers: list[Failover] = Field(default_factory=list)
     # The endpoint table's version.
     version: int = 0
     # Passes the controller has completed: a watcher waits on it to know that
     # the controller has looked again (rather than sleeping).
     passes: int = 0
     # The cortex instances that reported within the last REPORT_TTL_S.
-    cortices: list[CortexStatus] = field(default_factory=list)
+    cortices: list[CortexStatus] = Field(default_factory=list)
     # This controller's table epoch, and the running replicas it adopted
     # when it started.
     epoch: str | None = None
     adopted: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nodes": [n.to_dict() for n in self.nodes],
-            "models": [m.to_dict() for m in self.models],
-            "failovers": [f.to_dict() for f in self.failovers],
-            "version": self.version,
-            "passes": self.passes,
-            "cortices": [c.to_dict() for c in self.cortices],
-            "epoch": self.epoch,
-            "adopted": self.adopted,
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ClusterStatus:
-        data = _exact(cls, data)
-        return cls(
-            **{
-                **data,
-                "nodes": [NodeStatus.from_dict(n) for n in data["nodes"]],
-                "models": [ModelStatus.from_dict(m) for m in data["models"]],
-                "failovers": [Failover.from_dict(f) for f in data["failovers"]],
-                "cortices": [CortexStatus.from_dict(c) for c in data["cortices"]],
-            }
+def waiting_reason(replica: ReplicaRecord, gpus: int, now: float) -> str | None:
+    """Why a replica is still pending, once it has been for a while (wall
+    time `now`)."""
+    if replica.state is not ReplicaState.PENDING or now - replica.created <= PENDING_REPORT_S:
+        return None
+    return f"waiting for a node with {gpus} free GPUs" if gpus else "waiting for the cluster"
+
+
+def cluster_status(
+    spec: DeploymentSpec,
+    replicas: Iterable[ReplicaRecord],
+    nodes: Iterable[NodeView],
+    reports: Iterable[tuple[CortexReport, float]],
+    *,
+    marks: Mapping[str, NodeMark],
+    unplaceable: Mapping[str, str],
+    start_errors: Mapping[str, str],
+    failovers: list[Failover],
+    version: int,
+    epoch: str | None,
+    passes: int,
+    adopted: int,
+    now: float,
+    monotonic: float,
+) -> ClusterStatus:
+    """The status of every model of `spec` with its `replicas`, the `nodes`
+    with their `marks`, and the cortex instances by their fresh `reports`
+    (each with its age); the other fields are the controller's own. `now`
+    is wall time, `monotonic` the controller's clock (the load ages)."""
+    records = list(replicas)
+    fresh = sorted(reports, key=lambda item: item[0].instance)
+    models = [
+        ModelStatus(
+            id=model.id,
+            desired=model.replicas,
+            generations=eligibility(model).generations,
+            gpus_per_replica=model.gpus_per_replica(),
+            unplaceable=unplaceable.get(model.id),
+            last_start_error=start_errors.get(model.id),
+            replicas=[
+                _replica_status(r, model, fresh, now, monotonic)
+                for r in records
+                if r.model == model.id
+            ],
         )
+        for model in spec.models
+    ]
+    return ClusterStatus(
+        nodes=[NodeStatus(**asdict(n), mark=_mark(marks.get(n.node_id))) for n in nodes],
+        models=models,
+        cortices=[
+            CortexStatus(
+                **report.model_dump(exclude={"in_flight", "table_age_s"}),
+                in_flight=sum(report.in_flight.values()),
+                table_age_s=_rounded(report.table_age_s),
+                reported_s_ago=round(age, 1),
+            )
+            for report, age in fresh
+        ],
+        failovers=failovers,
+        version=version,
+        passes=passes,
+        epoch=epoch,
+        adopted=adopted,
+    )
+
+
+# The fields a replica's status takes from its record as they are.
+_AS_RECORDED = (
+    "id",
+    "state",
+    "address",
+    "host",
+    "node_id",
+    "generation",
+    "pid",
+    "log",
+    "engine_running",
+    "engine_waiting",
+)
+
+
+def _replica_status(
+    replica: ReplicaRecord,
+    model: ModelSpec,
+    reports: list[tuple[CortexReport, float]],
+    now: float,
+    monotonic: float,
+) -> ReplicaStatus:
+    engine = None
+    if replica.engine_running is not None and replica.engine_waiting is not None:
+        engine = replica.engine_running + replica.engine_waiting
+    cortex_in_flight = None
+    if reports and replica.address:
+        cortex_in_flight = sum(r.in_flight.get(replica.address, 0) for r, _ in reports)
+    return ReplicaStatus(
+        **{name: getattr(replica, name) for name in _AS_RECORDED},
+        waiting=waiting_reason(replica, model.gpus_per_replica(), now),
+        in_flight=engine,
+        load_age_s=None if replica.load_at is None else _rounded(monotonic - replica.load_at),
+        cortex_in_flight=cortex_in_flight,
+    )
+
+
+def _mark(mark: NodeMark | None) -> str | None:
+    return mark.value if mark is not None else None
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)

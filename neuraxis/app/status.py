@@ -138,7 +138,7 @@ def _count(value: int | None) -> str:
 
 
 def render_json(status: ClusterStatus) -> str:
-    return json.dumps(status.to_dict(), indent=2, sort_keys=True) + "\n"
+    return json.dumps(status.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
 
 
 def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from cortex.cluster.backend import Health, Liveness, ReplicaRequest
-from cortex.cluster.controller import REPORT_TTL_S, Controller, ControllerConfig
+from cortex.cluster.controller import Controller, ControllerConfig
 from cortex.cluster.placement import NodeView
+from cortex.cluster.reports import REPORT_TTL_S
 from cortex.cluster.spec import DeploymentSpec
 from cortex.cluster.status import ClusterStatus, CortexReport, ModelStatus, ReplicaState
 from neuraxis.core.generations import Generation
@@ -281,7 +282,7 @@ async def test_the_controller_s_status_survives_json() -> None:
     await tick(controller, clock)
     status = controller.status()
     assert status.failovers and status.nodes and status.models[0].replicas
-    assert ClusterStatus.from_dict(json.loads(json.dumps(status.to_dict()))) == status
+    assert ClusterStatus.read(json.loads(json.dumps(status.model_dump(mode="json")))) == status
 
 
 # -- a controller that comes back ---------------------------------------------
@@ -392,9 +393,9 @@ async def test_cortex_reports_add_up_per_replica_and_age_out() -> None:
     [replica] = model(controller).replicas
     assert replica.address is not None
     assert replica.cortex_in_flight is None  # no cortex has reported
-    controller.report(CortexReport("gw-1:10", "gw-1", 10, {replica.address: 2}, 1))
+    controller.report(_report("gw-1", 10, {replica.address: 2}))
     await clock.advance(10.0)
-    controller.report(CortexReport("gw-2:20", "gw-2", 20, {replica.address: 3, "x:1": 7}, 1))
+    controller.report(_report("gw-2", 20, {replica.address: 3, "x:1": 7}))
     status = controller.status()
     [replica] = status.models[0].replicas
     assert replica.cortex_in_flight == 5
@@ -407,3 +408,9 @@ async def test_cortex_reports_add_up_per_replica_and_age_out() -> None:
     status = controller.status()
     assert [c.instance for c in status.cortices] == ["gw-2:20"]
     assert status.models[0].replicas[0].cortex_in_flight == 3
+
+
+def _report(host: str, pid: int, in_flight: dict[str, int]) -> CortexReport:
+    return CortexReport(
+        instance=f"{host}:{pid}", host=host, pid=pid, in_flight=in_flight, table_version=1
+    )

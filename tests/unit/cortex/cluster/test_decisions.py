@@ -7,10 +7,10 @@ from cortex.cluster.decisions import (
     avoided_nodes,
     backoff_delay,
     health_verdict,
+    moved_off,
     next_serial,
     rebalance_mover,
     scale_down_victims,
-    waiting_reason,
 )
 from cortex.cluster.status import ReplicaState
 
@@ -69,16 +69,16 @@ def test_a_rebalance_moves_the_newest_of_a_crowded_node_at_most_every_10_s() -> 
     assert rebalance_mover(busy, True, float("-inf"), 0.0) is None
 
 
+def test_a_draining_node_gives_up_idle_replicas_at_once_and_serving_ones_as_others_serve() -> None:
+    leaving = [_replica(1, node="d"), _replica(2, ReplicaState.STARTING, node="d")]
+    # No replacement serves yet: only the one not serving goes.
+    assert moved_off([_replica(3, ReplicaState.STARTING)], leaving, 1) == [leaving[1]]
+    # A replacement serves: the serving one can go too.
+    assert moved_off([_replica(3)], leaving, 1) == [leaving[1], leaving[0]]
+
+
 def test_suspect_nodes_are_avoided_until_their_time() -> None:
     assert avoided_nodes({"a": 15.0, "b": 5.0}, 10.0) == frozenset({"a"})
-
-
-def test_a_long_pending_replica_says_what_it_waits_for() -> None:
-    pending = _replica(1, ReplicaState.PENDING)
-    assert waiting_reason(pending, 2, 105.0) is None
-    assert waiting_reason(pending, 2, 111.0) == "waiting for a node with 2 free GPUs"
-    assert waiting_reason(pending, 0, 111.0) == "waiting for the cluster"
-    assert waiting_reason(_replica(2), 2, 111.0) is None
 
 
 def _running(serial: int, address: str | None = "127.0.0.1:50051") -> RunningReplica:

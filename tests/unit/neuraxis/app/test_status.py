@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from cortex.cluster.status import (
     ClusterStatus,
@@ -23,9 +23,11 @@ ADA = Generation.ADA
 
 STATUS = ClusterStatus(
     nodes=[
-        NodeStatus("a" * 40, "10.0.0.21", ADA, 2, True),
-        NodeStatus("b" * 40, "10.0.0.22", None, 0, False),
-        NodeStatus("c" * 40, "10.0.0.23", ADA, 2, True, "draining"),
+        NodeStatus(node_id="a" * 40, host="10.0.0.21", generation=ADA, gpus=2, alive=True),
+        NodeStatus(node_id="b" * 40, host="10.0.0.22", generation=None, gpus=0, alive=False),
+        NodeStatus(
+            node_id="c" * 40, host="10.0.0.23", generation=ADA, gpus=2, alive=True, mark="draining"
+        ),
     ],
     models=[
         ModelStatus(
@@ -64,7 +66,11 @@ STATUS = ClusterStatus(
 # Every field set (none None, no list empty), so that a field the JSON loses
 # or renames cannot hide behind its default.
 FULL = ClusterStatus(
-    nodes=[NodeStatus("node-1", "10.0.0.21", ADA, 2, True, "cordoned")],
+    nodes=[
+        NodeStatus(
+            node_id="node-1", host="10.0.0.21", generation=ADA, gpus=2, alive=True, mark="cordoned"
+        )
+    ],
     models=[
         ModelStatus(
             id="chat",
@@ -110,12 +116,12 @@ FULL = ClusterStatus(
     passes=12,
     cortices=[
         CortexStatus(
-            "gw-1:4711",
-            "gw-1",
-            4711,
-            6,
-            7,
-            0.8,
+            instance="gw-1:4711",
+            host="gw-1",
+            pid=4711,
+            in_flight=6,
+            table_version=7,
+            reported_s_ago=0.8,
             head_up=False,
             table_age_s=42.5,
             controller_restarts=2,
@@ -203,10 +209,10 @@ FULL_JSON: dict[str, Any] = {
 
 def _unset_fields(value: object, path: str = "status") -> list[str]:
     """The paths of fields that are None or empty lists, anywhere inside."""
-    if dataclasses.is_dataclass(value):
+    if isinstance(value, BaseModel):
         found = []
-        for f in dataclasses.fields(value):
-            found += _unset_fields(getattr(value, f.name), f"{path}.{f.name}")
+        for name in type(value).model_fields:
+            found += _unset_fields(getattr(value, name), f"{path}.{name}")
         return found
     if isinstance(value, list):
         if not value:
@@ -235,8 +241,8 @@ def test_a_start_error_shows_while_the_model_is_short_of_replicas() -> None:
     lines = render(FULL).splitlines()
     # An unplaceable reason comes first; without one, the start error.
     assert "no node of generation ada" in lines[lines.index("UNPLACEABLE") + 2]
-    model = dataclasses.replace(FULL.models[0], unplaceable=None)
-    lines = render(dataclasses.replace(FULL, models=[model])).splitlines()
+    model = FULL.models[0].model_copy(update={"unplaceable": None})
+    lines = render(FULL.model_copy(update={"models": [model]})).splitlines()
     assert lines[lines.index("UNPLACEABLE") + 2].split(None, 1) == [
         "chat",
         "failed to start: the neuron exited with code 1 during start-up: boom",
@@ -252,8 +258,8 @@ def test_json_has_every_field_under_its_name() -> None:
 
 
 def test_json_reads_back_as_the_same_status() -> None:
-    assert ClusterStatus.from_dict(json.loads(render_json(FULL))) == FULL
-    assert ClusterStatus.from_dict(json.loads(render_json(STATUS))) == STATUS
+    assert ClusterStatus.read(json.loads(render_json(FULL))) == FULL
+    assert ClusterStatus.read(json.loads(render_json(STATUS))) == STATUS
 
 
 def test_the_cortex_table_lists_each_reporting_instance() -> None:
@@ -278,9 +284,9 @@ def test_watch_fetches_and_prints_a_fresh_status_each_round(tty: bool) -> None:
     slept: list[float] = []
 
     def fetch() -> ClusterStatus:
-        replica = dataclasses.replace(STATUS.models[0].replicas[0], cortex_in_flight=next(counts))
-        model = dataclasses.replace(STATUS.models[0], replicas=[replica])
-        return dataclasses.replace(STATUS, models=[model])
+        replica = STATUS.models[0].replicas[0].model_copy(update={"cortex_in_flight": next(counts)})
+        model = STATUS.models[0].model_copy(update={"replicas": [replica]})
+        return STATUS.model_copy(update={"models": [model]})
 
     screen = _Screen(tty)
     watch(fetch, screen, 1.5, sleep=slept.append, now=lambda: 0.0, rounds=3)
@@ -308,11 +314,11 @@ def test_reading_json_refuses_a_missing_or_unknown_field(where: str) -> None:
     }[where]
     item["surprise"] = 1
     with pytest.raises(TypeError):
-        ClusterStatus.from_dict(data)
+        ClusterStatus.read(data)
     del item["surprise"]
     del item[next(iter(item))]
     with pytest.raises(TypeError):
-        ClusterStatus.from_dict(data)
+        ClusterStatus.read(data)
 
 
 def test_the_control_plane_shows_the_controller_and_what_each_cortex_sees() -> None:
@@ -320,7 +326,7 @@ def test_the_control_plane_shows_the_controller_and_what_each_cortex_sees() -> N
     assert lines[lines.index("CONTROLLER") + 2].split() == ["01234567", "7", "1"]
     row = lines[lines.index("CONTROL PLANE (as each cortex sees it)") + 2].split()
     assert row == ["gw-1:4711", "DOWN", "42.5s", "2", "3"]
-    up = dataclasses.replace(FULL.cortices[0], head_up=True, table_age_s=None)
-    lines = render(dataclasses.replace(FULL, cortices=[up])).splitlines()
+    up = FULL.cortices[0].model_copy(update={"head_up": True, "table_age_s": None})
+    lines = render(FULL.model_copy(update={"cortices": [up]})).splitlines()
     row = lines[lines.index("CONTROL PLANE (as each cortex sees it)") + 2].split()
     assert row[1:3] == ["up", "-"]

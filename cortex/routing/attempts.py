@@ -1,0 +1,344 @@
+"""A request's attempts: which neuron takes each, and what a failure means.
+
+Generate and embed go through one loop (`Attempts.run`): admission
+(`admission.py`) before the first attempt, then dispatch to the routing
+policy's choice (`policy.py`; the roster's ready neurons below their caps,
+ejected ones only when nothing else is left), and on a failure before
+anything reached the client a retry on a neuron the request has not tried,
+within the retry budget (`retry_budget.py`), `max_retries` and the total
+deadline. A request's own errors (the error table's `caused_by_request`) go
+straight back to the caller and count for the neuron; the neuron's failures
+count towards its outlier ejection (`ejection.py`). Each attempt counts
+against its neuron from dispatch to its end.
+
+What one attempt does is the caller's: a generate attempt is the neuron's
+stream, each wait for a message bounded by the first-token and idle
+deadlines (`deadlines.py`) and cut short when the health poll finds the
+neuron gone; an embed attempt is one call. For a policy that routes on the
+prompt's prefix the request is hashed once (`prefix.py`) and every attempt
+carries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from cortex import metrics
+from cortex.routing.admission import AdmissionControl
+from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
+from cortex.routing.ejection import OutlierEjection
+from cortex.routing.policy import Decision, Outcome, RouteHints, RouteRequest, RoutingPolicy
+from cortex.routing.retry_budget import RetryBudget, Ticket
+from cortex.routing.roster import NeuronState, Roster
+from neuraxis.core.errors import (
+    EngineDiedError,
+    InternalError,
+    ModelNotFoundError,
+    ModelOverloadedError,
+    NeuraxisError,
+    UnavailableError,
+    caused_by_request,
+)
+from neuraxis.core.grpc_limits import check_size
+from neuraxis.core.v1 import neuron_pb2 as pb
+
+log = logging.getLogger("neuraxis.cortex")
+# What a client is told when its neuron went silent mid-request (the address
+# is logged, not sent).
+HEALTH_LOST = "The neuron serving this request stopped answering its health checks."
+
+T = TypeVar("T")
+Request = pb.GenerateRequest | pb.EmbedRequest
+# One attempt on a neuron within the request's deadline: what it yields goes
+# to the caller as it comes.
+Attempt = Callable[[NeuronState, RequestDeadline], AsyncIterator[T]]
+
+
+@dataclass(frozen=True)
+class _Dispatch:
+    """One dispatch of a request: the neuron and the route it was chosen by."""
+
+    state: NeuronState
+    route: RouteRequest
+    decision: Decision = Decision.BALANCED  # why the policy chose it (a metrics label)
+
+
+class Attempts:
+    def __init__(
+        self,
+        roster: Roster,
+        admission: AdmissionControl,
+        policy_for: Callable[[str], RoutingPolicy],
+        *,
+        clock: Callable[[], float],
+        deadlines: Deadlines,
+        ejection: OutlierEjection,
+        budget: RetryBudget,
+        max_retries: int,
+        embed_timeout_s: float,
+    ) -> None:
+        self._roster = roster
+        self._admission = admission
+        self._policy_for = policy_for
+        self._clock = clock
+        self._deadlines = deadlines
+        self._ejection = ejection
+        self._budget = budget
+        self._max_retries = max_retries
+        self._embed_timeout = embed_timeout_s
+
+    def generate(
+        self, request: pb.GenerateRequest, hints: RouteHints | None
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        """The neuron's stream for `request`, through `run`."""
+        return self.run(
+            request, hints, lambda state, deadline: self._stream(state, request, deadline)
+        )
+
+    async def embed(self, request: pb.EmbedRequest, hints: RouteHints | None) -> pb.EmbedResponse:
+        """The embeddings of `request`, through `run`."""
+        [response] = [
+            r async for r in self.run(request, hints, lambda s, _: self._embed(s, request))
+        ]
+        return response
+
+    async def run(
+        self, request: Request, hints: RouteHints | None, attempt: Attempt[T]
+    ) -> AsyncIterator[T]:
+        """What `attempt` yields on the chosen neuron, retried on another one
+        when it fails before yielding anything; after that, the error goes
+        to the caller (part of the answer has already gone out)."""
+        check_size(request.ByteSize())  # before a neuron's transport refuses it
+        # Time queued for a slot is bounded by the queue timeout, not the deadlines.
+        await self._admission.admit(request.model, self._roster.model_label(request.model))
+        deadline = RequestDeadline(self._deadlines, self._clock)
+        with self._budget.ticket() as ticket:
+            tried: list[NeuronState] = []
+            chosen: _Dispatch | None = self._first(request, hints)
+            while chosen is not None:
+                current, chosen = chosen, None
+                self._dispatch(current)
+                started = False
+                outcome = Outcome.CANCELLED  # unless the attempt ends or fails
+                try:
+                    async for item in attempt(current.state, deadline):
+                        started = True
+                        yield item
+                    outcome = Outcome.OK
+                except NeuraxisError as e:
+                    if caused_by_request(e):
+                        outcome = Outcome.OK  # the neuron answered: the request was at fault
+                        raise
+                    outcome = Outcome.FAILED
+                    chosen = self._retry_or_raise(
+                        request, current, e, tried, started, ticket, deadline
+                    )
+                finally:
+                    await self._done(current, outcome)
+
+    async def _embed(
+        self, state: NeuronState, request: pb.EmbedRequest
+    ) -> AsyncIterator[pb.EmbedResponse]:
+        """One embed attempt: one call, bounded by the request timeout."""
+        yield await state.client.embed(request, self._embed_timeout)
+
+    async def _stream(
+        self, state: NeuronState, request: pb.GenerateRequest, deadline: RequestDeadline
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        """One generate attempt: the neuron's stream, each wait for a message
+        bounded by the request's deadlines and cut short if the health poll
+        finds the neuron gone."""
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise deadline.exceeded("total")
+        stream = aiter(state.client.generate(request, remaining))
+        watchdog = Watchdog(deadline)
+        state.watchdogs.add(watchdog)
+        try:
+            while True:
+                watchdog.waiting()
+                try:
+                    response = await anext(stream)
+                except StopAsyncIteration:
+                    return
+                except asyncio.CancelledError:
+                    if not watchdog.interrupted():
+                        raise
+                    if watchdog.expired == "neuron down":
+                        log.warning("neuron %s stopped answering its health checks", state.address)
+                        raise UnavailableError(HEALTH_LOST) from None
+                    raise deadline.exceeded(watchdog.expired or "total") from None
+                finally:
+                    watchdog.received()
+                watchdog.started()
+                state.last_heard = self._clock()
+                yield response
+        finally:
+            watchdog.stop()
+            state.watchdogs.discard(watchdog)
+            if isinstance(stream, AsyncGenerator):
+                await stream.aclose()  # the neuron's call is cancelled now, not at collection
+
+    # -- choosing ------------------------------------------------------------
+
+    def _first(self, request: Request, hints: RouteHints | None) -> _Dispatch:
+        hints = hints or RouteHints()
+        prefix: tuple[int, ...] = ()
+        hasher = self._policy_for(request.model).prefix_hasher
+        if hasher is not None and isinstance(request, pb.GenerateRequest):
+            # Hashed once per request; retries carry the same prefix.
+            prefix = hasher.blocks(request, salt=hints.prompt_cache_key)
+        route = self._route(request, hints, attempt=0, prefix=prefix)
+        state, decision = self._pick(route, [])
+        return _Dispatch(state, route, decision)
+
+    def _route(
+        self, request: Request, hints: RouteHints, attempt: int, prefix: tuple[int, ...]
+    ) -> RouteRequest:
+        return RouteRequest(
+            model=request.model,
+            request_id=request.request_id,
+            now=self._clock(),
+            hints=hints,
+            attempt=attempt,
+            prefix=prefix,
+        )
+
+    def _pick(
+        self, route: RouteRequest, exclude: list[NeuronState]
+    ) -> tuple[NeuronState, Decision]:
+        """The policy's choice among the ready neurons serving the model that
+        this request has not tried, and the kind of decision; or why there
+        is none."""
+        model = route.model
+        ready = [s for s in self._roster.ready(model) if all(s is not t for t in exclude)]
+        # Below their caps if any is (an admitted first attempt always finds
+        # one; a retry may go over rather than fail).
+        ready = [s for s in ready if self._roster.below_cap(s)] or ready
+        # Ejected neurons only when nothing else is left (never all out).
+        eligible = [s for s in ready if not self._ejection.ejected(s.address)] or ready
+        if eligible:
+            candidates = [s.candidate() for s in eligible]
+            choice = self._policy_for(model).choose(candidates, route)
+            for candidate, state in zip(candidates, eligible, strict=True):
+                if candidate is choice.candidate:
+                    return state, choice.decision
+            log.error("request %s: the routing policy chose no candidate", route.request_id)
+            raise InternalError("The router failed to choose a neuron.")
+        if self._roster.known(model) or self._roster.loading():
+            raise UnavailableError(
+                f"No neuron serving '{model}' is ready; try again shortly.", retry_after=2
+            )
+        raise ModelNotFoundError(f"The model '{model}' does not exist.")
+
+    # -- counting ------------------------------------------------------------
+
+    def _dispatch(self, chosen: _Dispatch) -> None:
+        state = chosen.state
+        state.outstanding += 1  # counted at dispatch, not at the first token
+        model = self._roster.model_label(chosen.route.model)
+        policy = self._policy_for(chosen.route.model)
+        metrics.record_routed(model, state.address)
+        metrics.record_decision(model, state.address, policy.name, chosen.decision)
+        policy.on_dispatch(state.candidate(), chosen.route)
+
+    async def _done(self, chosen: _Dispatch, outcome: Outcome) -> None:
+        # The neuron this attempt ran on, even when a retry has already been
+        # chosen: its count, not the next one's, goes down.
+        state = chosen.state
+        state.outstanding -= 1
+        self._policy_for(chosen.route.model).on_complete(state.address, chosen.route, outcome)
+        if outcome is Outcome.OK:
+            self._ejection.success(state.address)
+        elif outcome is Outcome.FAILED:
+            self._count_failure(state)
+        for model in state.models:
+            self._admission.wake(model)  # a slot freed
+        await self._roster.close_if_idle(state)
+
+    def _count_failure(self, state: NeuronState) -> None:
+        ejected_for = self._ejection.failure(state.address, self._can_eject(state))
+        if ejected_for is not None:
+            metrics.record_ejection(state.address)
+            log.warning(
+                "neuron %s ejected for %.0f s after failing requests", state.address, ejected_for
+            )
+
+    def _can_eject(self, state: NeuronState) -> bool:
+        """Not the last ready, not ejected replica of any model it serves."""
+        return all(
+            any(
+                other is not state and not self._ejection.ejected(other.address)
+                for other in self._roster.ready(model)
+            )
+            for model in state.models
+        )
+
+    # -- retrying ------------------------------------------------------------
+
+    def _retry_or_raise(
+        self,
+        request: Request,
+        failed: _Dispatch,
+        error: NeuraxisError,
+        tried: list[NeuronState],
+        started: bool,
+        ticket: Ticket,
+        deadline: RequestDeadline,
+    ) -> _Dispatch:
+        """The next attempt after a failure, or raise the failure: only
+        before anything reached the client, a bounded number of times,
+        within the retry budget and the request's total deadline."""
+        state = failed.state
+        if isinstance(error, UnavailableError):
+            state.ready = False
+        tried.append(state)
+        retry = None
+        if not started and len(tried) <= self._max_retries and deadline.remaining() > 0:
+            route = self._route(
+                request, failed.route.hints, attempt=len(tried), prefix=failed.route.prefix
+            )
+            chosen = self._alternative(route, tried)
+            refusal = None
+            if chosen is not None:
+                refusal = ticket.refusal(
+                    engine_died=isinstance(error, EngineDiedError),
+                    neuron_down=_neuron_down(error),
+                )
+            if refusal is not None:
+                metrics.record_retry_refused(self._roster.model_label(request.model))
+                log.warning("request %s not retried: %s", request.request_id, refusal)
+            elif chosen is not None:
+                retry = _Dispatch(chosen[0], route, chosen[1])
+        if retry is None:
+            raise error
+        metrics.record_retry(self._roster.model_label(request.model), state.address)
+        log.warning(
+            "request %s failed on %s before its first token (%s); retrying on %s",
+            request.request_id,
+            state.address,
+            error.message,
+            retry.state.address,
+        )
+        return retry
+
+    def _alternative(
+        self, route: RouteRequest, exclude: list[NeuronState]
+    ) -> tuple[NeuronState, Decision] | None:
+        try:
+            return self._pick(route, exclude)
+        except NeuraxisError:
+            return None
+
+
+def _neuron_down(error: NeuraxisError) -> bool:
+    """Whether the attempt failed because its neuron is down (unreachable,
+    shutting down, or gone silent: the pool's own health verdict), not
+    because of what the engine did with the request or a lack of capacity."""
+    return isinstance(error, UnavailableError) and not isinstance(
+        error, EngineDiedError | ModelOverloadedError
+    )

@@ -1,0 +1,267 @@
+"""The neurons cortex can route to, what each serves, and how busy it is.
+
+In static mode the roster is a configured list of addresses; in cluster mode
+it follows the controller's endpoint table (`update`), and a replica that
+leaves the table takes no new requests while its in-flight ones finish
+(closed once idle). A background task polls every neuron's Info to learn
+which are ready and which models they serve; one that stops answering the
+poll within its timeout is taken out, its attempts in flight abandoned at
+once (their watchdogs told), unless its streams are flowing. A second task
+polls each ready neuron's `Load` every `load_interval_s` and keeps it,
+stamped with the clock, as the neuron's `load`.
+
+The roster also knows each replica's concurrency cap (admission.py's
+options over the batch size the neuron reports) and so the slots a model
+has free. Which neuron takes a request, and what happens when it fails, is
+attempts.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from cortex import metrics
+from cortex.routing.admission import AdmissionOptions
+from cortex.routing.client import NeuronConnection
+from cortex.routing.deadlines import Watchdog
+from cortex.routing.policy import Candidate, EngineLoad, RoutingPolicy
+from neuraxis.core.errors import DeadlineExceededError, NeuraxisError
+from neuraxis.core.v1 import neuron_pb2 as pb
+
+log = logging.getLogger("neuraxis.cortex")
+
+ClientFactory = Callable[[str], NeuronConnection]
+
+
+@dataclass(eq=False)  # compared by identity: two states may share an address
+class NeuronState:
+    client: NeuronConnection
+    ready: bool = False
+    ever_seen: bool = False  # answered Info at least once
+    models: dict[str, pb.ModelInfo] = field(default_factory=dict)
+    outstanding: int = 0
+    info: pb.InfoResponse | None = None
+    retired: bool = False  # left the endpoint table; closed once idle
+    load: EngineLoad | None = None  # the engine's last Load report
+    # The attempts in flight here, abandoned when the health poll finds the
+    # neuron gone.
+    watchdogs: set[Watchdog] = field(default_factory=set)
+    # When a stream message from it last arrived (the clock): proof of life
+    # when an Info poll misses its deadline.
+    last_heard: float = float("-inf")
+
+    @property
+    def address(self) -> str:
+        return self.client.address
+
+    def candidate(self) -> Candidate:
+        """What a routing policy sees of this neuron."""
+        return Candidate(address=self.address, outstanding=self.outstanding, load=self.load)
+
+
+class Roster:
+    def __init__(
+        self,
+        clients: Sequence[NeuronConnection],
+        expected_models: list[str],
+        *,
+        client_factory: ClientFactory,
+        policy_for: Callable[[str], RoutingPolicy],
+        clock: Callable[[], float],
+        admission: AdmissionOptions,
+        on_refresh: Callable[[], None],
+        poll_interval_s: float,
+        load_interval_s: float,
+        health_timeout_s: float,
+    ) -> None:
+        """`on_refresh` runs after each Info poll (replicas, and their caps,
+        may have come); `policy_for` names each model's policy in metrics."""
+        self.states = [NeuronState(c) for c in clients]
+        self.expected = list(expected_models)
+        self._client_factory = client_factory
+        self._policy_for = policy_for
+        self._clock = clock
+        self._admission = admission
+        self._on_refresh = on_refresh
+        self._poll_interval = poll_interval_s
+        self._load_interval = load_interval_s
+        self._health_timeout = health_timeout_s
+        self._pollers: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        await self.refresh()
+        await self.refresh_load()
+        self._pollers = [
+            asyncio.create_task(self._every(self._poll_interval, self.refresh)),
+            asyncio.create_task(self._every(self._load_interval, self.refresh_load)),
+        ]
+
+    async def stop(self) -> None:
+        for poller in self._pollers:
+            poller.cancel()
+        await asyncio.gather(*(s.client.close() for s in self.states), return_exceptions=True)
+
+    async def update(self, addresses: list[str]) -> None:
+        """Follow the endpoint table: add new neurons (polled at once), retire
+        the ones that left it."""
+        current = {s.address: s for s in self.states}
+        added = [NeuronState(self._client_factory(a)) for a in addresses if a not in current]
+        keep = set(addresses)
+        for state in self.states:
+            if state.address not in keep:
+                state.retired = True
+                state.ready = False
+                metrics.set_replica_health(state.address, False)
+                await self.close_if_idle(state)
+        self.states = [s for s in self.states if not s.retired] + added
+        if added:
+            await asyncio.gather(*(self._refresh_one(s) for s in added))
+        log.info("endpoint table: %s", ", ".join(addresses) or "empty")
+
+    async def close_if_idle(self, state: NeuronState) -> None:
+        """Close a retired neuron's client once its last request is done."""
+        if state.retired and state.outstanding == 0:
+            await state.client.close()
+
+    # -- what it serves ------------------------------------------------------
+
+    def ready(self, model: str) -> list[NeuronState]:
+        """The ready neurons serving `model`, in roster order."""
+        return [s for s in self.states if s.ready and model in s.models]
+
+    def served_models(self) -> dict[str, pb.ModelInfo]:
+        """Models that at least one ready neuron serves right now."""
+        out: dict[str, pb.ModelInfo] = {}
+        for state in self.states:
+            if state.ready:
+                for model_id, info in state.models.items():
+                    out.setdefault(model_id, info)
+        return out
+
+    def known(self, model: str) -> bool:
+        """Expected, or served by some neuron (ready or not)."""
+        return model in self.expected or any(model in s.models for s in self.states)
+
+    def model_label(self, model: str) -> str:
+        """`model` as a metrics label: a known model's id, else "unknown" (a
+        client's made-up names must not become label values)."""
+        return model if self.known(model) else metrics.UNKNOWN_MODEL
+
+    def loading(self) -> bool:
+        """Some neuron has never answered Info: what it serves is not known yet."""
+        return any(not s.ever_seen for s in self.states)
+
+    def in_flight(self) -> dict[str, int]:
+        """Requests in flight per neuron address (several states may share one)."""
+        counts: dict[str, int] = {}
+        for s in self.states:
+            counts[s.address] = counts.get(s.address, 0) + s.outstanding
+        return counts
+
+    # -- caps ----------------------------------------------------------------
+
+    def cap(self, state: NeuronState) -> int | None:
+        reported = state.info.max_concurrency if state.info is not None else 0
+        return self._admission.cap(reported)
+
+    def below_cap(self, state: NeuronState) -> bool:
+        cap = self.cap(state)
+        return cap is None or state.outstanding < cap
+
+    def free_slots(self, model: str) -> int | None:
+        """Slots free on `model`'s ready replicas, or None when no cap
+        applies (a replica without one, or none ready: the attempt answers)."""
+        free, ready = 0, False
+        for state in self.ready(model):
+            cap = self.cap(state)
+            if cap is None:
+                return None
+            free += max(0, cap - state.outstanding)
+            ready = True
+        return free if ready else None
+
+    # -- polls ---------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Ask every neuron for its Info, once."""
+        await asyncio.gather(*(self._refresh_one(s) for s in list(self.states)))
+        counts = dict.fromkeys(self.expected, 0)
+        for state in self.states:
+            metrics.set_replica_health(state.address, state.ready)
+            for model in state.models:
+                counts[model] = counts.get(model, 0) + (1 if state.ready else 0)
+        metrics.set_healthy_replicas(counts)
+        self._on_refresh()
+
+    async def refresh_load(self) -> None:
+        """Ask each ready neuron for its engine's load, once."""
+        ready = [s for s in self.states if s.ready and not s.retired]
+        await asyncio.gather(*(self._load_one(s) for s in ready))
+
+    @staticmethod
+    async def _every(interval_s: float, poll: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await poll()
+
+    async def _load_one(self, state: NeuronState) -> None:
+        try:
+            response = await state.client.load(timeout=max(self._load_interval, 0.5))
+        except NeuraxisError as e:
+            # The last report stays and ages out: policies ignore it once it
+            # is stale, and the Info poll decides readiness.
+            log.debug("neuron %s did not report its load: %s", state.address, e.message)
+            return
+        kv = response.kv_cache_usage if response.HasField("kv_cache_usage") else None
+        state.load = EngineLoad(
+            running=response.running,
+            waiting=response.waiting,
+            measured_at=self._clock(),
+            kv_cache_usage=kv,
+            own=state.outstanding,
+        )
+
+    async def _refresh_one(self, state: NeuronState) -> None:
+        try:
+            info = await state.client.info(timeout=self._health_timeout)
+        except NeuraxisError as e:
+            if isinstance(e, DeadlineExceededError) and self._heard_lately(state):
+                # Its streams flow: the poll was late (cortex's own loop under
+                # load), not the neuron. Taking it out here abandoned every
+                # stream on a healthy neuron (the soak: "no neuron is ready").
+                log.debug("neuron %s: Info late, streams flowing", state.address)
+                return
+            if state.ready:
+                log.warning("neuron %s is not answering: %s", state.address, e.message)
+            state.ready = False
+            _abandon(state)
+            return
+        if state.retired:
+            return
+        if info.ready and not state.ready:
+            log.info("neuron %s ready: %s", state.address, ", ".join(m.id for m in info.models))
+        state.ever_seen = True
+        state.info = info
+        state.ready = info.ready
+        if not info.ready:
+            _abandon(state)
+            return
+        state.models = {m.id: m for m in info.models}
+        for model in state.models:
+            metrics.touch_replica(model, state.address)
+            policy = self._policy_for(model)
+            metrics.touch_decisions(model, state.address, policy.name, policy.decisions)
+
+    def _heard_lately(self, state: NeuronState) -> bool:
+        return self._clock() - state.last_heard < self._health_timeout
+
+
+def _abandon(state: NeuronState) -> None:
+    """End the waits of the attempts in flight on a neuron the health poll
+    found gone: each fails at once (retried elsewhere if nothing was sent
+    yet)."""
+    for watchdog in state.watchdogs:
+        watchdog.neuron_down()

@@ -1,0 +1,107 @@
+"""The one attempt loop, driven with attempts of the test's own: what a
+failure before and after the first item means, and the counts each attempt
+leaves. The generate and embed attempts themselves are tested through the
+pool (test_pool.py, test_pool_faults.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from cortex.routing.admission import AdmissionControl, AdmissionOptions
+from cortex.routing.attempts import Attempts
+from cortex.routing.deadlines import Deadlines, RequestDeadline
+from cortex.routing.ejection import EjectionOptions, OutlierEjection
+from cortex.routing.least_outstanding import LeastOutstanding
+from cortex.routing.retry_budget import RetryBudget
+from cortex.routing.roster import NeuronState, Roster
+from neuraxis.core.errors import InvalidRequestError, RequestTooLargeError, UnavailableError
+from neuraxis.core.grpc_limits import MAX_MESSAGE_BYTES
+from neuraxis.core.v1 import neuron_pb2 as pb
+from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
+
+
+async def _attempts(*addresses: str) -> tuple[Attempts, Roster]:
+    roster = Roster(
+        [FakeNeuron(a) for a in addresses],
+        ["m"],
+        client_factory=Fleet(),
+        policy_for=lambda _model: LeastOutstanding(),
+        clock=lambda: 100.0,
+        admission=AdmissionOptions(),
+        on_refresh=lambda: None,
+        poll_interval_s=60.0,
+        load_interval_s=60.0,
+        health_timeout_s=1.0,
+    )
+    await roster.refresh()
+    admission = AdmissionControl(
+        AdmissionOptions(), roster.free_slots, lambda: 100.0, asyncio.sleep
+    )
+    attempts = Attempts(
+        roster,
+        admission,
+        lambda _model: LeastOutstanding(),
+        clock=lambda: 100.0,
+        deadlines=Deadlines(first_token_s=5.0, idle_s=5.0, total_s=5.0),
+        ejection=OutlierEjection(EjectionOptions(), lambda: 100.0),
+        budget=RetryBudget(None),
+        max_retries=1,
+        embed_timeout_s=5.0,
+    )
+    return attempts, roster
+
+
+REQUEST = pb.EmbedRequest(request_id="req-1", model="m")
+
+
+async def test_a_failure_before_the_first_item_is_retried_on_another_neuron() -> None:
+    attempts, roster = await _attempts("loop-a:1", "loop-b:1")
+    tried: list[str] = []
+
+    async def attempt(state: NeuronState, _deadline: RequestDeadline) -> AsyncIterator[str]:
+        tried.append(state.address)
+        if len(tried) == 1:
+            raise UnavailableError("down")
+        yield f"from {state.address}"
+
+    assert [x async for x in attempts.run(REQUEST, None, attempt)] == [f"from {tried[1]}"]
+    assert len(set(tried)) == 2
+    assert [s.outstanding for s in roster.states] == [0, 0]
+
+
+async def test_a_failure_after_the_first_item_or_caused_by_the_request_is_not_retried() -> None:
+    attempts, roster = await _attempts("late-a:1", "late-b:1")
+    tried: list[str] = []
+
+    async def late(state: NeuronState, _deadline: RequestDeadline) -> AsyncIterator[str]:
+        tried.append(state.address)
+        yield "part"
+        raise UnavailableError("down")
+
+    got: list[str] = []
+    with pytest.raises(UnavailableError):
+        async for item in attempts.run(REQUEST, None, late):
+            got.append(item)
+    assert (got, len(tried)) == (["part"], 1)
+
+    async def refused(state: NeuronState, _deadline: RequestDeadline) -> AsyncIterator[str]:
+        tried.append(state.address)
+        raise InvalidRequestError("bad")
+        yield "never"
+
+    with pytest.raises(InvalidRequestError):
+        [x async for x in attempts.run(REQUEST, None, refused)]
+    assert len(tried) == 2
+    assert [s.outstanding for s in roster.states] == [0, 0]
+
+
+async def test_an_oversized_request_is_refused_before_any_neuron() -> None:
+    attempts, _roster = await _attempts("size-a:1")
+    huge = pb.EmbedRequest(
+        request_id="req-2", model="m", inputs=[pb.EmbedInput(text="x" * (MAX_MESSAGE_BYTES + 1))]
+    )
+    with pytest.raises(RequestTooLargeError):
+        await attempts.embed(huge, None)
