@@ -24,7 +24,7 @@ def _from_flags(*argv: str) -> CortexSettings:
 
 
 def test_prefix_affinity_is_the_default_for_every_model() -> None:
-    table = CortexSettings().policy_table()
+    table = CortexSettings().routing.table()
     assert isinstance(table.for_model("any"), PrefixAffinity)
 
 
@@ -39,7 +39,7 @@ def test_routing_and_its_tuning_come_from_the_flags() -> None:
         "--routing-max-blocks",
         "8",
     )
-    table = settings.policy_table()
+    table = settings.routing.table()
     chat = table.for_model("chat")
     assert isinstance(chat, PrefixAffinity)
     assert chat.prefix_hasher == PrefixHasher(block_bytes=128, max_blocks=8)
@@ -52,11 +52,11 @@ def test_routing_comes_from_the_environment_and_the_file(
     config = tmp_path / "cortex.toml"
     config.write_text('routing = "power_of_two"\nrouting_models = { m = "prefix_affinity" }\n')
     from_file = load_settings(CortexSettings, config, {})
-    assert isinstance(from_file.policy_table().for_model("x"), PowerOfTwo)
-    assert isinstance(from_file.policy_table().for_model("m"), PrefixAffinity)
+    assert isinstance(from_file.routing.table().for_model("x"), PowerOfTwo)
+    assert isinstance(from_file.routing.table().for_model("m"), PrefixAffinity)
     monkeypatch.setenv("NEURAXIS_CORTEX_ROUTING", "least_outstanding")  # not the default
     assert isinstance(
-        load_settings(CortexSettings, None, {}).policy_table().for_model("x"), LeastOutstanding
+        load_settings(CortexSettings, None, {}).routing.table().for_model("x"), LeastOutstanding
     )
 
 
@@ -65,7 +65,7 @@ def test_a_models_policy_routing_models_then_the_spec_then_routing() -> None:
         routing=PolicyName.POWER_OF_TWO, routing_models={"a": PolicyName.LEAST_OUTSTANDING}
     )
     spec = {"a": PolicyName.PREFIX_AFFINITY, "b": PolicyName.PREFIX_AFFINITY}
-    table = settings.policy_table(spec)
+    table = settings.routing.table(spec)
     assert isinstance(table.for_model("a"), LeastOutstanding)
     assert isinstance(table.for_model("b"), PrefixAffinity)
     assert isinstance(table.for_model("c"), PowerOfTwo)

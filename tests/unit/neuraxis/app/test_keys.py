@@ -37,7 +37,7 @@ def test_create_prints_the_key_once_and_cortex_finds_it(
     settings = CortexSettings(state_dir=tmp_path)
 
     async def found() -> tuple[str, list[str], int | None] | None:
-        store = open_key_store(settings.state_dir, settings.postgres_dsn)
+        store = open_key_store(settings.store.state_dir, settings.store.postgres_dsn)
         try:
             record = await store.by_hash(hash_key(secret))
         finally:
