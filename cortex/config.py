@@ -39,7 +39,7 @@ def default_state_dir() -> Path:
 
 
 class PoolSettings(SettingsGroup):
-    """[pool]: how the neuron pool watches its neurons and retries."""
+    """How the neuron pool watches its neurons and retries."""
 
     poll_interval_s: float = Field(
         1.0,
@@ -61,7 +61,7 @@ class PoolSettings(SettingsGroup):
 
 
 class HttpSettings(SettingsGroup):
-    """[http]: what a client connection may send (cortex/http_guard.py,
+    """What a client connection may send (cortex/http_guard.py,
     middleware.BodyLimit)."""
 
     max_body_bytes: int = Field(
@@ -98,7 +98,7 @@ class HttpSettings(SettingsGroup):
 
 
 class AdminSettings(SettingsGroup):
-    """[admin]: the admin listener (cortex/admin.py), what only operators
+    """The admin listener (cortex/admin.py), what only operators
     and Prometheus should reach, apart from the API clients' port."""
 
     host: str = Field(
@@ -118,7 +118,7 @@ class AdminSettings(SettingsGroup):
 
 
 class AuthSettings(SettingsGroup):
-    """[auth]: who may call the API, and where rate-limit counters live."""
+    """Who may call the API, and where rate-limit counters live."""
 
     mode: Literal["off", "required"] = Field(
         "off",
@@ -147,7 +147,7 @@ class AuthSettings(SettingsGroup):
 
 
 class StoreSettings(SettingsGroup):
-    """[store]: where stored responses, API keys and usage are kept."""
+    """Where stored responses, API keys and usage are kept."""
 
     state_dir: Path = Field(
         default_factory=default_state_dir,
@@ -162,7 +162,7 @@ class StoreSettings(SettingsGroup):
 
 
 class RaySettings(SettingsGroup):
-    """[ray]: cluster mode's Ray cluster: join one, or run its head here."""
+    """Cluster mode's Ray cluster: join one, or run its head here."""
 
     address: str | None = Field(
         None, description="cluster mode: the Ray head's address (host:port of its GCS)"
@@ -182,7 +182,7 @@ class RaySettings(SettingsGroup):
 
 
 class ControllerSettings(SettingsGroup):
-    """[controller]: cluster mode's controller, which keeps the deployment
+    """Cluster mode's controller, which keeps the deployment
     spec true (cortex/cluster/)."""
 
     deployment: Path | None = Field(

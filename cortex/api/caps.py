@@ -28,7 +28,7 @@ from neuraxis.core.v1 import neuron_pb2 as pb
 
 
 class RequestCaps(SettingsGroup):
-    """cortex's [caps]: how much one request may ask for."""
+    """How much one request may ask for."""
 
     max_messages: int = Field(
         2048,

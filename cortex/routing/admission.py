@@ -49,7 +49,7 @@ RETRY_AFTER_S = 1
 
 
 class AdmissionOptions(SettingsGroup):
-    """cortex's [admission]: replica caps and the per-model queue
+    """Replica caps and the per-model queue
     (docs/deploy.md, "Admission control")."""
 
     replica_max_concurrency: int = Field(

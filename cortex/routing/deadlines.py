@@ -22,7 +22,7 @@ from neuraxis.core.settings import SettingsGroup
 
 
 class Deadlines(SettingsGroup):
-    """cortex's [deadlines]: how long a generation may take."""
+    """How long a generation may take."""
 
     first_token_s: float = Field(
         120.0,

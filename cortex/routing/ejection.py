@@ -26,7 +26,7 @@ from neuraxis.core.settings import SettingsGroup
 
 
 class EjectionOptions(SettingsGroup):
-    """cortex's [ejection]: outlier ejection of failing neurons."""
+    """Outlier ejection of failing neurons."""
 
     consecutive_failures: int = Field(
         5,

@@ -77,7 +77,7 @@ class PolicyOptions(SettingsGroup):
 
 
 class RoutingSettings(PolicyOptions):
-    """cortex's [routing]: which policy chooses a model's neuron, and its tuning."""
+    """Which policy chooses a model's neuron, and its tuning."""
 
     policy: PolicyName = Field(
         DEFAULT_POLICY,

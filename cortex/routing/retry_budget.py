@@ -29,7 +29,7 @@ from neuraxis.core.settings import SettingsGroup
 
 
 class RetryBudgetOptions(SettingsGroup):
-    """cortex's [retry_budget]: how many requests may be retrying at once."""
+    """How many requests may be retrying at once."""
 
     ratio: float = Field(
         0.2,

@@ -41,7 +41,7 @@ _DAY_S = 86_400
 
 
 class UpkeepSettings(SettingsGroup):
-    """cortex's [responses]: how long stored responses are kept, and the
+    """How long stored responses are kept, and the
     leases of the running ones."""
 
     ttl_days: float = Field(
