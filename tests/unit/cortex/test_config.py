@@ -1,5 +1,6 @@
-"""cortex's routing settings: `routing` and its per-model overrides from the
-flags, the environment and the TOML file, and the policy table they make."""
+"""cortex's settings: the groups (TOML tables, NEURAXIS_CORTEX_<GROUP>__<NAME>,
+--group-name), the routing settings and the policy table they make. Every
+spelling from before the groups: test_config_spellings.py."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from cortex.api.caps import RequestCaps
+from cortex.api.responses.upkeep import UpkeepSettings
 from cortex.config import CortexSettings
+from cortex.routing.admission import AdmissionOptions
+from cortex.routing.deadlines import Deadlines
 from cortex.routing.factory import PolicyName
 from cortex.routing.least_outstanding import LeastOutstanding
 from cortex.routing.power_of_two import PowerOfTwo
@@ -15,7 +20,7 @@ from cortex.routing.prefix import PrefixHasher
 from cortex.routing.prefix_affinity import PrefixAffinity
 from neuraxis.app.cli import build_parser
 from neuraxis.app.options import overrides
-from neuraxis.core.settings import SettingsError, load_settings
+from neuraxis.core.settings import SettingsError, group_of, load_settings
 
 
 def _from_flags(*argv: str) -> CortexSettings:
@@ -84,3 +89,56 @@ def test_rate_limit_counters_are_local_only_where_nothing_shares_them(tmp_path: 
     assert not postgres.local_rate_limit_counters
     forced = CortexSettings(state_dir=tmp_path, rate_limit_counters="shared")
     assert not forced.local_rate_limit_counters
+
+
+def test_each_group_is_its_components_own_options(tmp_path: Path) -> None:
+    """What the components take is the settings' group itself, with the
+    defaults written once, in the component's module."""
+    settings = CortexSettings(state_dir=tmp_path)
+    assert settings.caps == RequestCaps()
+    assert settings.deadlines == Deadlines()
+    assert settings.admission == AdmissionOptions()
+    assert settings.responses == UpkeepSettings()
+    assert settings.routing.table().options is settings.routing
+
+
+def test_the_tables_the_new_environment_names_and_the_new_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "cortex.toml"
+    config.write_text("[admission]\nqueue_size = 10\nqueue_timeout_s = 5\n[caps]\nmax_tools = 8\n")
+    monkeypatch.setenv("NEURAXIS_CORTEX_ADMISSION__QUEUE_SIZE", "11")
+    monkeypatch.setenv("NEURAXIS_CORTEX_CAPS", '{"max_messages": 9}')
+    settings = load_settings(CortexSettings, config, {})
+    assert (settings.admission.queue_size, settings.admission.queue_timeout_s) == (11, 5.0)
+    assert (settings.caps.max_tools, settings.caps.max_messages) == (8, 9)
+    flags = build_parser().parse_args(["cortex", "--admission-queue-size=12"])
+    from_flags = load_settings(CortexSettings, config, overrides(flags, CortexSettings))
+    assert from_flags.admission.queue_size == 12
+
+
+def test_the_new_spelling_wins_over_the_old_in_one_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "cortex.toml"
+    config.write_text("max_tools = 4\n[caps]\nmax_tools = 3\n")
+    assert load_settings(CortexSettings, config, {}).caps.max_tools == 3
+    monkeypatch.setenv("NEURAXIS_CORTEX_MAX_TOOLS", "5")
+    monkeypatch.setenv("NEURAXIS_CORTEX_CAPS__MAX_TOOLS", "6")
+    assert load_settings(CortexSettings, None, {}).caps.max_tools == 6
+    # An old name in the environment beats a table in the file.
+    config.write_text("[caps]\nmax_tools = 7\n")
+    monkeypatch.delenv("NEURAXIS_CORTEX_CAPS__MAX_TOOLS")
+    assert load_settings(CortexSettings, config, {}).caps.max_tools == 5
+
+
+def test_docs_configuration_lists_every_setting() -> None:
+    text = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    for name, field in CortexSettings.model_fields.items():
+        group = group_of(field)
+        if group is None:
+            assert f"| `{name}` |" in text.split("\n## [")[0], name
+            continue
+        (table,) = [part for part in text.split("\n## [") if part.startswith(f"{name}]")]
+        missing = [sub for sub in group.model_fields if f"| `{sub}` |" not in table]
+        assert missing == [], name
