@@ -4,27 +4,32 @@ the default state directory.
 `CortexSettings` holds what the process itself needs (listeners, neurons,
 workers, TLS, logging) and nests one group per component: a component's
 group is defined beside the code that uses it (`Deadlines` in
-routing/deadlines.py, `RequestCaps` in api/caps.py, ...) and built from
-these settings as they are. The groups defined here are those of code that
-takes plain arguments (the pool, the HTTP guard, the admin listener, the
-auth and store set-up, cluster mode). docs/configuration.md lists them all.
+routing/deadlines.py, `RequestCaps` in api/caps.py, `AuthSettings` in
+auth/settings.py, ...) and the component is given it as it is. The groups
+defined here are those of the HTTP edge (http_guard.py, the body limit,
+admin.py), the store and cluster mode ([ray], [controller]: importing
+cortex.cluster sets Ray's environment, which a process reading its settings
+must not get), whose modules take plain arguments.
+docs/configuration.md lists them all.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cortex.api.caps import RequestCaps
 from cortex.api.responses.upkeep import UpkeepSettings
+from cortex.auth.settings import AuthSettings
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.deadlines import Deadlines
 from cortex.routing.ejection import EjectionOptions
 from cortex.routing.factory import RoutingSettings
+from cortex.routing.pool_settings import PoolSettings
 from cortex.routing.retry_budget import RetryBudgetOptions
 from neuraxis.core.grpc_limits import MAX_MESSAGE_BYTES
 from neuraxis.core.logs import LogSettings
@@ -36,28 +41,6 @@ def default_state_dir() -> Path:
     xdg = os.environ.get("XDG_STATE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
     return base / "neuraxis"
-
-
-class PoolSettings(SettingsGroup):
-    """How the neuron pool watches its neurons and retries."""
-
-    poll_interval_s: float = Field(
-        1.0,
-        gt=0,
-        description="how often each neuron's Info is polled for readiness and models (s)",
-    )
-    health_timeout_s: float = Field(
-        1.0,
-        gt=0,
-        description="how long a neuron's Info poll may take before the neuron counts as not "
-        "answering: out of rotation, and its requests in flight abandoned (s)",
-    )
-    load_interval_s: float = Field(
-        0.5, gt=0, description="how often each ready neuron's engine load is polled (s)"
-    )
-    max_retries: int = Field(
-        2, ge=0, description="attempts on other neurons when one fails before the first token"
-    )
 
 
 class HttpSettings(SettingsGroup):
@@ -114,35 +97,6 @@ class AdminSettings(SettingsGroup):
         "that a scrape target keeps its instance label across restarts, in Prometheus's "
         "exporter range and clear of its own 9090-9093, the neurons' metrics ports "
         "(9400-9449) and Ray's",
-    )
-
-
-class AuthSettings(SettingsGroup):
-    """Who may call the API, and where rate-limit counters live."""
-
-    mode: Literal["off", "required"] = Field(
-        "off",
-        description="required: every /v1 request needs `Authorization: Bearer <key>` "
-        "(keys: `neuraxis keys create`, kept in the same store as stored responses); off: "
-        "one anonymous tenant, allowed on a loopback address only (see allow_unauthenticated)",
-    )
-    allow_unauthenticated: bool = Field(
-        False,
-        description="serve with auth off on a non-loopback address (only behind a proxy "
-        "that authenticates clients itself)",
-    )
-    rate_limit_counters: Literal["auto", "local", "shared"] = Field(
-        "auto",
-        description="where per-key rate-limit counters live: shared (in the key store, exact "
-        "across workers and instances), local (in this process's memory: no store round trip "
-        "per request, exact within the process, forgotten on restart); auto: local with one "
-        "worker on SQLite, else shared",
-    )
-    cache_s: float = Field(
-        2.0,
-        gt=0,
-        description="how long a looked-up API key is trusted before it is read again: a "
-        "revocation takes effect within this many seconds",
     )
 
 

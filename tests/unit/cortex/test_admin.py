@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from cortex.admin import Listeners, bind, bound_port, create_admin_app
 from cortex.app import create_app
-from cortex.config import CortexSettings
+from cortex.config import AdminSettings, CortexSettings, StoreSettings
 from cortex.routing.pool import NeuronPool
 from neuraxis.app.cli import build_parser
 from neuraxis.app.options import overrides
@@ -51,7 +51,7 @@ def _client(app: Listeners | FastAPI, port: int) -> httpx.AsyncClient:
 
 
 async def test_requests_go_to_the_app_of_the_port_they_came_in_on(tmp_path: Path) -> None:
-    api = create_app(CortexSettings(state_dir=tmp_path), pool=OneNeuron())  # type: ignore[arg-type]
+    api = create_app(CortexSettings(store=StoreSettings(state_dir=tmp_path)), pool=OneNeuron())  # type: ignore[arg-type]
     listeners = Listeners(api, _admin(), ADMIN_PORT)
     async with _client(listeners, 8080) as on_api, _client(listeners, ADMIN_PORT) as on_admin:
         assert (await on_api.get("/healthz")).json() == {"status": "ok"}
@@ -81,7 +81,7 @@ async def test_the_admin_app_lists_the_neurons_that_answered() -> None:
 
 
 def test_the_api_schema_leaves_the_admin_routes_out(tmp_path: Path) -> None:
-    api = create_app(CortexSettings(state_dir=tmp_path), pool=OneNeuron())  # type: ignore[arg-type]
+    api = create_app(CortexSettings(store=StoreSettings(state_dir=tmp_path)), pool=OneNeuron())  # type: ignore[arg-type]
     paths = set(api.openapi()["paths"])
     assert "/healthz" in paths and "/v1/chat/completions" in paths
     assert not paths & {"/metrics", "/sd/neurons"}
@@ -108,8 +108,8 @@ def test_the_admin_settings_come_from_flags_the_environment_and_the_file(
 
 def test_the_admin_port_may_not_be_the_api_port() -> None:
     with pytest.raises(ValidationError, match="admin port and port are both 8080"):
-        CortexSettings(admin_port=8080)
-    assert CortexSettings(port=0, admin_port=0).admin.port == 0
+        CortexSettings(admin=AdminSettings(port=8080))
+    assert CortexSettings(port=0, admin=AdminSettings(port=0)).admin.port == 0
 
 
 def test_bind_takes_a_free_port_for_0_and_refuses_a_taken_one() -> None:

@@ -10,10 +10,11 @@ import pytest
 
 from cortex.api.caps import RequestCaps
 from cortex.api.responses.upkeep import UpkeepSettings
-from cortex.config import CortexSettings
+from cortex.auth.settings import AuthSettings
+from cortex.config import CortexSettings, StoreSettings
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.deadlines import Deadlines
-from cortex.routing.factory import PolicyName
+from cortex.routing.factory import PolicyName, RoutingSettings
 from cortex.routing.least_outstanding import LeastOutstanding
 from cortex.routing.power_of_two import PowerOfTwo
 from cortex.routing.prefix import PrefixHasher
@@ -66,11 +67,11 @@ def test_routing_comes_from_the_environment_and_the_file(
 
 
 def test_a_models_policy_routing_models_then_the_spec_then_routing() -> None:
-    settings = CortexSettings(
-        routing=PolicyName.POWER_OF_TWO, routing_models={"a": PolicyName.LEAST_OUTSTANDING}
+    routing = RoutingSettings(
+        policy=PolicyName.POWER_OF_TWO, models={"a": PolicyName.LEAST_OUTSTANDING}
     )
     spec = {"a": PolicyName.PREFIX_AFFINITY, "b": PolicyName.PREFIX_AFFINITY}
-    table = settings.routing.table(spec)
+    table = routing.table(spec)
     assert isinstance(table.for_model("a"), LeastOutstanding)
     assert isinstance(table.for_model("b"), PrefixAffinity)
     assert isinstance(table.for_model("c"), PowerOfTwo)
@@ -82,19 +83,20 @@ def test_an_unknown_policy_is_refused_with_the_setting_named() -> None:
 
 
 def test_rate_limit_counters_are_local_only_where_nothing_shares_them(tmp_path: Path) -> None:
-    one = CortexSettings(state_dir=tmp_path)
+    store = StoreSettings(state_dir=tmp_path)
+    one = CortexSettings(store=store)
     assert one.local_rate_limit_counters
-    assert not CortexSettings(state_dir=tmp_path, workers=2).local_rate_limit_counters
-    postgres = CortexSettings(state_dir=tmp_path, postgres_dsn="postgresql://x/y")
-    assert not postgres.local_rate_limit_counters
-    forced = CortexSettings(state_dir=tmp_path, rate_limit_counters="shared")
+    assert not CortexSettings(store=store, workers=2).local_rate_limit_counters
+    postgres = StoreSettings(state_dir=tmp_path, postgres_dsn="postgresql://x/y")
+    assert not CortexSettings(store=postgres).local_rate_limit_counters
+    forced = CortexSettings(store=store, auth=AuthSettings(rate_limit_counters="shared"))
     assert not forced.local_rate_limit_counters
 
 
 def test_each_group_is_its_components_own_options(tmp_path: Path) -> None:
     """What the components take is the settings' group itself, with the
     defaults written once, in the component's module."""
-    settings = CortexSettings(state_dir=tmp_path)
+    settings = CortexSettings(store=StoreSettings(state_dir=tmp_path))
     assert settings.caps == RequestCaps()
     assert settings.deadlines == Deadlines()
     assert settings.admission == AdmissionOptions()
