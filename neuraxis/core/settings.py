@@ -19,10 +19,12 @@ ones a file or the environment still uses (`neuraxis config check`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tomllib
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, get_origin
@@ -221,7 +223,29 @@ def load_settings(cls: type[S], toml_path: Path | None, overrides: dict[str, Any
     if toml_path is not None and not toml_path.is_file():
         raise SettingsError(f"config file {toml_path} does not exist")
     given = {k: v for k, v in overrides.items() if v is not None}
+    reset = _TOML_PATH.set(toml_path)
+    try:
+        loaded = _with_toml(cls)(**given)
+        assert isinstance(loaded, cls)  # a subclass of it
+        return loaded
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(file)'}: {err['msg']}"
+            for err in e.errors()
+        )
+        where = f" in {toml_path}" if toml_path else ""
+        raise SettingsError(f"invalid configuration{where}: {problems}") from None
+    finally:
+        _TOML_PATH.reset(reset)
 
+
+# The file `load_settings` is reading, for the class below: one subclass per
+# settings class, made once (making a pydantic class costs ~20 ms).
+_TOML_PATH: ContextVar[Path | None] = ContextVar("toml_path", default=None)
+
+
+@functools.cache
+def _with_toml(cls: type[BaseSettings]) -> type[BaseSettings]:
     class _WithToml(cls):  # type: ignore[valid-type,misc]
         @classmethod
         def settings_customise_sources(
@@ -232,15 +256,7 @@ def load_settings(cls: type[S], toml_path: Path | None, overrides: dict[str, Any
             dotenv_settings: PydanticBaseSettingsSource,
             file_secret_settings: PydanticBaseSettingsSource,
         ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return sources(settings_cls, init_settings, toml_path)
+            return sources(settings_cls, init_settings, _TOML_PATH.get())
 
     _WithToml.__name__ = cls.__name__
-    try:
-        return _WithToml(**given)
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(file)'}: {err['msg']}"
-            for err in e.errors()
-        )
-        where = f" in {toml_path}" if toml_path else ""
-        raise SettingsError(f"invalid configuration{where}: {problems}") from None
+    return _WithToml

@@ -211,10 +211,17 @@ def _toml(value: Any) -> str:
     return json.dumps(str(value))
 
 
-def _from_flags(argv: list[str]) -> CortexSettings:
+def _cortex_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     add_settings_options(parser, CortexSettings)
-    return load_settings(CortexSettings, None, overrides(parser.parse_args(argv), CortexSettings))
+    return parser
+
+
+PARSER = _cortex_parser()  # parsing leaves it as it was: one for every test
+
+
+def _from_flags(argv: list[str]) -> CortexSettings:
+    return load_settings(CortexSettings, None, overrides(PARSER.parse_args(argv), CortexSettings))
 
 
 def test_the_list_is_every_setting_that_existed() -> None:
@@ -255,7 +262,5 @@ def test_flags_beat_the_environment_which_beats_the_file(
     assert _read(load_settings(CortexSettings, config, {}), field) == other
     flag_value = {"routing": "prefix_affinity"}.get(field, VALUES[field])
     argv = [f"--{FLAGS[field]}={flag_value}"]
-    parser = argparse.ArgumentParser()
-    add_settings_options(parser, CortexSettings)
-    given = overrides(parser.parse_args(argv), CortexSettings)
+    given = overrides(PARSER.parse_args(argv), CortexSettings)
     assert _read(load_settings(CortexSettings, config, given), field) == flag_value
