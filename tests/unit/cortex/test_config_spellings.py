@@ -264,3 +264,35 @@ def test_flags_beat_the_environment_which_beats_the_file(
     argv = [f"--{FLAGS[field]}={flag_value}"]
     given = overrides(PARSER.parse_args(argv), CortexSettings)
     assert _read(load_settings(CortexSettings, config, given), field) == flag_value
+
+
+@pytest.mark.parametrize("field", list(WHERE))
+def test_the_table_spellings_set_it_too(
+    field: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each moved setting by its new names: `--group-name`,
+    NEURAXIS_CORTEX_<GROUP>__<NAME> and `name` in the file's [group]."""
+    given = _given(field)
+    argv = [
+        arg.replace(f"--{FLAGS[name]}", f"--{WHERE[name].replace('.', '-').replace('_', '-')}")
+        if name in WHERE
+        else arg
+        for name in given
+        for arg in _argv(name)
+    ]
+    assert _read(_from_flags(argv), field) == VALUES[field]
+    with monkeypatch.context() as env:
+        for name in given:
+            new = WHERE.get(name, name).replace(".", "__").upper()
+            env.setenv(f"NEURAXIS_CORTEX_{new}", _env_text(VALUES[name]))
+        assert _read(load_settings(CortexSettings, None, {}), field) == VALUES[field]
+    config = tmp_path / "cortex.toml"
+    tables = [WHERE.get(name, name).partition(".") for name in given]
+    config.write_text(
+        "".join(
+            f"[{group}]\n{key} = {_toml(VALUES[name])}\n"
+            for name, (group, _, key) in zip(given, tables, strict=True)
+            if key
+        )
+    )
+    assert _read(load_settings(CortexSettings, config, {}), field) == VALUES[field]
