@@ -4,12 +4,13 @@ pydantic model: `neuraxis up`'s EmbeddedOptions).
 Every field becomes `--field-name` (or the `Flag` name it is annotated with,
 neuraxis/core/settings.py): its type gives the option's form, its description
 and default the help. A `SettingsGroup` field becomes an argument group (as
-vLLM's engine arguments are), its description the group's, each of its
-fields `--group-field-name`; a spelling from before the group (the class's
-`former_names`) is accepted too, left out of the help. Options default to
-None, so an option not given leaves the setting to the environment, the TOML
-file or the field's default (`load_settings`); `overrides` reads back the
-ones that were given, nested as the groups are.
+vLLM's engine arguments are) titled `[group]`, the group class's docstring
+its description, each of its fields `--group-field-name`; a spelling from
+before the group (the class's `former_names`) is accepted too, left out of
+the help. Options default to None, so an option not given leaves the
+setting to the environment, the TOML file or the field's default
+(`load_settings`); `overrides` reads back the ones that were given, nested
+as the groups are.
 
     bool                    --x / --no-x
     Literal, Enum, unions   choices (an enum's values)
