@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cortex.config import CortexSettings
+from cortex.config import AdminSettings
 from tests.procs import neuron_addresses, start_up, wait_http_ready
 
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -27,7 +27,7 @@ EMBEDDING_MODEL = "all-minilm-l6-v2"
 ENGINE_START_TIMEOUT_S = 900
 RESULTS = Path("bench/results")
 # cortex's admin listener as it binds by default: loopback, the default port.
-DEFAULT_ADMIN_URL = f"http://127.0.0.1:{CortexSettings.model_fields['admin_port'].default}"
+DEFAULT_ADMIN_URL = f"http://127.0.0.1:{AdminSettings.model_fields['port'].default}"
 
 
 @dataclass(frozen=True)

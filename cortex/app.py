@@ -25,7 +25,7 @@ from cortex.api import (
 from cortex.api.disconnect import CancelOnDisconnect
 from cortex.api.errors import install_error_handlers
 from cortex.api.responses.run import fail_dead_siblings, fail_orphans
-from cortex.api.responses.upkeep import Upkeep, UpkeepSettings
+from cortex.api.responses.upkeep import Upkeep
 from cortex.auth.authenticator import Authenticator, authenticate
 from cortex.auth.headers import RateLimitHeaders
 from cortex.auth.limiter import Limiter
@@ -53,7 +53,8 @@ def create_app(
     """Build the app. A pool may be passed in (tests); otherwise one is made
     from the configured neuron addresses and started with the app. With
     `auth = required` the key store is `keys` or the configured store's."""
-    spec = load_spec(settings.deployment) if settings.cluster_mode and settings.deployment else None
+    deployment = settings.controller.deployment
+    spec = load_spec(deployment) if settings.cluster_mode and deployment else None
     expected = settings.models or ([m.id for m in spec.models if m.replicas] if spec else [])
     credentials = channel_credentials(settings.tls) if settings.tls else None
     pool = pool or NeuronPool(
@@ -61,22 +62,22 @@ def create_app(
         # Cluster mode: the replicas of the controller's table, over the same TLS.
         client_factory=lambda address: NeuronClient(address, credentials),
         expected_models=expected,
-        poll_interval_s=settings.poll_interval_s,
-        request_timeout_s=settings.request_timeout_s,
-        max_retries=settings.max_retries,
-        policy=settings.policy_table(spec.routing() if spec else None),
-        load_interval_s=settings.load_interval_s,
-        deadlines=settings.deadlines(),
-        ejection=settings.ejection(),
-        retry_budget=settings.retry_budget(),
-        health_timeout_s=settings.health_timeout_s,
-        admission=settings.admission(),
+        poll_interval_s=settings.pool.poll_interval_s,
+        request_timeout_s=settings.deadlines.total_s,
+        max_retries=settings.pool.max_retries,
+        policy=settings.routing.table(spec.routing() if spec else None),
+        load_interval_s=settings.pool.load_interval_s,
+        deadlines=settings.deadlines,
+        ejection=settings.ejection,
+        retry_budget=settings.retry_budget,
+        health_timeout_s=settings.pool.health_timeout_s,
+        admission=settings.admission,
     )
 
     store = store or _store_for(settings)
     readiness = Readiness(needs_table=spec is not None)
-    if settings.auth == "required":
-        keys = keys or open_key_store(settings.state_dir, settings.postgres_dsn)
+    if settings.auth.mode == "required":
+        keys = keys or open_key_store(settings.store.state_dir, settings.store.postgres_dsn)
     else:
         keys = None  # one anonymous tenant: no lookups, no limits
 
@@ -135,23 +136,19 @@ def create_app(
         store,
         app.state.instance,
         lambda: [*app.state.background.values(), *app.state.streaming.values()],
-        UpkeepSettings(
-            ttl_days=settings.responses_ttl_days,
-            purge_interval_s=settings.responses_purge_interval_s,
-            lease_s=settings.responses_lease_s,
-        ),
+        settings.responses,
     )
     app.state.settings = settings
-    app.state.caps = settings.caps()
+    app.state.caps = settings.caps
     # Who is calling: every /v1 route depends on `authenticate`; with auth
     # off it attaches nothing and the anonymous principal applies.
     app.state.authenticator = None
     app.state.limiter = None
     if keys is not None:
-        app.state.authenticator = Authenticator(keys, time.time, settings.auth_cache_s)
+        app.state.authenticator = Authenticator(keys, time.time, settings.auth.cache_s)
         # A lease outlives the longest generation, then frees its slot.
         counters = counters_for(keys, settings.local_rate_limit_counters)
-        limiter = Limiter(counters, time.time, lease_s=settings.request_timeout_s + 60)
+        limiter = Limiter(counters, time.time, lease_s=settings.deadlines.total_s + 60)
         app.state.limiter = limiter
     install_error_handlers(app)
     openapi.install(app, auth_required=keys is not None)
@@ -167,7 +164,7 @@ def create_app(
     app.add_middleware(CancelOnDisconnect)
     if keys is not None:
         app.add_middleware(RateLimitHeaders, limiter=limiter)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.http.max_body_bytes)
     return app
 
 
@@ -180,23 +177,24 @@ async def _join_cluster(
     from cortex.cluster.client import Followed, connect, ensure_controller, follow_cluster
     from cortex.cluster.plane import ControlPlane
 
-    assert settings.ray_address is not None
-    await asyncio.to_thread(connect, settings.ray_address)
+    ray_address = settings.ray.address
+    assert ray_address is not None
+    await asyncio.to_thread(connect, ray_address)
     controller = await asyncio.to_thread(
         ensure_controller,
         spec,
-        settings.health_interval_s,
-        settings.replica_start_timeout_s,
+        settings.controller.health_interval_s,
+        settings.controller.replica_start_timeout_s,
         settings.tls,
     )
-    log.info("cluster mode: following the controller at %s", settings.ray_address)
-    followed = Followed(received=received, plane=ControlPlane(settings.ray_address))
+    log.info("cluster mode: following the controller at %s", ray_address)
+    followed = Followed(received=received, plane=ControlPlane(ray_address))
     return asyncio.create_task(follow_cluster(controller, pool, followed))
 
 
 def _store_for(settings: CortexSettings) -> ResponseStore:
-    if settings.postgres_dsn:
+    if settings.store.postgres_dsn:
         from cortex.store.postgres import PostgresResponseStore
 
-        return PostgresResponseStore(settings.postgres_dsn)
-    return SqliteResponseStore(settings.state_dir / "responses.sqlite3")
+        return PostgresResponseStore(settings.store.postgres_dsn)
+    return SqliteResponseStore(settings.store.state_dir / "responses.sqlite3")

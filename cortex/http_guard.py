@@ -63,10 +63,10 @@ class ClientLimits:
 
 def client_limits(settings: CortexSettings) -> ClientLimits:
     return ClientLimits(
-        header_timeout_s=settings.request_header_timeout_s,
-        body_timeout_s=settings.request_body_timeout_s,
-        max_header_count=settings.max_header_count,
-        max_header_bytes=settings.max_header_bytes,
+        header_timeout_s=settings.http.header_timeout_s,
+        body_timeout_s=settings.http.body_timeout_s,
+        max_header_count=settings.http.max_header_count,
+        max_header_bytes=settings.http.max_header_bytes,
     )
 
 

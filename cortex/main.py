@@ -47,7 +47,9 @@ def run(settings: CortexSettings) -> int:
     # A stuck event loop killed by systemd's watchdog (SIGABRT) leaves every
     # thread's stack in the log.
     faulthandler.enable()
-    problem = exposure_problem(settings.host, settings.auth, settings.allow_unauthenticated)
+    problem = exposure_problem(
+        settings.host, settings.auth.mode, settings.auth.allow_unauthenticated
+    )
     if problem is not None:
         print(f"neuraxis cortex: {problem}", file=sys.stderr)
         return 2
@@ -56,21 +58,26 @@ def run(settings: CortexSettings) -> int:
         # the logging set-up, they are routed through neuraxis's handler.
         import cortex.cluster.client  # noqa: F401
     configure_logging(settings.log_format, settings.log_level)
-    if not settings.ray_head:
+    if not settings.ray.head:
         return _serve(settings)
     # The head host's service: a Ray head beside cortex, stopped with it.
     from cortex.cluster.head import start_head, wait_for_head
     from neuraxis.core.process import stop_process_group
 
-    address = f"{settings.ray_node_ip}:{settings.ray_port}"
-    head = start_head(settings.ray_port, settings.ray_node_ip, fixed_ports=settings.ray_fixed_ports)
+    ray = settings.ray
+    address = f"{ray.node_ip}:{ray.port}"
+    head = start_head(ray.port, ray.node_ip, fixed_ports=ray.fixed_ports)
     # uvicorn re-raises the SIGTERM it shut down for once it has restored the
     # previous handler: with this one, that unwinds to the `finally` below
     # instead of killing the process before it stops the head.
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         wait_for_head(address, head)
-        return _serve(settings.model_copy(update={"ray_head": False, "ray_address": address}))
+        return _serve(
+            settings.model_copy(
+                update={"ray": ray.model_copy(update={"head": False, "address": address})}
+            )
+        )
     finally:
         if head.poll() is None:
             # The cluster ends with its head: the replicas drain first.
@@ -156,7 +163,7 @@ def _serve(settings: CortexSettings) -> int:
         return 1
     admin_port = bound_port(sockets[1])
     log.info(
-        "admin listener on http://%s:%d (/metrics, /sd/neurons)", settings.admin_host, admin_port
+        "admin listener on http://%s:%d (/metrics, /sd/neurons)", settings.admin.host, admin_port
     )
     where: dict[str, Any] = {"host": settings.host, "port": settings.port}
     if settings.workers > 1:
@@ -166,7 +173,7 @@ def _serve(settings: CortexSettings) -> int:
         )
         # The workers dispatch on the port bound here, not on a 0 asked for.
         os.environ[_SETTINGS_ENV] = settings.model_copy(
-            update={"admin_port": admin_port}
+            update={"admin": settings.admin.model_copy(update={"port": admin_port})}
         ).model_dump_json()
         relay = None
         if target := os.environ.get("NOTIFY_SOCKET"):
@@ -204,7 +211,7 @@ def _bind_listeners(settings: CortexSettings) -> list[socket.socket] | None:
     bound: list[socket.socket] = []
     for name, host, port in (
         ("API", settings.host, settings.port),
-        ("admin", settings.admin_host, settings.admin_port),
+        ("admin", settings.admin.host, settings.admin.port),
     ):
         try:
             bound.append(bind(host, port))
@@ -228,7 +235,7 @@ def app_from_env() -> Any:
     settings = CortexSettings.model_validate_json(os.environ[_SETTINGS_ENV])
     configure_logging(settings.log_format, settings.log_level)
     _quiet_uvicorn()
-    app = with_admin(create_app(settings), settings.admin_port)
+    app = with_admin(create_app(settings), settings.admin.port)
     # uvicorn's supervisor bound the socket before it started the workers.
     _listening(app)
     return app

@@ -5,8 +5,8 @@ The body limit bounds a request's bytes; these bound what those bytes can
 make the neurons do: a conversation of a million one-word messages fits in
 16 MiB and makes the chat template loop a million times; a 10 MB JSON
 schema is compiled into a grammar; a completions list of 2,000 prompts with
-`n = 16` is 32,000 generations. Each cap is a setting (cortex/config.py,
-`max_*`) and each violation a 400 naming the parameter, in the API's own
+`n = 16` is 32,000 generations. Each cap is a setting (`[caps]`, the
+fields below) and each violation a 400 naming the parameter, in the API's own
 spelling, before admission, rate limits or routing see the request.
 
 Generation requests are checked in their internal form (`check_generate`,
@@ -20,21 +20,54 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from pydantic import Field
+
 from neuraxis.core.errors import InvalidRequestError
+from neuraxis.core.settings import SettingsGroup
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 
-@dataclass(frozen=True)
-class RequestCaps:
-    max_messages: int = 2048
-    max_tools: int = 128
-    max_stop_sequences: int = 4
-    max_schema_bytes: int = 64 * 1024
-    max_completion_prompts: int = 128
-    max_prompts_times_n: int = 256
-    max_embedding_inputs: int = 2048
-    max_embedding_input_bytes: int = 8 * 1024 * 1024
-    max_background_per_tenant: int = 16
+class RequestCaps(SettingsGroup):
+    """How much one request may ask for."""
+
+    max_messages: int = Field(
+        2048,
+        gt=0,
+        description="messages in a chat request, or input items (with the chain they continue) "
+        "in a Responses request: the chat template renders every one, on the neuron's CPU",
+    )
+    max_tools: int = Field(128, gt=0, description="tools in one request (OpenAI's limit, 128)")
+    max_stop_sequences: int = Field(
+        4, gt=0, description="stop sequences in one request (OpenAI allows 4, the most it takes)"
+    )
+    max_schema_bytes: int = Field(
+        64 * 1024,
+        gt=0,
+        description="bytes of a structured output's JSON schema, or of one tool's parameters or "
+        "grammar: the engine compiles each into a grammar before the first token",
+    )
+    max_completion_prompts: int = Field(
+        128, gt=0, description="prompts in one /v1/completions list"
+    )
+    max_prompts_times_n: int = Field(
+        256,
+        gt=0,
+        description="completions one /v1/completions request makes (prompts x n): each is a "
+        "generation in the engine",
+    )
+    max_embedding_inputs: int = Field(
+        2048, gt=0, description="inputs in one /v1/embeddings request (OpenAI's limit, 2048)"
+    )
+    max_embedding_input_bytes: int = Field(
+        8 * 1024 * 1024,
+        gt=0,
+        description="bytes of all the inputs of one /v1/embeddings request (a token id counts 4)",
+    )
+    max_background_per_tenant: int = Field(
+        16,
+        gt=0,
+        description="background responses one tenant may have running in one cortex process",
+    )
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from pydantic import Field
+
 from cortex import metrics
 from neuraxis.core.errors import ModelOverloadedError
+from neuraxis.core.settings import SettingsGroup
 
 # The model's free slots over its ready replicas, or None: no cap applies.
 FreeSlots = Callable[[str], "int | None"]
@@ -45,13 +48,29 @@ Sleep = Callable[[float], Awaitable[None]]
 RETRY_AFTER_S = 1
 
 
-@dataclass(frozen=True)
-class AdmissionOptions:
-    # > 0: every replica's cap; 0: the cap its neuron reports (none if it
-    # reports none); < 0: no caps at all (admission off).
-    replica_max_concurrency: int = 0
-    queue_size: int = 256
-    queue_timeout_s: float = 30.0
+class AdmissionOptions(SettingsGroup):
+    """Replica caps and the per-model queue
+    (docs/deploy.md, "Admission control")."""
+
+    replica_max_concurrency: int = Field(
+        0,
+        ge=-1,
+        description="requests one replica takes at once; more wait in the model's admission "
+        "queue. 0: the batch size its engine reports (vLLM's max_num_seqs; no cap if it "
+        "reports none); -1: no caps, no queue",
+    )
+    queue_size: int = Field(
+        256,
+        ge=0,
+        description="requests per model that may wait for a replica slot; past it a request "
+        "gets 503 model_overloaded at once",
+    )
+    queue_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="how long a request may wait for a replica slot before it gets 503 "
+        "model_overloaded (s)",
+    )
 
     @property
     def enabled(self) -> bool:

@@ -14,16 +14,35 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from pydantic import Field
 
 from neuraxis.core.errors import DeadlineExceededError
+from neuraxis.core.settings import SettingsGroup
 
 
-@dataclass(frozen=True)
-class Deadlines:
-    first_token_s: float
-    idle_s: float
-    total_s: float
+class Deadlines(SettingsGroup):
+    """How long a generation may take."""
+
+    first_token_s: float = Field(
+        120.0,
+        gt=0,
+        description="deadline for a neuron's first message of an attempt, queueing included; "
+        "past it the attempt fails and, nothing having been sent, is retried elsewhere (s)",
+    )
+    idle_s: float = Field(
+        60.0,
+        gt=0,
+        description="deadline between two messages of a stream once it has started (long "
+        "enough for output held back, e.g. a tool call's arguments); past it the stream ends "
+        "with its terminal error event (s)",
+    )
+    total_s: float = Field(
+        600.0,
+        gt=0,
+        description="total deadline of one generation, retries included (a retry keeps the "
+        "original deadline), in seconds",
+    )
 
 
 class RequestDeadline:

@@ -20,12 +20,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic import Field
 
-@dataclass(frozen=True)
-class EjectionOptions:
-    consecutive_failures: int = 5
-    base_s: float = 30.0
-    max_s: float = 300.0
+from neuraxis.core.settings import SettingsGroup
+
+
+class EjectionOptions(SettingsGroup):
+    """Outlier ejection of failing neurons."""
+
+    consecutive_failures: int = Field(
+        5,
+        ge=1,
+        description="failures in a row (INTERNAL, UNAVAILABLE, deadline, broken stream; never "
+        "the request's own errors) that eject a neuron (Envoy's 5)",
+    )
+    base_s: float = Field(
+        30.0,
+        gt=0,
+        description="a neuron is ejected for this x the times it has been ejected, then comes "
+        "back on probation: one success clears it, one failure ejects it again; the last "
+        "ready replica of a model is never ejected (s, Envoy's 30)",
+    )
+    max_s: float = Field(300.0, gt=0, description="the longest ejection (s, Envoy's 300)")
 
 
 @dataclass

@@ -21,14 +21,26 @@ counts toward the request's `max_retries` and the engine-death rule.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from types import TracebackType
 
+from pydantic import Field
 
-@dataclass(frozen=True)
-class RetryBudgetOptions:
-    ratio: float = 0.2
-    minimum: int = 3
+from neuraxis.core.settings import SettingsGroup
+
+
+class RetryBudgetOptions(SettingsGroup):
+    """How many requests may be retrying at once."""
+
+    ratio: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="at most this share of the requests in flight may be retrying at once "
+        "(a request during which an engine died is retried at most once)",
+    )
+    minimum: int = Field(
+        3, ge=0, description="retries allowed at once however few requests are in flight"
+    )
 
 
 class RetryBudget:

@@ -19,8 +19,9 @@ NO_ADDRESS = (
 def cluster_address(address: str | None, config: Path | None) -> str | None:
     if address is None and config is not None:
         settings = load_settings(CortexSettings, config, {})
-        head = f"{settings.ray_node_ip}:{settings.ray_port}" if settings.ray_head else None
-        address = settings.ray_address or head
+        ray = settings.ray
+        head = f"{ray.node_ip}:{ray.port}" if ray.head else None
+        address = ray.address or head
     return address or os.environ.get("RAY_ADDRESS") or _embedded_cluster()
 
 

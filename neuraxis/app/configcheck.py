@@ -1,17 +1,21 @@
 """`neuraxis config check`: parse configuration files the way the services
-will, and say what is wrong with each (before a restart finds out)."""
+will, and say what is wrong with each (before a restart finds out), and
+which spellings from before the settings were grouped (flat keys in the
+file, NEURAXIS_CORTEX_* names in the environment) have a preferred one now:
+a warning each, which does not fail the check."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from neuraxis.core.settings import SettingsError, load_settings
+from neuraxis.core.settings import SettingsError, former_spellings, load_settings
 
 
 def check(
     cortex: Path | None, neuron: Path | None, deployment: Path | None, head: Path | None = None
 ) -> list[str]:
-    """One line per file: '<path>: ok', or the problem. Raises nothing."""
+    """One line per file: '<path>: ok', or the problem ('error: ...'); then
+    a 'warning: ...' line per old spelling. Raises nothing."""
     from cortex.cluster.spec import SpecError, load_spec
     from cortex.config import CortexSettings
     from neuraxis.core.neuron_settings import NeuronSettings
@@ -23,8 +27,9 @@ def check(
             if settings.tls is not None:
                 settings.tls.read()  # a missing or unreadable file: TlsError
             results.append(f"{cortex}: ok")
-            if settings.deployment is not None and deployment is None:
-                deployment = settings.deployment
+            results += [f"warning: {line}" for line in former_spellings(CortexSettings, cortex)]
+            if settings.controller.deployment is not None and deployment is None:
+                deployment = settings.controller.deployment
         except SettingsError as e:
             results.append(f"error: {e}")
     if neuron is not None:

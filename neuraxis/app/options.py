@@ -3,9 +3,14 @@ pydantic model: `neuraxis up`'s EmbeddedOptions).
 
 Every field becomes `--field-name` (or the `Flag` name it is annotated with,
 neuraxis/core/settings.py): its type gives the option's form, its description
-and default the help. Options default to None, so an option not given leaves
-the setting to the environment, the TOML file or the field's default
-(`load_settings`); `overrides` reads back the ones that were given.
+and default the help. A `SettingsGroup` field becomes an argument group (as
+vLLM's engine arguments are) titled `[group]`, the group class's docstring
+its description, each of its fields `--group-field-name`; a spelling from
+before the group (the class's `former_names`) is accepted too, left out of
+the help. Options default to None, so an option not given leaves the
+setting to the environment, the TOML file or the field's default
+(`load_settings`); `overrides` reads back the ones that were given, nested
+as the groups are.
 
     bool                    --x / --no-x
     Literal, Enum, unions   choices (an enum's values)
@@ -22,6 +27,7 @@ first passes it. The subcommands themselves live in neuraxis/app/cli.py.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import types
 from collections.abc import Iterable, Sequence
@@ -33,7 +39,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from neuraxis.core.settings import Flag
+from neuraxis.core.settings import Flag, former_names, group_of
 
 _SCALARS: tuple[type, ...] = (int, float, str, Path)
 
@@ -43,25 +49,65 @@ def add_settings_options(
     cls: type[BaseModel],
     fields: Iterable[str] | None = None,
 ) -> None:
-    """Add an option for each of `cls`'s fields (or only the named ones)."""
+    """Add an option for each of `cls`'s fields (or only the named ones; a
+    group's name adds the whole group)."""
     names = list(cls.model_fields) if fields is None else list(fields)
     unknown = [n for n in names if n not in cls.model_fields]
     if unknown:
         raise ValueError(f"{cls.__name__} has no setting {', '.join(unknown)}")
+    former: dict[str, list[str]] = {}
+    for old, new in former_names(cls).items():
+        former.setdefault(new, []).append(old)
     for name in names:
         field = cls.model_fields[name]
-        flag = _flag(field)
-        option = "--" + (flag.name or name).replace("_", "-")
-        kwargs = _form(name, field.annotation)
-        if flag.metavar is not None:
-            kwargs["metavar"] = flag.metavar
-        parser.add_argument(option, dest=name, default=None, help=_help(field), **kwargs)
+        group = group_of(field)
+        if group is None:
+            _add(parser, name, field, _flag(field).name or name)
+            continue
+        section = parser.add_argument_group(f"[{name}]", inspect.cleandoc(group.__doc__ or ""))
+        for sub, sub_field in group.model_fields.items():
+            dest = f"{name}.{sub}"
+            option = _add(section, dest, sub_field, _flag(sub_field).name or f"{name}_{sub}")
+            for old in former.get(dest, []):
+                if _option(old) != option:
+                    _add(section, dest, sub_field, old, hidden=True)
 
 
 def overrides(args: argparse.Namespace, cls: type[BaseModel]) -> dict[str, Any]:
     """The settings given on the command line, for `load_settings`."""
-    given = {name: getattr(args, name, None) for name in cls.model_fields}
+    given: dict[str, Any] = {}
+    for name, field in cls.model_fields.items():
+        group = group_of(field)
+        if group is None:
+            given[name] = getattr(args, name, None)
+            continue
+        values = {sub: getattr(args, f"{name}.{sub}", None) for sub in group.model_fields}
+        given[name] = {sub: value for sub, value in values.items() if value is not None} or None
     return {name: value for name, value in given.items() if value is not None}
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _add(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    dest: str,
+    field: FieldInfo,
+    name: str,
+    hidden: bool = False,
+) -> str:
+    """Add one field's option under `name`; returns the option."""
+    option = _option(name)
+    kwargs = _form(dest, field.annotation)
+    metavar = _flag(field).metavar
+    if metavar is not None:
+        kwargs["metavar"] = metavar
+    elif "." in dest and kwargs.keys().isdisjoint({"metavar", "choices", "action"}):
+        kwargs["metavar"] = name.upper()  # not ADMISSION.QUEUE_SIZE, the dest
+    shown = argparse.SUPPRESS if hidden else _help(field)
+    parser.add_argument(option, dest=dest, default=None, help=shown, **kwargs)
+    return option
 
 
 def option_choices(annotation: Any) -> list[Any] | None:

@@ -80,7 +80,7 @@ async def create_response(
         stored=body.store,
         owner=request.app.state.instance if owned else "",
         tenant=tenant,
-        lease_s=settings.responses_lease_s,
+        lease_s=settings.responses.lease_s,
     )
     headers = {"X-Request-Id": response_id}
     if body.background:

@@ -26,11 +26,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+
+from pydantic import Field
 
 from cortex import metrics
 from cortex.api.responses import run as runs
 from cortex.store.base import ResponseStore, StoredResponse
+from neuraxis.core.settings import SettingsGroup
 
 log = logging.getLogger("neuraxis.cortex")
 
@@ -38,11 +40,28 @@ PURGE_JOB = "purge"
 _DAY_S = 86_400
 
 
-@dataclass(frozen=True)
-class UpkeepSettings:
-    ttl_days: float = 30.0
-    purge_interval_s: float = 3600.0
-    lease_s: float = 30.0
+class UpkeepSettings(SettingsGroup):
+    """How long stored responses are kept, and the
+    leases of the running ones."""
+
+    ttl_days: float = Field(
+        30.0,
+        ge=0,
+        description="stored responses are deleted this many days after they were created "
+        "(0: kept forever)",
+    )
+    purge_interval_s: float = Field(
+        3600.0,
+        gt=0,
+        description="how often expired stored responses are purged; one instance (or worker) "
+        "sharing the store does it at a time",
+    )
+    lease_s: float = Field(
+        30.0,
+        gt=0,
+        description="a running stored response whose instance has not renewed its lease for "
+        "this long (renewed every third of it) is marked failed by any instance sharing the store",
+    )
 
     @property
     def renew_s(self) -> float:

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None
     }
     settings = load_settings(CortexSettings, args.config, given)
-    store = open_key_store(settings.state_dir, settings.postgres_dsn)
+    store = open_key_store(settings.store.state_dir, settings.store.postgres_dsn)
     return asyncio.run(_with_store(store, args))
 
 

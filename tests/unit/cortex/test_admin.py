@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from cortex.admin import Listeners, bind, bound_port, create_admin_app
 from cortex.app import create_app
-from cortex.config import CortexSettings
+from cortex.config import AdminSettings, CortexSettings, StoreSettings
 from cortex.routing.pool import NeuronPool
 from neuraxis.app.cli import build_parser
 from neuraxis.app.options import overrides
@@ -51,7 +51,7 @@ def _client(app: Listeners | FastAPI, port: int) -> httpx.AsyncClient:
 
 
 async def test_requests_go_to_the_app_of_the_port_they_came_in_on(tmp_path: Path) -> None:
-    api = create_app(CortexSettings(state_dir=tmp_path), pool=OneNeuron())  # type: ignore[arg-type]
+    api = create_app(CortexSettings(store=StoreSettings(state_dir=tmp_path)), pool=OneNeuron())  # type: ignore[arg-type]
     listeners = Listeners(api, _admin(), ADMIN_PORT)
     async with _client(listeners, 8080) as on_api, _client(listeners, ADMIN_PORT) as on_admin:
         assert (await on_api.get("/healthz")).json() == {"status": "ok"}
@@ -81,7 +81,7 @@ async def test_the_admin_app_lists_the_neurons_that_answered() -> None:
 
 
 def test_the_api_schema_leaves_the_admin_routes_out(tmp_path: Path) -> None:
-    api = create_app(CortexSettings(state_dir=tmp_path), pool=OneNeuron())  # type: ignore[arg-type]
+    api = create_app(CortexSettings(store=StoreSettings(state_dir=tmp_path)), pool=OneNeuron())  # type: ignore[arg-type]
     paths = set(api.openapi()["paths"])
     assert "/healthz" in paths and "/v1/chat/completions" in paths
     assert not paths & {"/metrics", "/sd/neurons"}
@@ -89,7 +89,7 @@ def test_the_api_schema_leaves_the_admin_routes_out(tmp_path: Path) -> None:
 
 def test_the_admin_listener_is_loopback_on_9180_by_default() -> None:
     settings = CortexSettings()
-    assert (settings.admin_host, settings.admin_port) == ("127.0.0.1", 9180)
+    assert (settings.admin.host, settings.admin.port) == ("127.0.0.1", 9180)
 
 
 def test_the_admin_settings_come_from_flags_the_environment_and_the_file(
@@ -97,19 +97,19 @@ def test_the_admin_settings_come_from_flags_the_environment_and_the_file(
 ) -> None:
     args = build_parser().parse_args(["cortex", "--admin-port", "0", "--admin-host", "::1"])
     from_flags = load_settings(CortexSettings, None, overrides(args, CortexSettings))
-    assert (from_flags.admin_host, from_flags.admin_port) == ("::1", 0)
+    assert (from_flags.admin.host, from_flags.admin.port) == ("::1", 0)
     config = tmp_path / "cortex.toml"
-    config.write_text('admin_host = "10.0.0.5"\nadmin_port = 9999\n')
+    config.write_text('[admin]\nhost = "10.0.0.5"\nport = 9999\n')
     from_file = load_settings(CortexSettings, config, {})
-    assert (from_file.admin_host, from_file.admin_port) == ("10.0.0.5", 9999)
-    monkeypatch.setenv("NEURAXIS_CORTEX_ADMIN_PORT", "9998")
-    assert load_settings(CortexSettings, config, {}).admin_port == 9998
+    assert (from_file.admin.host, from_file.admin.port) == ("10.0.0.5", 9999)
+    monkeypatch.setenv("NEURAXIS_CORTEX_ADMIN__PORT", "9998")
+    assert load_settings(CortexSettings, config, {}).admin.port == 9998
 
 
 def test_the_admin_port_may_not_be_the_api_port() -> None:
-    with pytest.raises(ValidationError, match="admin_port and port are both 8080"):
-        CortexSettings(admin_port=8080)
-    assert CortexSettings(port=0, admin_port=0).admin_port == 0
+    with pytest.raises(ValidationError, match="admin port and port are both 8080"):
+        CortexSettings(admin=AdminSettings(port=8080))
+    assert CortexSettings(port=0, admin=AdminSettings(port=0)).admin.port == 0
 
 
 def test_bind_takes_a_free_port_for_0_and_refuses_a_taken_one() -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cortex.app import create_app
-from cortex.config import CortexSettings
-from cortex.routing.factory import PolicyName
+from cortex.config import ControllerSettings, CortexSettings, RaySettings, StoreSettings
+from cortex.routing.factory import PolicyName, RoutingSettings
 from cortex.routing.pool import NeuronPool
 from neuraxis.app.tls import init_cluster_tls
 from tests.tls import files, tls_neuron
@@ -20,7 +20,7 @@ def _tls_settings(directory: Path, neurons: list[str]) -> CortexSettings:
         tls_ca=directory / "ca.crt",
         tls_cert=directory / "cortex.crt",
         tls_key=directory / "cortex.key",
-        state_dir=directory / "state",
+        store=StoreSettings(state_dir=directory / "state"),
     )
 
 
@@ -56,11 +56,12 @@ def test_the_deployment_specs_routing_chooses_each_models_policy(tmp_path: Path)
         '[[models]]\nid = "plain"\nsource = "z"\ngenerations = ["cpu"]\n'
     )
     settings = CortexSettings(
-        ray_address="127.0.0.1:1",  # cluster mode; Ray is joined only when the app starts
-        deployment=spec,
-        routing=PolicyName.POWER_OF_TWO,
-        routing_models={"other": PolicyName.LEAST_OUTSTANDING},
-        state_dir=tmp_path / "state",
+        ray=RaySettings(address="127.0.0.1:1"),  # cluster mode; Ray is joined at start
+        controller=ControllerSettings(deployment=spec),
+        routing=RoutingSettings(
+            policy=PolicyName.POWER_OF_TWO, models={"other": PolicyName.LEAST_OUTSTANDING}
+        ),
+        store=StoreSettings(state_dir=tmp_path / "state"),
     )
     pool: NeuronPool = create_app(settings).state.pool
     assert pool.policy("chat").name == "prefix_affinity"  # the spec's

@@ -8,18 +8,16 @@ from __future__ import annotations
 import functools
 import pickle
 
-from cortex.config import CortexSettings
+from cortex.config import CortexSettings, HttpSettings
 from cortex.http_guard import ClientLimits, GuardedHttpProtocol, client_limits
 from cortex.main import _options
 
 
 def test_the_limits_come_from_the_settings() -> None:
-    settings = CortexSettings(
-        request_header_timeout_s=3,
-        request_body_timeout_s=7,
-        max_header_count=12,
-        max_header_bytes=999,
+    http = HttpSettings(
+        header_timeout_s=3, body_timeout_s=7, max_header_count=12, max_header_bytes=999
     )
+    settings = CortexSettings(http=http)
     assert client_limits(settings) == ClientLimits(3, 7, 12, 999)
 
 
@@ -28,7 +26,7 @@ def test_the_defaults_are_what_the_docs_say() -> None:
 
 
 def test_uvicorn_gets_the_guarded_protocol_in_a_form_workers_can_unpickle() -> None:
-    http = _options(CortexSettings(max_header_count=5))["http"]
+    http = _options(CortexSettings(http=HttpSettings(max_header_count=5)))["http"]
     assert isinstance(http, functools.partial)
     assert http.func is GuardedHttpProtocol
     copied = pickle.loads(pickle.dumps(http))

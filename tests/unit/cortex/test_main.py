@@ -17,7 +17,7 @@ import pytest
 import uvicorn
 
 from cortex.app import create_app
-from cortex.config import CortexSettings
+from cortex.config import CortexSettings, StoreSettings
 from cortex.main import Server
 from cortex.routing.policy import RouteHints
 from cortex.shutdown import Cutoff
@@ -66,7 +66,7 @@ async def test_a_stream_open_at_shutdown_ends_with_its_terminal_events(
     monkeypatch.setattr("cortex.metrics.CUTOFF", cutoff)
     port = _free_port()
     pool = EndlessPool()
-    settings = CortexSettings(port=port, state_dir=tmp_path)
+    settings = CortexSettings(port=port, store=StoreSettings(state_dir=tmp_path))
     app = create_app(settings, pool=pool)  # type: ignore[arg-type]
     grace = 4
     config = uvicorn.Config(

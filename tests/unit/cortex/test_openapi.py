@@ -14,7 +14,8 @@ import pytest
 from fastapi.routing import APIRoute
 
 from cortex.app import create_app
-from cortex.config import CortexSettings
+from cortex.auth.settings import AuthSettings
+from cortex.config import CortexSettings, StoreSettings
 from cortex.openapi import error_responses
 from neuraxis.core.errors import ERROR_TABLE
 from tests.unit.cortex.api.fakes import ScriptedPool
@@ -30,8 +31,8 @@ BODIES = {
 
 def _schema(auth: Literal["off", "required"] = "off") -> dict[str, Any]:
     settings = CortexSettings(
-        state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")),
-        auth=auth,
+        store=StoreSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-"))),
+        auth=AuthSettings(mode=auth),
     )
     app = create_app(settings, pool=ScriptedPool([]))  # type: ignore[arg-type]
     schema: dict[str, Any] = app.openapi()

@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from cortex.app import create_app
 from cortex.auth.keys import KeyRequest, make_key
-from cortex.config import CortexSettings
+from cortex.auth.settings import AuthSettings
+from cortex.config import CortexSettings, StoreSettings
 from cortex.routing.policy import RouteHints
 from cortex.store.keys import SQLITE_FILE
 from cortex.store.sqlite_keys import SqliteKeyStore
@@ -70,7 +71,9 @@ class ScriptedPool:
 
 def client(script: Script) -> tuple[TestClient, ScriptedPool]:
     pool = ScriptedPool(script)
-    settings = CortexSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")))
+    settings = CortexSettings(
+        store=StoreSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")))
+    )
     app = create_app(settings, pool=pool)  # type: ignore[arg-type]
     return TestClient(app), pool
 
@@ -93,6 +96,8 @@ def auth_client(script: Script, *keys: KeyRequest) -> tuple[TestClient, Scripted
 
     asyncio.run(add())
     pool = ScriptedPool(script)
-    settings = CortexSettings(state_dir=state_dir, auth="required")
+    settings = CortexSettings(
+        store=StoreSettings(state_dir=state_dir), auth=AuthSettings(mode="required")
+    )
     app = create_app(settings, pool=pool)  # type: ignore[arg-type]
     return TestClient(app), pool, secrets

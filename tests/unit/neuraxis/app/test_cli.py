@@ -42,8 +42,10 @@ OLD_FLAGS: list[tuple[list[str], type[BaseSettings], dict[str, Any]]] = [
             "port": 8081,
             "neurons": ["10.0.0.1:50051", "10.0.0.2:50051"],
             "workers": 4,
-            "state_dir": Path("/var/lib/neuraxis"),
-            "postgres_dsn": "postgresql://u@db/neuraxis",
+            "store": {
+                "state_dir": Path("/var/lib/neuraxis"),
+                "postgres_dsn": "postgresql://u@db/neuraxis",
+            },
             "metrics_enabled": False,
             "models": ["smollm2-135m-instruct", "all-minilm-l6-v2"],
         },
@@ -51,12 +53,15 @@ OLD_FLAGS: list[tuple[list[str], type[BaseSettings], dict[str, Any]]] = [
     (
         ["cortex", "--ray-head", "--ray-port=6390", "--deployment=/etc/neuraxis/deployment.toml"],
         CortexSettings,
-        {"ray_head": True, "ray_port": 6390, "deployment": Path("/etc/neuraxis/deployment.toml")},
+        {
+            "ray": {"head": True, "port": 6390},
+            "controller": {"deployment": Path("/etc/neuraxis/deployment.toml")},
+        },
     ),
     (
         ["cortex", "--ray-address=10.0.0.10:6379"],
         CortexSettings,
-        {"ray_address": "10.0.0.10:6379"},
+        {"ray": {"address": "10.0.0.10:6379"}},
     ),
     (
         [

@@ -50,7 +50,7 @@ def test_cluster_mode_needs_a_deployment_spec(tmp_path: Path) -> None:
     config = tmp_path / "cortex.toml"
     config.write_text("ray_head = true\n")
     (line,) = check(config, None, None)
-    assert "cluster mode (ray_address or ray_head) needs a deployment spec" in line
+    assert "cluster mode ([ray] address or head) needs a deployment spec" in line
 
 
 def test_tls_files_that_cannot_be_read_are_named(tmp_path: Path) -> None:
@@ -71,3 +71,30 @@ def test_tls_files_that_cannot_be_read_are_named(tmp_path: Path) -> None:
     (tmp_path / "tls" / "neuron.key").unlink()
     _, neuron = check(tmp_path / "cortex.toml", tmp_path / "neuron.toml", None)
     assert neuron.startswith(f"error: tls_key: cannot read {tmp_path}/tls/neuron.key")
+
+
+def test_old_spellings_are_warned_about_with_the_one_preferred_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "cortex.toml"
+    config.write_text(
+        'routing = "power_of_two"\nmax_tools = 64\n[admission]\nqueue_size = 10\n'
+        "[caps]\nmax_messages = 100\n"
+    )
+    monkeypatch.setenv("NEURAXIS_CORTEX_ADMISSION_QUEUE_TIMEOUT_S", "5")
+    monkeypatch.setenv("NEURAXIS_CORTEX_RETRY_BUDGET__RATIO", "0.1")  # the new name: fine
+    assert check(config, None, None) == [
+        f"{config}: ok",
+        f"warning: {config}: `routing` is now `policy` in [routing]",
+        f"warning: {config}: `max_tools` is now `max_tools` in [caps]",
+        "warning: NEURAXIS_CORTEX_ADMISSION_QUEUE_TIMEOUT_S (environment) is now "
+        "NEURAXIS_CORTEX_ADMISSION__QUEUE_TIMEOUT_S",
+    ]
+    assert main(["config", "check", "--cortex", str(config)]) == 0
+    assert "is now `policy` in [routing]" in capsys.readouterr().out
+
+
+def test_the_new_tables_alone_draw_no_warning(tmp_path: Path) -> None:
+    config = tmp_path / "cortex.toml"
+    config.write_text('[routing]\npolicy = "power_of_two"\n[auth]\nmode = "off"\n')
+    assert check(config, None, None) == [f"{config}: ok"]

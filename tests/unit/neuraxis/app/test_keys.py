@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cortex.auth.keys import hash_key
-from cortex.config import CortexSettings
+from cortex.config import CortexSettings, StoreSettings
 from cortex.store.keys import open_key_store
 from neuraxis.app.cli import main
 
@@ -34,10 +34,10 @@ def test_create_prints_the_key_once_and_cortex_finds_it(
     assert secret.startswith("nx-") and "\n" not in secret
     assert "shown only this once" in err
 
-    settings = CortexSettings(state_dir=tmp_path)
+    settings = CortexSettings(store=StoreSettings(state_dir=tmp_path))
 
     async def found() -> tuple[str, list[str], int | None] | None:
-        store = open_key_store(settings.state_dir, settings.postgres_dsn)
+        store = open_key_store(settings.store.state_dir, settings.store.postgres_dsn)
         try:
             record = await store.by_hash(hash_key(secret))
         finally:

@@ -1,15 +1,17 @@
 """Options generated from settings classes: every field gets one, of the
-right form, with its help; a new field needs no other edit."""
+right form, with its help; a group of settings gets an argument group; a new
+field needs no other edit."""
 
 from __future__ import annotations
 
 import argparse
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import pytest
 from pydantic import BaseModel, Field, SecretStr
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cortex.config import CortexSettings
@@ -17,7 +19,7 @@ from neuraxis.app.embedded import EmbeddedOptions
 from neuraxis.app.options import add_settings_options, option_choices, overrides
 from neuraxis.core.generations import Generation
 from neuraxis.core.neuron_settings import NeuronSettings
-from neuraxis.core.settings import Flag, load_settings
+from neuraxis.core.settings import Flag, SettingsGroup, group_of, load_settings
 from neuraxis.core.tasks import ModelTask
 
 
@@ -54,6 +56,25 @@ class ToySettings(BaseSettings):
     tls: Tls | None = Field(None, description="TLS files")
 
 
+class Spin(SettingsGroup):
+    """How the toy spins."""
+
+    speed: int = Field(1, description="turns a second")
+    clockwise: bool = Field(True, description="which way")
+
+
+class GroupedToy(BaseSettings):
+    """A settings class with a group, and a setting that moved into it."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="NEURAXIS_GROUPED_", env_nested_delimiter="__", extra="forbid"
+    )
+    former_names: ClassVar[dict[str, str]] = {"spin_speed_rpm": "spin.speed"}
+
+    name: str = Field("toy", description="its name")
+    spin: Spin = Field(default_factory=Spin, description="spinning")
+
+
 class Clock:
     """Not a type a command line (or an environment variable) can give."""
 
@@ -68,17 +89,56 @@ def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return {a.dest: a for a in parser._actions if a.dest != "help"}
 
 
-@pytest.mark.parametrize("cls", [CortexSettings, NeuronSettings, EmbeddedOptions, ToySettings])
+def _settings(cls: type[BaseModel]) -> dict[str, FieldInfo]:
+    """Every setting of `cls` by its option's dest: a group's as group.field."""
+    found: dict[str, FieldInfo] = {}
+    for name, field in cls.model_fields.items():
+        group = group_of(field)
+        if group is None:
+            found[name] = field
+        else:
+            found |= {f"{name}.{sub}": f for sub, f in group.model_fields.items()}
+    return found
+
+
+@pytest.mark.parametrize(
+    "cls", [CortexSettings, NeuronSettings, EmbeddedOptions, ToySettings, GroupedToy]
+)
 def test_every_field_has_an_option(cls: type[BaseModel]) -> None:
-    assert set(_actions(_parser(cls))) == set(cls.model_fields)
+    assert set(_actions(_parser(cls))) == set(_settings(cls))
 
 
 @pytest.mark.parametrize("cls", [CortexSettings, NeuronSettings, EmbeddedOptions])
 def test_every_setting_says_what_it_is(cls: type[BaseModel]) -> None:
     """The description is the option's help: a setting without one would be
     an option without a word of help."""
-    missing = [name for name, field in cls.model_fields.items() if not field.description]
+    missing = [name for name, field in _settings(cls).items() if not field.description]
     assert missing == []
+
+
+def test_a_group_is_an_argument_group_with_its_docstring() -> None:
+    parser = _parser(GroupedToy)
+    (group,) = [g for g in parser._action_groups if g.title == "[spin]"]
+    assert group.description == "How the toy spins."
+    assert [a.option_strings[0] for a in group._group_actions] == [
+        "--spin-speed",
+        "--spin-speed-rpm",
+        "--spin-clockwise",
+    ]
+    text = parser.format_help()
+    assert "--spin-speed SPIN_SPEED" in text and "turns a second (default: 1)" in text
+    assert "--spin-speed-rpm" not in text  # the old spelling works, unadvertised
+
+
+def test_a_groups_options_come_back_nested(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = _parser(GroupedToy).parse_args(["--spin-speed=3", "--no-spin-clockwise"])
+    assert overrides(args, GroupedToy) == {"spin": {"speed": 3, "clockwise": False}}
+    old = _parser(GroupedToy).parse_args(["--spin-speed-rpm=4"])
+    assert overrides(old, GroupedToy) == {"spin": {"speed": 4}}
+    assert overrides(_parser(GroupedToy).parse_args([]), GroupedToy) == {}
+    monkeypatch.setenv("NEURAXIS_GROUPED_SPIN__CLOCKWISE", "false")
+    settings = load_settings(GroupedToy, None, overrides(old, GroupedToy))
+    assert settings.spin == Spin(speed=4, clockwise=False)
 
 
 def test_a_new_settings_class_parses_into_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:

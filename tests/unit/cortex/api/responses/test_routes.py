@@ -11,7 +11,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from cortex.app import create_app
-from cortex.config import CortexSettings
+from cortex.config import CortexSettings, StoreSettings
 from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import RouteHints
 from cortex.routing.pool import NeuronPool
@@ -142,7 +142,9 @@ def test_a_chain_returns_to_the_neuron_that_served_it() -> None:
         client_factory=Fleet(),
         policy=PolicyTable("prefix_affinity"),
     )
-    settings = CortexSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")))
+    settings = CortexSettings(
+        store=StoreSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")))
+    )
     with TestClient(create_app(settings, pool=pool)) as c:
         previous = c.post("/v1/responses", json={"model": "m", "input": "first"}).json()["id"]
         (served,) = [n for n in neurons if n.generate_requests]

@@ -1,0 +1,39 @@
+"""cortex's [auth] settings: who may call the API (the authenticator and
+the exposure check), and where the rate limiter keeps its counters."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from neuraxis.core.settings import SettingsGroup
+
+
+class AuthSettings(SettingsGroup):
+    """Who may call the API, and where rate-limit counters live."""
+
+    mode: Literal["off", "required"] = Field(
+        "off",
+        description="required: every /v1 request needs `Authorization: Bearer <key>` "
+        "(keys: `neuraxis keys create`, kept in the same store as stored responses); off: "
+        "one anonymous tenant, allowed on a loopback address only (see allow_unauthenticated)",
+    )
+    allow_unauthenticated: bool = Field(
+        False,
+        description="serve with auth off on a non-loopback address (only behind a proxy "
+        "that authenticates clients itself)",
+    )
+    rate_limit_counters: Literal["auto", "local", "shared"] = Field(
+        "auto",
+        description="where per-key rate-limit counters live: shared (in the key store, exact "
+        "across workers and instances), local (in this process's memory: no store round trip "
+        "per request, exact within the process, forgotten on restart); auto: local with one "
+        "worker on SQLite, else shared",
+    )
+    cache_s: float = Field(
+        2.0,
+        gt=0,
+        description="how long a looked-up API key is trusted before it is read again: a "
+        "revocation takes effect within this many seconds",
+    )

@@ -1,0 +1,31 @@
+"""The neuron pool's settings (cortex's [pool]): how it watches its
+neurons and how often it retries. The pool (pool.py) takes them as its
+constructor's arguments; cortex/app.py passes them on."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from neuraxis.core.settings import SettingsGroup
+
+
+class PoolSettings(SettingsGroup):
+    """How the neuron pool watches its neurons and retries."""
+
+    poll_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="how often each neuron's Info is polled for readiness and models (s)",
+    )
+    health_timeout_s: float = Field(
+        1.0,
+        gt=0,
+        description="how long a neuron's Info poll may take before the neuron counts as not "
+        "answering: out of rotation, and its requests in flight abandoned (s)",
+    )
+    load_interval_s: float = Field(
+        0.5, gt=0, description="how often each ready neuron's engine load is polled (s)"
+    )
+    max_retries: int = Field(
+        2, ge=0, description="attempts on other neurons when one fails before the first token"
+    )
