@@ -32,10 +32,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from cortex import metrics
 from cortex.auth.authenticator import Authenticator
-from cortex.auth.headers import RateLimitHeaders
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.auth.limiter import Limiter
 from cortex.auth.local_usage import counters_for
+from cortex.http.ratelimit_headers import RateLimitHeaders
 from cortex.store.sqlite_keys import SqliteKeyStore
 from neuraxis.core.v1 import neuron_pb2 as pb
 

@@ -17,14 +17,11 @@ pool follows the same neurons, so /sd/neurons is the same whoever answers.
 
 from __future__ import annotations
 
-import socket
-from typing import Any
-
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cortex.api import observability
 from cortex.api.errors import install_error_handlers
+from cortex.http.listeners import Listeners
 from cortex.routing.pool import NeuronPool
 
 
@@ -38,46 +35,6 @@ def create_admin_app(pool: NeuronPool) -> FastAPI:
     return app
 
 
-class Listeners:
-    """ASGI: requests accepted on the admin port go to the admin app, every
-    other one (and the lifespan) to the API app. `app` is the API app, as
-    for uvicorn's own wrappers, so that code looking for it finds it."""
-
-    def __init__(self, app: ASGIApp, admin: ASGIApp, admin_port: int) -> None:
-        self.app = app
-        self.admin = admin
-        self.admin_port = admin_port
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        server: Any = scope.get("server")
-        if scope["type"] != "lifespan" and server and server[1] == self.admin_port:
-            await self.admin(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
-
-
 def with_admin(api: FastAPI, admin_port: int) -> Listeners:
     """The API app with the admin app on `admin_port` (the bound port)."""
     return Listeners(api, create_admin_app(api.state.pool), admin_port)
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to host:port (port 0: a free one), not yet
-    listening (uvicorn listens on it in each process that serves it), and
-    inheritable, for the workers."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        # As uvicorn binds the API socket: a restart need not wait for the
-        # old connections' TIME_WAIT.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
-
-
-def bound_port(sock: socket.socket) -> int:
-    return int(sock.getsockname()[1])

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
-from cortex import metrics, openapi
+from cortex import metrics
 from cortex.api import (
     chat,
     completions,
@@ -22,17 +22,18 @@ from cortex.api import (
     models,
     responses,
 )
-from cortex.api.disconnect import CancelOnDisconnect
 from cortex.api.errors import install_error_handlers
 from cortex.api.responses.run import fail_dead_siblings, fail_orphans
 from cortex.api.responses.upkeep import Upkeep, UpkeepSettings
 from cortex.auth.authenticator import Authenticator, authenticate
-from cortex.auth.headers import RateLimitHeaders
 from cortex.auth.limiter import Limiter
 from cortex.auth.local_usage import counters_for
 from cortex.cluster.spec import DeploymentSpec, load_spec
 from cortex.config import CortexSettings
-from cortex.middleware import BodyLimit
+from cortex.http import openapi
+from cortex.http.body_limit import BodyLimit
+from cortex.http.disconnect import CancelOnDisconnect
+from cortex.http.ratelimit_headers import RateLimitHeaders
 from cortex.readiness import Readiness, watchdog
 from cortex.routing.client import NeuronClient, channel_credentials
 from cortex.routing.pool import NeuronPool

@@ -21,8 +21,9 @@ from cortex.api.choices import (
     logprobs_out,
     usage_of,
 )
-from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.streams import next_message
+from cortex.http.disconnect import cancel_on_disconnect
+from cortex.http.sse import chunk_response
 from cortex.routing.policy import RouteHints
 from cortex.schemas.chat import (
     AssistantMessage,
@@ -40,7 +41,6 @@ from cortex.schemas.chat import (
 )
 from cortex.schemas.common import ChoiceLogprobs
 from cortex.schemas.tools import ChatNamedCustomChoice, ChatNamedToolChoice
-from cortex.sse import chunk_response
 from neuraxis.core.errors import InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 

@@ -14,15 +14,15 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from cortex.api import dispatch, params
 from cortex.api.choices import ChoiceState, collect, finish_reason, usage_of
-from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.streams import merge
+from cortex.http.disconnect import cancel_on_disconnect
+from cortex.http.sse import chunk_response
 from cortex.schemas.completions import (
     Completion,
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
 )
-from cortex.sse import chunk_response
 from neuraxis.core.errors import InternalError, InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 

@@ -23,10 +23,10 @@ from fastapi import Request
 
 from cortex import metrics
 from cortex.api import caps
-from cortex.api.disconnect import ClientDisconnectedError, cancel_on_disconnect
 from cortex.api.streams import first_messages
 from cortex.auth.limiter import Admission, Limiter, estimate_embed, estimate_generate
 from cortex.auth.principal import principal_of
+from cortex.http.disconnect import ClientDisconnectedError, cancel_on_disconnect
 from cortex.routing.policy import RouteHints
 from cortex.routing.pool import NeuronPool
 from neuraxis.core.v1 import neuron_pb2 as pb

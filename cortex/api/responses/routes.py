@@ -31,9 +31,9 @@ from cortex.api.responses.items import new_id, normalise, parse_items
 from cortex.api.responses.translate import generation_params, history, to_generate_request
 from cortex.api.responses.upkeep import fail_expired
 from cortex.auth.principal import principal_of
+from cortex.http.sse import event_frame
 from cortex.routing.policy import RouteHints
 from cortex.schemas.responses import ResponsesRequest
-from cortex.sse import event_frame
 from cortex.store.base import RUNNING, ResponseStore, StoredResponse
 from neuraxis.core.errors import InvalidRequestError, NotFoundError
 

@@ -27,12 +27,12 @@ from typing import Any
 from fastapi import Request
 
 from cortex import metrics
-from cortex.api.disconnect import ClientDisconnectedError, cancel_on_disconnect
-from cortex.api.errors import response_error_code, unexpected_message
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import ErrorEvent, ResponseEvent, parse_event
 from cortex.api.responses.pump import Pump
-from cortex.sse import Framing, event_frame, sse
+from cortex.http.disconnect import ClientDisconnectedError, cancel_on_disconnect
+from cortex.http.errors import response_error_code, unexpected_message
+from cortex.http.sse import Framing, event_frame, sse
 from cortex.store.base import RUNNING, ResponseStore, StoredResponse
 from neuraxis.core.errors import InternalError, NeuraxisError, UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb

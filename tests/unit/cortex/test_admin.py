@@ -13,9 +13,10 @@ import pytest
 from fastapi import FastAPI
 from pydantic import ValidationError
 
-from cortex.admin import Listeners, bind, bound_port, create_admin_app
+from cortex.admin import create_admin_app
 from cortex.app import create_app
 from cortex.config import CortexSettings
+from cortex.http.listeners import Listeners, bind, bound_port
 from cortex.routing.pool import NeuronPool
 from neuraxis.app.cli import build_parser
 from neuraxis.app.options import overrides

@@ -13,7 +13,7 @@ from starlette.types import Message, Scope
 
 from cortex.api import dispatch
 from cortex.api.caps import RequestCaps
-from cortex.api.disconnect import ClientDisconnectedError
+from cortex.http.disconnect import ClientDisconnectedError
 from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import RouteHints
 from cortex.routing.pool import NeuronPool

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cortex.api.errors import error_envelope
+from cortex.http.errors import error_envelope
 from neuraxis.core.errors import RequestTooLargeError, mapping_for
 
 

@@ -15,7 +15,7 @@ from fastapi.routing import APIRoute
 
 from cortex.app import create_app
 from cortex.config import CortexSettings
-from cortex.openapi import error_responses
+from cortex.http.openapi import error_responses
 from neuraxis.core.errors import ERROR_TABLE
 from tests.unit.cortex.api.fakes import ScriptedPool
 
