@@ -21,20 +21,22 @@ from fastapi import FastAPI
 
 from cortex.api import observability
 from cortex.api.errors import install_error_handlers
+from cortex.api.gateway import Neurons, gateway_of_app
 from cortex.http.listeners import Listeners
-from cortex.routing.pool import NeuronPool
+from cortex.recording import NoRecorder
 
 
-def create_admin_app(pool: NeuronPool) -> FastAPI:
-    """The admin routes over the API app's pool. No lifespan of its own:
+def create_admin_app(neurons: Neurons) -> FastAPI:
+    """The admin routes over the API app's neurons. No lifespan of its own:
     the API app's starts and stops the pool; no schema: not an API."""
     app = FastAPI(title="neuraxis cortex admin", openapi_url=None, docs_url=None, redoc_url=None)
-    app.state.pool = pool
-    install_error_handlers(app)  # an unknown path is a 404 in the envelope here too
-    app.include_router(observability.router)
+    # An unknown path is a 404 in the envelope here too; no API request
+    # comes here to be counted.
+    install_error_handlers(app, NoRecorder())
+    app.include_router(observability.router_for(neurons))
     return app
 
 
 def with_admin(api: FastAPI, admin_port: int) -> Listeners:
     """The API app with the admin app on `admin_port` (the bound port)."""
-    return Listeners(api, create_admin_app(api.state.pool), admin_port)
+    return Listeners(api, create_admin_app(gateway_of_app(api).neurons), admin_port)

@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fastapi import Request
-
 from cortex.auth.keys import hash_key, hash_matches
 from cortex.auth.limits import Limits
 from cortex.auth.principal import Principal
@@ -91,13 +89,3 @@ class Authenticator:
         cached = _Cached(now, record, principal_for(record))
         self._cache[key_hash] = cached
         return cached
-
-
-async def authenticate(request: Request) -> None:
-    """The dependency of every `/v1/...` route: attaches the caller's
-    principal to the request (nothing with auth off: the anonymous one)."""
-    authenticator: Authenticator | None = request.app.state.authenticator
-    if authenticator is not None:
-        request.state.principal = await authenticator.principal(
-            request.headers.get("authorization")
-        )

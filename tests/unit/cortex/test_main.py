@@ -44,6 +44,9 @@ class EndlessPool:
     def model_label(self, model: str) -> str:
         return model
 
+    def neurons(self) -> list[tuple[str, pb.InfoResponse | None]]:
+        return []
+
     async def generate(
         self, request: pb.GenerateRequest, hints: RouteHints | None = None
     ) -> AsyncIterator[pb.GenerateResponse]:
@@ -63,11 +66,11 @@ async def test_a_stream_open_at_shutdown_ends_with_its_terminal_events(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     cutoff = Cutoff()
-    monkeypatch.setattr("cortex.metrics.CUTOFF", cutoff)
+    monkeypatch.setattr("cortex.api.lifecycle.CUTOFF", cutoff)
     port = _free_port()
     pool = EndlessPool()
     settings = CortexSettings(port=port, state_dir=tmp_path)
-    app = create_app(settings, pool=pool)  # type: ignore[arg-type]
+    app = create_app(settings, pool=pool)
     grace = 4
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, timeout_graceful_shutdown=grace

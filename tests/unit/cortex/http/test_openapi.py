@@ -33,7 +33,7 @@ def _schema(auth: Literal["off", "required"] = "off") -> dict[str, Any]:
         state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")),
         auth=auth,
     )
-    app = create_app(settings, pool=ScriptedPool([]))  # type: ignore[arg-type]
+    app = create_app(settings, pool=ScriptedPool([]))
     schema: dict[str, Any] = app.openapi()
     # Every /v1 route of the app is in the schema.
     routes = {r.path_format for r in app.routes if isinstance(r, APIRoute)}
