@@ -22,30 +22,15 @@ from cortex.main import Server
 from cortex.routing.policy import RouteHints
 from cortex.shutdown import Cutoff
 from neuraxis.core.v1 import neuron_pb2 as pb
+from tests.unit.cortex.api.fakes import ScriptedPool
 
 
-class EndlessPool:
+class EndlessPool(ScriptedPool):
     """Stands in for NeuronPool: one token, then a stream that never ends."""
 
     def __init__(self) -> None:
+        super().__init__([])
         self.streaming = asyncio.Event()
-
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-
-    def served_models(self) -> dict[str, pb.ModelInfo]:
-        return {"m": pb.ModelInfo(id="m", max_context_length=100, created=1)}
-
-    def missing_models(self) -> list[str]:
-        return []
-
-    def check_task(self, model: str, task: int, endpoint: str) -> None: ...
-
-    def model_label(self, model: str) -> str:
-        return model
-
-    def neurons(self) -> list[tuple[str, pb.InfoResponse | None]]:
-        return []
 
     async def generate(
         self, request: pb.GenerateRequest, hints: RouteHints | None = None
