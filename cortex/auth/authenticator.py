@@ -1,6 +1,6 @@
 """Who is calling: the bearer key of a `/v1/...` request checked against the
-key store, turned into a `Principal`, and the FastAPI dependency that does
-it for every API route.
+key store, turned into a `Principal` (the FastAPI dependency that asks for
+it on every API route is cortex/api/gateway.py's `authenticate`).
 
 Keys are looked up in the store, so a key made by `neuraxis keys create`
 works on its next request with no restart. A found key is cached for
