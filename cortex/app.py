@@ -116,6 +116,7 @@ def create_app(
             purge_interval_s=settings.responses_purge_interval_s,
             lease_s=settings.responses_lease_s,
         ),
+        recorder=gateway.recorder,
     )
 
     @asynccontextmanager
@@ -129,8 +130,9 @@ def create_app(
         # Responses this host:port's dead processes were running (and those
         # of an older version, owned by host:port) fail at once; others'
         # when their leases expire (upkeep).
-        orphans = await fail_orphans(store, address) + await fail_dead_siblings(
-            store, runs.instance
+        recorder = gateway.recorder
+        orphans = await fail_orphans(store, address, recorder) + await fail_dead_siblings(
+            store, runs.instance, recorder
         )
         if orphans:
             log.warning("%d background responses were cut off by a restart: failed", orphans)

@@ -1,8 +1,8 @@
 """Every Prometheus metric cortex exports, declared in one place: the
-catalogue. A request's own metrics are recorded through a `Recorder`
-(cortex/recording.py) by its lifecycle (cortex/api/lifecycle.py); the
-routing, admission, store and control-plane ones through the typed
-functions below.
+catalogue. What the API records (a request's life, rejections, dropped
+tools, the Responses store) goes through a `Recorder` (cortex/recording.py);
+the routing, admission, rate-limit and control-plane metrics through the
+typed functions below.
 
 Names follow Prometheus conventions: base units (seconds), `_total` counters.
 Labels stay low-cardinality: `api` is chat, completions, embeddings or
@@ -230,12 +230,6 @@ def record_retry(model: str, replica: str) -> None:
         RETRIES.labels(model, replica).inc()
 
 
-def record_dropped_tool(api: str, kind: str) -> None:
-    """A hosted tool left out of a request (`kind`: its tool type, a closed set)."""
-    if _enabled:
-        DROPPED_TOOLS.labels(api, kind).inc()
-
-
 def record_ejection(replica: str) -> None:
     """A replica ejected by outlier ejection."""
     if _enabled:
@@ -270,31 +264,6 @@ def record_rate_limited(tenant: str, reason: str) -> None:
     own names, made with `neuraxis keys create`: a bounded set)."""
     if _enabled:
         RATE_LIMITED.labels(tenant, reason).inc()
-
-
-def record_store_write(backend: str, seconds: float) -> None:
-    """A response written to the Responses store."""
-    if _enabled:
-        STORE_WRITE.labels(backend).observe(seconds)
-        STORED_RESPONSES.labels(backend).inc()
-
-
-def record_store_error(backend: str, op: str) -> None:
-    """A Responses store operation that failed (op: put, renew, expire, purge, claim)."""
-    if _enabled:
-        STORE_ERRORS.labels(backend, op).inc()
-
-
-def record_purged(backend: str, count: int) -> None:
-    """Stored responses past their retention, deleted."""
-    if _enabled:
-        PURGED_RESPONSES.labels(backend).inc(count)
-
-
-def record_lease_expired(backend: str) -> None:
-    """A running response failed because its lease expired."""
-    if _enabled:
-        EXPIRED_LEASES.labels(backend).inc()
 
 
 def touch_replica(model: str, replica: str) -> None:

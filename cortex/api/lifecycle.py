@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from cortex.recording import Observe, Recorder
+from cortex.recording import Ended, Observe, Recorder
 from cortex.shutdown import CUTOFF
 from neuraxis.core.errors import NeuraxisError, mapping_for
 from neuraxis.core.v1 import neuron_pb2 as pb
@@ -72,9 +72,17 @@ class Tracker:
             return
         self._done = True
         duration = time.perf_counter() - self.started
-        tokens = (self._prompt_tokens, self._output_tokens)
-        had_output = self._last is not None
-        self.recorder.finished(self.api, self.model, outcome, duration, tokens, had_output)
+        self.recorder.finished(
+            Ended(
+                self.api,
+                self.model,
+                outcome,
+                duration,
+                self._prompt_tokens,
+                self._output_tokens,
+                had_output=self._last is not None,
+            )
+        )
         log.info(
             "%s %s",
             self.api,

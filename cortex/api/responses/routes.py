@@ -50,8 +50,8 @@ def _store(request: Request) -> ResponseStore:
 async def create_response(
     body: ResponsesRequest, request: Request
 ) -> JSONResponse | StreamingResponse:
-    shared = generation_params(body)
     gateway = gateway_of(request)
+    shared = generation_params(body, gateway.recorder)
     store = gateway.store
     response_id = dispatch.claim(request, RESPONSES)
     items = [normalise(i) for i in body.items()]
@@ -82,6 +82,7 @@ async def create_response(
         owner=gateway.runs.instance if owned else "",
         tenant=tenant,
         lease_s=gateway.runs.lease_s,
+        recorder=gateway.recorder,
     )
     headers = {"X-Request-Id": response_id}
     if body.background:
@@ -136,7 +137,7 @@ async def _replay(request: Request, record: StoredResponse, after: int) -> Async
         if record.status not in RUNNING:
             return
         if 0 < record.lease_until < time.time():
-            await fail_expired(_store(request), record)
+            await fail_expired(_store(request), record, gateway_of(request).recorder)
         else:
             await asyncio.sleep(0.25)
         refreshed = await _store(request).get(record.id)

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from cortex.api.lifecycle import Tracker, outcome_of, tracked
-from cortex.recording import Observe
+from cortex.recording import Ended, Observe
 from neuraxis.core.errors import InvalidRequestError, UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -29,16 +29,9 @@ class Calls:
     def inter_token(self, api: str, model: str) -> Observe:
         return lambda seconds: self.seen.append(("gap",))
 
-    def finished(
-        self,
-        api: str,
-        model: str,
-        outcome: str,
-        seconds: float,
-        tokens: tuple[int, int],
-        had_output: bool,
-    ) -> None:
-        self.seen.append(("finished", outcome, tokens, had_output))
+    def finished(self, end: Ended) -> None:
+        tokens = (end.prompt_tokens, end.output_tokens)
+        self.seen.append(("finished", end.outcome, tokens, end.had_output))
 
     def rejected(self, api: str, model: str, outcome: str) -> None:
         self.seen.append(("rejected", outcome))
