@@ -113,6 +113,8 @@ def _ignore(seconds: float) -> None:
 
 
 class NoRecorder:
+    """Records nothing."""
+
     def started(self, api: str, model: str) -> None:
         pass
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from cortex.recording import Ended, Observe, Recorder
@@ -104,7 +104,7 @@ async def tracked(
     stream: AsyncIterator[pb.GenerateResponse],
     tracker: Tracker,
     on_end: Callable[[int | None], None] | None = None,
-) -> AsyncIterator[pb.GenerateResponse]:
+) -> AsyncGenerator[pb.GenerateResponse, None]:
     """A neuron stream, observed: first output, gaps, tokens, outcome.
 
     `on_end` (a rate-limited key's reservation) hears the tokens the stream

@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator
 import pytest
 
 from cortex.api.lifecycle import Tracker, outcome_of, tracked
-from cortex.recording import Ended, Observe
+from cortex.recording import Ended, NoRecorder, Observe
 from neuraxis.core.errors import InvalidRequestError, UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 
-class Calls:
-    """A recorder that writes down what it is told."""
+class Calls(NoRecorder):
+    """A recorder that writes down what the lifecycle tells it."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[object, ...]] = []
@@ -32,9 +32,6 @@ class Calls:
     def finished(self, end: Ended) -> None:
         tokens = (end.prompt_tokens, end.output_tokens)
         self.seen.append(("finished", end.outcome, tokens, end.had_output))
-
-    def rejected(self, api: str, model: str, outcome: str) -> None:
-        self.seen.append(("rejected", outcome))
 
 
 TOKEN = pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text="a")])
@@ -55,7 +52,7 @@ def test_outcomes_follow_the_error_table() -> None:
 
 
 async def test_a_stream_read_to_its_usage_is_a_success_with_its_tokens() -> None:
-    calls, ended = Calls(), []
+    calls, ended = Calls(), list[int | None]()
     tracker = Tracker(calls, "chat", "m", "chatcmpl-1")
     read = [m async for m in tracked(_stream(TOKEN, TOKEN, END), tracker, ended.append)]
     assert read == [TOKEN, TOKEN, END]
@@ -69,7 +66,7 @@ async def test_a_stream_read_to_its_usage_is_a_success_with_its_tokens() -> None
 
 
 async def test_a_failing_stream_finishes_once_with_its_outcome_and_gives_back_its_tokens() -> None:
-    calls, ended = Calls(), []
+    calls, ended = Calls(), list[int | None]()
     tracker = Tracker(calls, "completions", "m", "cmpl-1")
     with pytest.raises(InvalidRequestError):
         async for _ in tracked(_stream(InvalidRequestError("no")), tracker, ended.append):
@@ -79,7 +76,7 @@ async def test_a_failing_stream_finishes_once_with_its_outcome_and_gives_back_it
 
 
 async def test_a_stream_dropped_before_its_usage_is_cancelled_and_charged_in_full() -> None:
-    calls, ended = Calls(), []
+    calls, ended = Calls(), list[int | None]()
     stream = tracked(_stream(TOKEN, END), Tracker(calls, "chat", "m", "c-1"), ended.append)
     assert await anext(stream) == TOKEN
     await stream.aclose()  # the client left
