@@ -99,7 +99,9 @@ async def _route(
     tracker = _tracker(request, model, parts=len(internals))
     # `hints` (the request's affinity keys) go to the routing policy of each.
     on_end = admission.stream_ended if admission is not None else None
-    streams = [tracked(neurons.generate(r, hints), tracker, on_end) for r in internals]
+    streams: list[Stream] = [
+        tracked(neurons.generate(r, hints), tracker, on_end) for r in internals
+    ]
     return streams, admission
 
 
