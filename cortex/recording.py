@@ -115,35 +115,26 @@ def _ignore(seconds: float) -> None:
 class NoRecorder:
     """Records nothing."""
 
-    def started(self, api: str, model: str) -> None:
-        pass
+    def started(self, api: str, model: str) -> None: ...
 
-    def first_output(self, api: str, model: str, seconds: float) -> None:
-        pass
+    def first_output(self, api: str, model: str, seconds: float) -> None: ...
 
     def inter_token(self, api: str, model: str) -> Observe:
         return _ignore
 
-    def finished(self, end: Ended) -> None:
-        pass
+    def finished(self, end: Ended) -> None: ...
 
-    def rejected(self, api: str, model: str, outcome: str) -> None:
-        pass
+    def rejected(self, api: str, model: str, outcome: str) -> None: ...
 
-    def dropped_tool(self, api: str, kind: str) -> None:
-        pass
+    def dropped_tool(self, api: str, kind: str) -> None: ...
 
-    def store_write(self, backend: str, seconds: float) -> None:
-        pass
+    def store_write(self, backend: str, seconds: float) -> None: ...
 
-    def store_error(self, backend: str, op: str) -> None:
-        pass
+    def store_error(self, backend: str, op: str) -> None: ...
 
-    def purged(self, backend: str, count: int) -> None:
-        pass
+    def purged(self, backend: str, count: int) -> None: ...
 
-    def lease_expired(self, backend: str) -> None:
-        pass
+    def lease_expired(self, backend: str) -> None: ...
 
 
 def recorder_for(enabled: bool) -> Recorder:

@@ -12,19 +12,16 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cortex.auth.limiter import Limiter
+from cortex.http.asgi import HttpMiddleware
 from cortex.http.context import RequestContext, context_in
 
 
-class RateLimitHeaders:
+class RateLimitHeaders(HttpMiddleware):
     def __init__(self, app: ASGIApp, limiter: Limiter) -> None:
-        self.app = app
+        super().__init__(app)
         self.limiter = limiter
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 extra = await self._headers(context_in(scope))

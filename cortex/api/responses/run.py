@@ -68,12 +68,12 @@ class ResponseRun:
         previous_response_id: str | None,
         input_items: list[dict[str, Any]],
         stored: bool,
+        recorder: Recorder,
         owner: str = "",
         tenant: str = "",
         events: Sequence[ResponseEvent] = (),
         lease_s: float = 0.0,
         clock: Callable[[], float] = time.time,
-        recorder: Recorder,
     ) -> None:
         self._store, self.builder, self._recorder = store, builder, recorder
         self._previous, self._items, self._stored = previous_response_id, input_items, stored
