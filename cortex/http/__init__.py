@@ -6,5 +6,6 @@ nothing of any API's meaning.
 cancels its handler), `ratelimit_headers` (x-ratelimit-*), `context` (the
 typed per-request context), `errors` (the error envelope), `sse` (framing
 typed objects as server-sent events), `openapi` (the published schema),
-`listeners` (the admin port's dispatch and socket binding).
+`listeners` (the admin port's dispatch and socket binding), `asgi` (the
+shape of its middlewares).
 """
