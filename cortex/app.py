@@ -101,8 +101,9 @@ def create_app(
         keys = keys or open_key_store(settings.state_dir, settings.postgres_dsn)
     else:
         keys = None  # one anonymous tenant: no lookups, no limits
-    # The routing, admission and store metrics' switch; the request
-    # lifecycle's is the gateway's recorder.
+    # The switch of the routing, admission and rate-limit metrics (recorded
+    # by the pool and the limiter); what the API records goes through the
+    # gateway's recorder.
     metrics.configure(settings.metrics_enabled)
     address = f"{socket.gethostname()}:{settings.port}"
     gateway = _gateway(settings, neurons, store, keys, f"{address}/{os.getpid()}")
