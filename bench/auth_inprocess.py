@@ -30,12 +30,13 @@ from pathlib import Path
 
 from starlette.types import Message, Receive, Scope, Send
 
-from cortex import metrics
+from cortex.api.lifecycle import Tracker, tracked
 from cortex.auth.authenticator import Authenticator
-from cortex.auth.headers import RateLimitHeaders
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.auth.limiter import Limiter
 from cortex.auth.local_usage import counters_for
+from cortex.http.ratelimit_headers import RateLimitHeaders
+from cortex.recording import NoRecorder
 from cortex.store.sqlite_keys import SqliteKeyStore
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -76,9 +77,9 @@ async def measure(loops: int) -> dict[str, float]:
     admission = await limiter.admit(principal, 100)
 
     async def read(hooked: bool) -> None:
-        tracker = metrics.Tracker("chat", "m", "chatcmpl-bench", record=False)
+        tracker = Tracker(NoRecorder(), "chat", "m", "chatcmpl-bench")
         hook = admission.stream_ended if hooked else None
-        async for _ in metrics.tracked(neuron(), tracker, hook):
+        async for _ in tracked(neuron(), tracker, hook):
             pass
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:

@@ -40,7 +40,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("protobuf", ("google/protobuf", "_pb2.py", "neuron/convert.py", "neuraxis/core/protomaps")),
     ("detokenise", ("detokenizer", "tokenizers", "transformers/", "output_processor.py")),
     ("JSON / pydantic", ("pydantic", "json/", "orjson")),
-    ("SSE framing", ("cortex/sse.py", "sse_starlette", "streaming.py")),
+    ("SSE framing", ("cortex/http/sse.py", "sse_starlette", "streaming.py")),
     ("choices / chunks", ("cortex/api/", "serving.py", "chat_completion/")),
     ("gRPC", ("grpc/", "grpc_health")),
     ("HTTP server", ("uvicorn", "h11", "httptools", "starlette", "fastapi", "anyio")),

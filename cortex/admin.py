@@ -17,67 +17,26 @@ pool follows the same neurons, so /sd/neurons is the same whoever answers.
 
 from __future__ import annotations
 
-import socket
-from typing import Any
-
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cortex.api import observability
 from cortex.api.errors import install_error_handlers
-from cortex.routing.pool import NeuronPool
+from cortex.api.gateway import Neurons, gateway_of_app
+from cortex.http.listeners import Listeners
+from cortex.recording import NoRecorder
 
 
-def create_admin_app(pool: NeuronPool) -> FastAPI:
-    """The admin routes over the API app's pool. No lifespan of its own:
+def create_admin_app(neurons: Neurons) -> FastAPI:
+    """The admin routes over the API app's neurons. No lifespan of its own:
     the API app's starts and stops the pool; no schema: not an API."""
     app = FastAPI(title="neuraxis cortex admin", openapi_url=None, docs_url=None, redoc_url=None)
-    app.state.pool = pool
-    install_error_handlers(app)  # an unknown path is a 404 in the envelope here too
-    app.include_router(observability.router)
+    # An unknown path is a 404 in the envelope here too; no API request
+    # comes here to be counted.
+    install_error_handlers(app, NoRecorder())
+    app.include_router(observability.router_for(neurons))
     return app
-
-
-class Listeners:
-    """ASGI: requests accepted on the admin port go to the admin app, every
-    other one (and the lifespan) to the API app. `app` is the API app, as
-    for uvicorn's own wrappers, so that code looking for it finds it."""
-
-    def __init__(self, app: ASGIApp, admin: ASGIApp, admin_port: int) -> None:
-        self.app = app
-        self.admin = admin
-        self.admin_port = admin_port
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        server: Any = scope.get("server")
-        if scope["type"] != "lifespan" and server and server[1] == self.admin_port:
-            await self.admin(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
 
 
 def with_admin(api: FastAPI, admin_port: int) -> Listeners:
     """The API app with the admin app on `admin_port` (the bound port)."""
-    return Listeners(api, create_admin_app(api.state.pool), admin_port)
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to host:port (port 0: a free one), not yet
-    listening (uvicorn listens on it in each process that serves it), and
-    inheritable, for the workers."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        # As uvicorn binds the API socket: a restart need not wait for the
-        # old connections' TIME_WAIT.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
-
-
-def bound_port(sock: socket.socket) -> int:
-    return int(sock.getsockname()[1])
+    return Listeners(api, create_admin_app(gateway_of_app(api).neurons), admin_port)

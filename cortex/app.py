@@ -1,5 +1,7 @@
-"""The FastAPI app factory: mounts the API routers and error handlers on a
-pool of neurons; nothing else lives here."""
+"""The FastAPI app factory: builds the pool and the API's `Gateway` (what
+the handlers may use), mounts the API routers, error handlers and the edge's
+middleware, and runs the pool, store and upkeep with the app; nothing else
+lives here."""
 
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 from fastapi import Depends, FastAPI
 
-from cortex import metrics, openapi
+from cortex import metrics
 from cortex.api import (
     chat,
     completions,
@@ -22,18 +25,21 @@ from cortex.api import (
     models,
     responses,
 )
-from cortex.api.disconnect import CancelOnDisconnect
 from cortex.api.errors import install_error_handlers
+from cortex.api.gateway import Gateway, Neurons, Runs, authenticate
 from cortex.api.responses.run import fail_dead_siblings, fail_orphans
-from cortex.api.responses.upkeep import Upkeep
-from cortex.auth.authenticator import Authenticator, authenticate
-from cortex.auth.headers import RateLimitHeaders
+from cortex.api.responses.upkeep import Upkeep, UpkeepSettings
+from cortex.auth.authenticator import Authenticator
 from cortex.auth.limiter import Limiter
 from cortex.auth.local_usage import counters_for
 from cortex.cluster.spec import DeploymentSpec, load_spec
 from cortex.config import CortexSettings
-from cortex.middleware import BodyLimit
+from cortex.http import openapi
+from cortex.http.body_limit import BodyLimit
+from cortex.http.disconnect import CancelOnDisconnect
+from cortex.http.ratelimit_headers import RateLimitHeaders
 from cortex.readiness import Readiness, watchdog
+from cortex.recording import recorder_for
 from cortex.routing.client import NeuronClient, channel_credentials
 from cortex.routing.pool import NeuronPool
 from cortex.store.base import ResponseStore
@@ -44,22 +50,21 @@ from neuraxis.core.sdnotify import notify
 log = logging.getLogger("neuraxis.cortex")
 
 
-def create_app(
-    settings: CortexSettings,
-    pool: NeuronPool | None = None,
-    store: ResponseStore | None = None,
-    keys: KeyStore | None = None,
-) -> FastAPI:
-    """Build the app. A pool may be passed in (tests); otherwise one is made
-    from the configured neuron addresses and started with the app. With
-    `auth = required` the key store is `keys` or the configured store's."""
-    deployment = settings.controller.deployment
-    spec = load_spec(deployment) if settings.cluster_mode and deployment else None
+class Pool(Neurons, Protocol):
+    """The neurons as the app runs them: started and stopped with it."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def make_pool(settings: CortexSettings, spec: DeploymentSpec | None) -> NeuronPool:
+    """The pool of the configured neurons (cluster mode: of the controller's
+    table, over the same TLS)."""
     expected = settings.models or ([m.id for m in spec.models if m.replicas] if spec else [])
     credentials = channel_credentials(settings.tls) if settings.tls else None
-    pool = pool or NeuronPool(
+    return NeuronPool(
         [NeuronClient(address, credentials) for address in settings.neurons],
-        # Cluster mode: the replicas of the controller's table, over the same TLS.
         client_factory=lambda address: NeuronClient(address, credentials),
         expected_models=expected,
         poll_interval_s=settings.pool.poll_interval_s,
@@ -74,24 +79,65 @@ def create_app(
         admission=settings.admission,
     )
 
+
+def create_app(
+    settings: CortexSettings,
+    pool: Pool | None = None,
+    store: ResponseStore | None = None,
+    keys: KeyStore | None = None,
+) -> FastAPI:
+    """Build the app. A pool may be passed in (tests); otherwise one is made
+    from the configured neuron addresses and started with the app. With
+    `auth = required` the key store is `keys` or the configured store's."""
+    spec = (
+        load_spec(settings.controller.deployment)
+        if settings.cluster_mode and settings.controller.deployment
+        else None
+    )
+    neurons = pool if pool is not None else make_pool(settings, spec)
+    # Cluster mode hands the controller's table to the real pool.
+    followed = neurons if spec is not None and isinstance(neurons, NeuronPool) else None
+    if spec is not None and followed is None:
+        raise ValueError("cluster mode follows the controller with a NeuronPool")
     store = store or _store_for(settings)
     readiness = Readiness(needs_table=spec is not None)
     if settings.auth.mode == "required":
         keys = keys or open_key_store(settings.store.state_dir, settings.store.postgres_dsn)
     else:
         keys = None  # one anonymous tenant: no lookups, no limits
+    # The switch of the routing, admission and rate-limit metrics (recorded
+    # by the pool and the limiter); what the API records goes through the
+    # gateway's recorder.
+    metrics.configure(settings.metrics_enabled)
+    address = f"{socket.gethostname()}:{settings.port}"
+    gateway = _gateway(settings, neurons, store, keys, f"{address}/{os.getpid()}")
+    runs = gateway.runs
+    upkeep = Upkeep(
+        store,
+        runs.instance,
+        lambda: [*runs.background.values(), *runs.streaming.values()],
+        UpkeepSettings(
+            ttl_days=settings.responses.ttl_days,
+            purge_interval_s=settings.responses.purge_interval_s,
+            lease_s=settings.responses.lease_s,
+        ),
+        recorder=gateway.recorder,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await pool.start()
+        await neurons.start()
         follower = (
-            await _join_cluster(settings, spec, pool, readiness.table) if spec is not None else None
+            await _join_cluster(settings, spec, followed, readiness.table)
+            if spec is not None and followed is not None
+            else None
         )
         # Responses this host:port's dead processes were running (and those
         # of an older version, owned by host:port) fail at once; others'
         # when their leases expire (upkeep).
-        orphans = await fail_orphans(store, address) + await fail_dead_siblings(
-            store, app.state.instance
+        recorder = gateway.recorder
+        orphans = await fail_orphans(store, address, recorder) + await fail_dead_siblings(
+            store, runs.instance, recorder
         )
         if orphans:
             log.warning("%d background responses were cut off by a restart: failed", orphans)
@@ -107,51 +153,29 @@ def create_app(
             upkeeping.cancel()  # before the store closes: its statements finish first
             await asyncio.gather(upkeeping, return_exceptions=True)
             # Background responses still running end as failed (and stored).
-            tasks = [run.task for run in app.state.background.values() if run.task]
+            tasks = [run.task for run in runs.background.values() if run.task]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             if follower is not None:
                 follower.cancel()
-            await pool.stop()
+            await neurons.stop()
             await store.close()
             if keys is not None:
-                await limiter.drain()
+                assert gateway.limiter is not None
+                await gateway.limiter.drain()
                 await keys.close()
 
-    metrics.configure(settings.metrics_enabled)
     app = FastAPI(title="neuraxis cortex", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.pool = pool
-    app.state.store = store
+    # What the handlers use (cortex/api/gateway.py); the readiness is the
+    # server's (cortex/main.py tells it the socket is bound).
+    app.state.gateway = gateway
     app.state.readiness = readiness
     metrics.touch_store(store.backend)
-    # Background responses running in this process, by id (for cancel), and
-    # stored streams (for delete); the name under which this process (each
-    # worker its own) owns them in a shared store: host:port/pid.
-    app.state.background = {}
-    app.state.streaming = {}
-    address = f"{socket.gethostname()}:{settings.port}"
-    app.state.instance = f"{address}/{os.getpid()}"
-    upkeep = Upkeep(
-        store,
-        app.state.instance,
-        lambda: [*app.state.background.values(), *app.state.streaming.values()],
-        settings.responses,
-    )
-    app.state.settings = settings
-    app.state.caps = settings.caps
+    install_error_handlers(app, gateway.recorder)
+    openapi.install(app, auth_required=keys is not None)
     # Who is calling: every /v1 route depends on `authenticate`; with auth
     # off it attaches nothing and the anonymous principal applies.
-    app.state.authenticator = None
-    app.state.limiter = None
-    if keys is not None:
-        app.state.authenticator = Authenticator(keys, time.time, settings.auth.cache_s)
-        # A lease outlives the longest generation, then frees its slot.
-        counters = counters_for(keys, settings.local_rate_limit_counters)
-        limiter = Limiter(counters, time.time, lease_s=settings.deadlines.total_s + 60)
-        app.state.limiter = limiter
-    install_error_handlers(app)
-    openapi.install(app, auth_required=keys is not None)
     api = [Depends(authenticate)]
     app.include_router(chat.router, dependencies=api)
     app.include_router(completions.router, dependencies=api)
@@ -162,10 +186,34 @@ def create_app(
     app.include_router(health.router)
     # Innermost: it watches for the disconnect once the body has been read.
     app.add_middleware(CancelOnDisconnect)
-    if keys is not None:
-        app.add_middleware(RateLimitHeaders, limiter=limiter)
+    if gateway.limiter is not None:
+        app.add_middleware(RateLimitHeaders, limiter=gateway.limiter)
     app.add_middleware(BodyLimit, max_bytes=settings.http.max_body_bytes)
     return app
+
+
+def _gateway(
+    settings: CortexSettings,
+    neurons: Neurons,
+    store: ResponseStore,
+    keys: KeyStore | None,
+    instance: str,
+) -> Gateway:
+    authenticator = limiter = None
+    if keys is not None:
+        authenticator = Authenticator(keys, time.time, settings.auth.cache_s)
+        # A lease outlives the longest generation, then frees its slot.
+        counters = counters_for(keys, settings.local_rate_limit_counters)
+        limiter = Limiter(counters, time.time, lease_s=settings.deadlines.total_s + 60)
+    return Gateway(
+        neurons=neurons,
+        caps=settings.caps,
+        store=store,
+        runs=Runs(instance, lease_s=settings.responses.lease_s),
+        recorder=recorder_for(settings.metrics_enabled),
+        authenticator=authenticator,
+        limiter=limiter,
+    )
 
 
 async def _join_cluster(
@@ -177,9 +225,8 @@ async def _join_cluster(
     from cortex.cluster.client import Followed, connect, ensure_controller, follow_cluster
     from cortex.cluster.plane import ControlPlane
 
-    ray_address = settings.ray.address
-    assert ray_address is not None
-    await asyncio.to_thread(connect, ray_address)
+    assert settings.ray.address is not None
+    await asyncio.to_thread(connect, settings.ray.address)
     controller = await asyncio.to_thread(
         ensure_controller,
         spec,
@@ -187,8 +234,8 @@ async def _join_cluster(
         settings.controller.replica_start_timeout_s,
         settings.tls,
     )
-    log.info("cluster mode: following the controller at %s", ray_address)
-    followed = Followed(received=received, plane=ControlPlane(ray_address))
+    log.info("cluster mode: following the controller at %s", settings.ray.address)
+    followed = Followed(received=received, plane=ControlPlane(settings.ray.address))
     return asyncio.create_task(follow_cluster(controller, pool, followed))
 
 

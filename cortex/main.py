@@ -27,10 +27,11 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from cortex.admin import bind, bound_port, with_admin
+from cortex.admin import with_admin
 from cortex.auth.exposure import exposure_problem
 from cortex.config import CortexSettings
-from cortex.http_guard import GuardedHttpProtocol, client_limits
+from cortex.http.guard import ClientLimits, GuardedHttpProtocol
+from cortex.http.listeners import bind, bound_port
 from cortex.notify_relay import NotifyRelay
 from cortex.shutdown import CUTOFF, Cutoff
 from neuraxis.core.logs import configure_logging
@@ -145,7 +146,7 @@ def _options(settings: CortexSettings) -> dict[str, Any]:
         uvicorn_error.addFilter(_QuietCancel())
     return {
         "loop": "uvloop",
-        # httptools, with read deadlines and header limits (cortex/http_guard.py).
+        # httptools, with read deadlines and header limits (cortex/http/guard.py).
         "http": functools.partial(GuardedHttpProtocol, limits=client_limits(settings)),
         # Our handler, our format: uvicorn's dictConfig would install its own.
         "log_config": None,
@@ -260,3 +261,12 @@ def _listening(app: Any) -> None:
     readiness = getattr(getattr(app, "state", None), "readiness", None)
     if readiness is not None:
         readiness.listening.set()
+
+
+def client_limits(settings: CortexSettings) -> ClientLimits:
+    return ClientLimits(
+        header_timeout_s=settings.http.header_timeout_s,
+        body_timeout_s=settings.http.body_timeout_s,
+        max_header_count=settings.http.max_header_count,
+        max_header_bytes=settings.http.max_header_bytes,
+    )

@@ -1,5 +1,8 @@
-"""Every Prometheus metric cortex exports, declared in one place, and the
-typed functions that record them.
+"""Every Prometheus metric cortex exports, declared in one place: the
+catalogue. What the API records (a request's life, rejections, dropped
+tools, the Responses store) goes through a `Recorder` (cortex/recording.py);
+the routing, admission, rate-limit and control-plane metrics through the
+typed functions below.
 
 Names follow Prometheus conventions: base units (seconds), `_total` counters.
 Labels stay low-cardinality: `api` is chat, completions, embeddings or
@@ -17,11 +20,8 @@ adds up the workers' values; gauges declare how.
 
 from __future__ import annotations
 
-import logging
 import os
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -33,12 +33,6 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
-
-from cortex.shutdown import CUTOFF
-from neuraxis.core.errors import NeuraxisError, mapping_for
-from neuraxis.core.v1 import neuron_pb2 as pb
-
-log = logging.getLogger("neuraxis.cortex.requests")
 
 UNKNOWN_MODEL = "unknown"
 
@@ -212,132 +206,6 @@ ADOPTED_REPLICAS = Counter(
 )
 
 
-def outcome_of(error: BaseException) -> str:
-    if isinstance(error, NeuraxisError):
-        return "client_error" if mapping_for(error).http_status < 500 else "server_error"
-    return "server_error"
-
-
-def record_rejected(api: str, model: str, error: BaseException) -> None:
-    """A request that failed before it was routed (validation, unknown model)."""
-    REQUESTS.labels(api, model, outcome_of(error)).inc()
-
-
-@dataclass
-class Tracker:
-    """Follows one routed request from dispatch to its end: its metrics (when
-    enabled) and its log line (sizes and timings, never text). A request may
-    fan out into several neuron streams (a legacy completion with a list of
-    prompts): it ends when all of them have, or when one fails."""
-
-    api: str
-    model: str
-    request_id: str
-    parts: int = 1
-    record: bool = True
-    started: float = field(default_factory=time.perf_counter)
-    _last: float | None = None
-    _ttft: float | None = None
-    _done: bool = False
-    _prompt_tokens: int = 0
-    _output_tokens: int = 0
-    # The inter-token histogram's child, looked up once: `output` runs for
-    # every token, and a labels() lookup (a lock and a dict) each time made
-    # it cost 1.3 us instead of 0.6 us.
-    _itl: Histogram | None = None
-
-    def __post_init__(self) -> None:
-        if self.record:
-            IN_FLIGHT.labels(self.model).inc()
-            QUEUED.labels(self.model).inc()
-            self._itl = INTER_TOKEN_LATENCY.labels(self.api, self.model)
-
-    def output(self) -> None:
-        now = time.perf_counter()
-        if self._last is None:
-            self._ttft = now - self.started
-            if self.record:
-                TIME_TO_FIRST_TOKEN.labels(self.api, self.model).observe(self._ttft)
-                QUEUED.labels(self.model).dec()
-        elif self._itl is not None:
-            self._itl.observe(now - self._last)
-        self._last = now
-
-    def part_done(self, prompt_tokens: int, output_tokens: int) -> None:
-        self._prompt_tokens += prompt_tokens
-        self._output_tokens += output_tokens
-        self.parts -= 1
-        if self.parts <= 0:
-            self.finish("success")
-
-    def finish(self, outcome: str) -> None:
-        if self._done:
-            return
-        self._done = True
-        duration = time.perf_counter() - self.started
-        if self.record:
-            if self._last is None:
-                QUEUED.labels(self.model).dec()
-            IN_FLIGHT.labels(self.model).dec()
-            REQUESTS.labels(self.api, self.model, outcome).inc()
-            REQUEST_DURATION.labels(self.api, self.model).observe(duration)
-            if self._prompt_tokens:
-                PROMPT_TOKENS.labels(self.api, self.model).inc(self._prompt_tokens)
-            if self._output_tokens:
-                OUTPUT_TOKENS.labels(self.api, self.model).inc(self._output_tokens)
-        log.info(
-            "%s %s",
-            self.api,
-            outcome,
-            extra={
-                "request_id": self.request_id,
-                "api": self.api,
-                "model": self.model,
-                "outcome": outcome,
-                "duration_s": round(duration, 4),
-                "ttft_s": round(self._ttft, 4) if self._ttft is not None else None,
-                "prompt_tokens": self._prompt_tokens,
-                "output_tokens": self._output_tokens,
-            },
-        )
-
-
-async def tracked(
-    stream: AsyncIterator[pb.GenerateResponse],
-    tracker: Tracker,
-    on_end: Callable[[int | None], None] | None = None,
-) -> AsyncIterator[pb.GenerateResponse]:
-    """A neuron stream, observed: first output, gaps, tokens, outcome.
-
-    `on_end` (a rate-limited key's reservation) hears the tokens the stream
-    used when it ends: its usage, 0 when it failed before reporting any,
-    None when it was dropped before its usage arrived (the client left; the
-    engine may have spent the tokens). Here rather than in a wrapper of its
-    own: every layer of async generator costs each token of every stream."""
-    ended = False
-    used: int | None = None
-    try:
-        # Read through the cutoff: a server that stops ends it with its error.
-        async for response in CUTOFF.guard(stream):
-            if response.choices:
-                tracker.output()
-            if response.HasField("usage"):
-                ended = True
-                prompt, output = response.usage.prompt_tokens, response.usage.completion_tokens
-                used = prompt + output
-                tracker.part_done(prompt, output)
-            yield response
-    except Exception as e:
-        used = 0 if used is None else used  # failed: what it did not use goes back
-        tracker.finish(outcome_of(e))
-        raise
-    finally:
-        if not ended:  # dropped before its end: the client went away
-            tracker.finish("cancelled")
-        if on_end is not None:
-            on_end(used)
-
-
 def record_routed(model: str, replica: str) -> None:
     """A request dispatched to a replica (each attempt counts)."""
     if _enabled:
@@ -360,12 +228,6 @@ def record_retry(model: str, replica: str) -> None:
     """A request retried elsewhere after `replica` failed before its first token."""
     if _enabled:
         RETRIES.labels(model, replica).inc()
-
-
-def record_dropped_tool(api: str, kind: str) -> None:
-    """A hosted tool left out of a request (`kind`: its tool type, a closed set)."""
-    if _enabled:
-        DROPPED_TOOLS.labels(api, kind).inc()
 
 
 def record_ejection(replica: str) -> None:
@@ -402,31 +264,6 @@ def record_rate_limited(tenant: str, reason: str) -> None:
     own names, made with `neuraxis keys create`: a bounded set)."""
     if _enabled:
         RATE_LIMITED.labels(tenant, reason).inc()
-
-
-def record_store_write(backend: str, seconds: float) -> None:
-    """A response written to the Responses store."""
-    if _enabled:
-        STORE_WRITE.labels(backend).observe(seconds)
-        STORED_RESPONSES.labels(backend).inc()
-
-
-def record_store_error(backend: str, op: str) -> None:
-    """A Responses store operation that failed (op: put, renew, expire, purge, claim)."""
-    if _enabled:
-        STORE_ERRORS.labels(backend, op).inc()
-
-
-def record_purged(backend: str, count: int) -> None:
-    """Stored responses past their retention, deleted."""
-    if _enabled:
-        PURGED_RESPONSES.labels(backend).inc(count)
-
-
-def record_lease_expired(backend: str) -> None:
-    """A running response failed because its lease expired."""
-    if _enabled:
-        EXPIRED_LEASES.labels(backend).inc()
 
 
 def touch_replica(model: str, replica: str) -> None:
@@ -472,10 +309,6 @@ def configure(enabled: bool) -> None:
     """Turn request metrics off (for measuring what they cost)."""
     global _enabled
     _enabled = enabled
-
-
-def start(api: str, model: str, request_id: str, parts: int = 1) -> Tracker:
-    return Tracker(api, model, request_id, parts, record=_enabled)
 
 
 def touch_control_plane(head: str) -> None:

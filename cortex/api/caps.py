@@ -10,18 +10,18 @@ fields below) and each violation a 400 naming the parameter, in the API's own
 spelling, before admission, rate limits or routing see the request.
 
 Generation requests are checked in their internal form (`check_generate`,
-called by dispatch for chat, completions and Responses alike); the API
-names the parameters (`Names`). Embeddings and background responses have a
-check each.
+called by dispatch for chat, completions and Responses alike); the API's
+`Surface` names the parameters (cortex/schemas/surfaces.py). Embeddings
+and background responses have a check each.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from pydantic import Field
 
+from cortex.schemas.surfaces import ParamNames, Surface
 from neuraxis.core.errors import InvalidRequestError
 from neuraxis.core.settings import SettingsGroup
 from neuraxis.core.v1 import neuron_pb2 as pb
@@ -70,22 +70,6 @@ class RequestCaps(SettingsGroup):
     )
 
 
-@dataclass(frozen=True)
-class Names:
-    """What an API calls the internal request's parts."""
-
-    messages: str  # the conversation (or prompt list)
-    tokens: str  # the output cap
-    schema: str  # the structured output's JSON schema
-
-
-NAMES = {
-    "chat": Names("messages", "max_tokens", "response_format.json_schema.schema"),
-    "completions": Names("prompt", "max_tokens", "response_format"),
-    "responses": Names("input", "max_output_tokens", "text.format.schema"),
-}
-
-
 def _too_many(param: str, what: str, count: int, cap: int) -> InvalidRequestError:
     return InvalidRequestError(
         f"Invalid '{param}': {count} {what}; this server takes at most {cap}.", param=param
@@ -101,7 +85,7 @@ def _too_large(param: str, what: str, size: int, cap: int) -> InvalidRequestErro
 
 def check_generate(
     caps: RequestCaps,
-    api: str,
+    surface: Surface,
     internals: Sequence[pb.GenerateRequest],
     context: int,
     tokens_param: str | None = None,
@@ -109,9 +93,11 @@ def check_generate(
     """The caps of one API request, made of `internals` (several for a
     completions prompt list), against a model of `context` tokens (0:
     unknown, not checked)."""
-    names = NAMES[api]
+    names = surface.params
+    if names is None:
+        raise ValueError(f"{surface.name} is not a generation API")
     first = internals[0]
-    if api == "completions":
+    if surface.prompt_list:
         if len(internals) > caps.max_completion_prompts:
             raise _too_many("prompt", "prompts", len(internals), caps.max_completion_prompts)
         choices = len(internals) * (first.sampling.n or 1)
@@ -139,7 +125,7 @@ def check_generate(
         )
 
 
-def _check_schemas(caps: RequestCaps, names: Names, request: pb.GenerateRequest) -> None:
+def _check_schemas(caps: RequestCaps, names: ParamNames, request: pb.GenerateRequest) -> None:
     # Schemas become grammars in the engine: their compilation grows with
     # their size, and it happens before any token.
     schema = len(request.response_format.schema_json.encode())

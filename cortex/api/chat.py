@@ -21,8 +21,9 @@ from cortex.api.choices import (
     logprobs_out,
     usage_of,
 )
-from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.streams import next_message
+from cortex.http.disconnect import cancel_on_disconnect
+from cortex.http.sse import chunk_response
 from cortex.routing.policy import RouteHints
 from cortex.schemas.chat import (
     AssistantMessage,
@@ -39,8 +40,8 @@ from cortex.schemas.chat import (
     ToolCallOut,
 )
 from cortex.schemas.common import ChoiceLogprobs
+from cortex.schemas.surfaces import CHAT
 from cortex.schemas.tools import ChatNamedCustomChoice, ChatNamedToolChoice
-from cortex.sse import chunk_response
 from neuraxis.core.errors import InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -111,14 +112,12 @@ def _params(body: ChatCompletionRequest, catalog: tools.Catalog) -> params.Gener
 async def create_chat_completion(
     body: ChatCompletionRequest, request: Request
 ) -> JSONResponse | StreamingResponse:
-    request_id = dispatch.new_request_id("chatcmpl")
+    request_id = dispatch.claim(request, CHAT)
     internal = to_generate_request(body, request_id)
     created = int(time.time())
     hints = RouteHints(prompt_cache_key=body.prompt_cache_key)
     tokens = "max_completion_tokens" if body.max_completion_tokens is not None else None
-    started = await dispatch.start(
-        request, "chat", body.model, request_id, [internal], hints, tokens_param=tokens
-    )
+    started = await dispatch.start(request, [internal], hints, tokens_param=tokens)
     first, stream = started.only
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

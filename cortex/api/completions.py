@@ -14,15 +14,16 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from cortex.api import dispatch, params
 from cortex.api.choices import ChoiceState, collect, finish_reason, usage_of
-from cortex.api.disconnect import cancel_on_disconnect
 from cortex.api.streams import merge
+from cortex.http.disconnect import cancel_on_disconnect
+from cortex.http.sse import chunk_response
 from cortex.schemas.completions import (
     Completion,
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
 )
-from cortex.sse import chunk_response
+from cortex.schemas.surfaces import COMPLETIONS
 from neuraxis.core.errors import InternalError, InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -53,12 +54,12 @@ def to_generate_requests(body: CompletionRequest, request_id: str) -> list[pb.Ge
 async def create_completion(
     body: CompletionRequest, request: Request
 ) -> JSONResponse | StreamingResponse:
-    request_id = dispatch.new_request_id("cmpl")
+    request_id = dispatch.claim(request, COMPLETIONS)
     internals = to_generate_requests(body, request_id)
     created = int(time.time())
     n = body.n or 1
     prompts = body.prompts()
-    started = await dispatch.start(request, "completions", body.model, request_id, internals)
+    started = await dispatch.start(request, internals)
     firsts, streams = started.firsts, started.streams
     base = Completion(id=request_id, created=created, model=body.model, choices=[])
     if body.stream:

@@ -1,5 +1,9 @@
-"""Handing an API request's internal requests to the pool, observed by one
-request tracker (metrics and the request's log line).
+"""Handing an API request's internal requests to the neurons, observed by
+one request tracker (cortex/api/lifecycle.py: metrics and the log line).
+
+A handler first `claim`s its request for its surface (cortex/schemas/
+surfaces.py), which gives it its id; the surface and the id then travel in
+the request's context (cortex/http/context.py), not in arguments.
 
 `route` checks the model's task and starts the neuron streams; `start` also
 waits for each stream's first message, so that an error raised before
@@ -15,89 +19,98 @@ streams end.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from fastapi import Request
 
-from cortex import metrics
 from cortex.api import caps
-from cortex.api.disconnect import ClientDisconnectedError, cancel_on_disconnect
+from cortex.api.gateway import gateway_of
+from cortex.api.lifecycle import Tracker, outcome_of, tracked
 from cortex.api.streams import first_messages
-from cortex.auth.limiter import Admission, Limiter, estimate_embed, estimate_generate
-from cortex.auth.principal import principal_of
+from cortex.auth.limiter import Admission, estimate_embed, estimate_generate
+from cortex.http.context import RequestContext, context_of
+from cortex.http.disconnect import ClientDisconnectedError, cancel_on_disconnect
 from cortex.routing.policy import RouteHints
-from cortex.routing.pool import NeuronPool
+from cortex.schemas.surfaces import Surface
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 Stream = AsyncIterator[pb.GenerateResponse]
 
-# The path each API is served on, as the pool names it in a wrong-task error.
-_PATHS = {
-    "chat": "/v1/chat/completions",
-    "completions": "/v1/completions",
-    "responses": "/v1/responses",
-}
+
+def claim(request: Request, surface: Surface) -> str:
+    """The request is `surface`'s: its new id (what the answer, the log
+    lines and a 500 carry)."""
+    context = context_of(request)
+    context.surface = surface
+    context.request_id = surface.new_request_id()
+    return context.request_id
 
 
-def new_request_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
+def _claimed(request: Request) -> tuple[RequestContext, Surface, str]:
+    context = context_of(request)
+    if context.surface is None or context.request_id is None:
+        raise RuntimeError("dispatch of a request no surface has claimed")
+    return context, context.surface, context.request_id
 
 
 def check_model(request: Request, model: str) -> None:
     """404 for a model the caller's key may not use, as if it did not exist."""
-    principal_of(request).check_model(model)
+    context_of(request).principal.check_model(model)
 
 
 async def _admit(request: Request, tokens: int, parts: int) -> Admission | None:
     """Reserve the request against its key's limits (None: no limits)."""
-    limiter: Limiter | None = getattr(request.app.state, "limiter", None)
-    principal = principal_of(request)
+    limiter = gateway_of(request).limiter
+    context = context_of(request)
+    principal = context.principal
     if limiter is None or principal.key_id is None or not principal.limits.any:
         return None
-    admission = await limiter.admit(principal, tokens, parts)
-    request.state.ratelimit = admission.headers
-    return admission
+    context.admission = await limiter.admit(principal, tokens, parts)
+    return context.admission
+
+
+def _tracker(request: Request, model: str, parts: int = 1) -> Tracker:
+    """The request's tracker; from here on the error handlers must not count
+    it again."""
+    context, surface, request_id = _claimed(request)
+    gateway = gateway_of(request)
+    label = gateway.neurons.model_label(model)
+    context.tracked = True
+    return Tracker(gateway.recorder, surface.name, label, request_id, parts)
 
 
 async def _route(
     request: Request,
-    api: str,
-    model: str,
-    request_id: str,
     internals: list[pb.GenerateRequest],
     hints: RouteHints | None,
     tokens_param: str | None = None,
 ) -> tuple[list[Stream], Admission | None]:
-    pool: NeuronPool = request.app.state.pool
+    _, surface, _ = _claimed(request)
+    neurons = gateway_of(request).neurons
+    model = internals[0].model
     check_model(request, model)
-    pool.check_task(model, pb.MODEL_TASK_GENERATE, _PATHS[api])
-    info = pool.served_models().get(model)
+    neurons.check_task(model, pb.MODEL_TASK_GENERATE, surface.path)
+    info = neurons.served_models().get(model)
     context = info.max_context_length if info is not None else 0
-    caps.check_generate(request.app.state.caps, api, internals, context, tokens_param)
+    caps.check_generate(gateway_of(request).caps, surface, internals, context, tokens_param)
     tokens = sum(estimate_generate(r, context) for r in internals)
     admission = await _admit(request, tokens, len(internals))
-    tracker = metrics.start(api, pool.model_label(model), request_id, parts=len(internals))
-    request.state.tracked = True  # the error handlers must not count it again
-    request.state.request_id = request_id  # a 500 names it (api/errors.py)
+    tracker = _tracker(request, model, parts=len(internals))
     # `hints` (the request's affinity keys) go to the routing policy of each.
     on_end = admission.stream_ended if admission is not None else None
-    streams = [metrics.tracked(pool.generate(r, hints), tracker, on_end) for r in internals]
+    streams: list[Stream] = [
+        tracked(neurons.generate(r, hints), tracker, on_end) for r in internals
+    ]
     return streams, admission
 
 
 async def route(
-    request: Request,
-    api: str,
-    model: str,
-    request_id: str,
-    internals: list[pb.GenerateRequest],
-    hints: RouteHints | None = None,
+    request: Request, internals: list[pb.GenerateRequest], hints: RouteHints | None = None
 ) -> list[Stream]:
     """Admit and start the internal requests of one API request; no stream
     is read."""
-    streams, _ = await _route(request, api, model, request_id, internals, hints)
+    streams, _ = await _route(request, internals, hints)
     return streams
 
 
@@ -117,18 +130,13 @@ class Started:
 
 async def start(
     request: Request,
-    api: str,
-    model: str,
-    request_id: str,
     internals: list[pb.GenerateRequest],
     hints: RouteHints | None = None,
     tokens_param: str | None = None,
 ) -> Started:
     """`tokens_param`: what the client called the output cap, where the API
     has several spellings (the caps' 400 names it)."""
-    streams, admission = await _route(
-        request, api, model, request_id, internals, hints, tokens_param
-    )
+    streams, admission = await _route(request, internals, hints, tokens_param)
     try:
         if len(streams) == 1:  # the common case, without a task per stream
             return Started([await anext(streams[0])], streams)
@@ -142,14 +150,11 @@ async def start(
 async def embed(request: Request, internal: pb.EmbedRequest) -> pb.EmbedResponse:
     """One embeddings request (its task already checked), tracked; a client
     that leaves cancels it."""
-    pool: NeuronPool = request.app.state.pool
     check_model(request, internal.model)
     admission = await _admit(request, estimate_embed(internal), 1)
-    tracker = metrics.start("embeddings", pool.model_label(internal.model), internal.request_id)
-    request.state.tracked = True
-    request.state.request_id = internal.request_id
+    tracker = _tracker(request, internal.model)
     try:
-        response = await cancel_on_disconnect(request, pool.embed(internal))
+        response = await cancel_on_disconnect(request, gateway_of(request).neurons.embed(internal))
         if admission is not None:
             admission.part_ended(response.prompt_tokens)
     except ClientDisconnectedError:
@@ -158,7 +163,7 @@ async def embed(request: Request, internal: pb.EmbedRequest) -> pb.EmbedResponse
         tracker.finish("cancelled")
         raise
     except Exception as e:
-        tracker.finish(metrics.outcome_of(e))
+        tracker.finish(outcome_of(e))
         raise
     except BaseException:
         tracker.finish("cancelled")

@@ -9,8 +9,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from cortex.api import caps, dispatch
-from cortex.routing.pool import NeuronPool
+from cortex.api.gateway import gateway_of
 from cortex.schemas.embeddings import EmbeddingData, EmbeddingList, EmbeddingRequest, EmbeddingUsage
+from cortex.schemas.surfaces import EMBEDDINGS
 from neuraxis.core.errors import InvalidRequestError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
@@ -36,14 +37,14 @@ def encode_base64(values: list[float]) -> str:
 
 @router.post("/v1/embeddings")
 async def create_embeddings(body: EmbeddingRequest, request: Request) -> Response:
-    pool: NeuronPool = request.app.state.pool
-    request_id = dispatch.new_request_id("embd")
+    neurons = gateway_of(request).neurons
+    request_id = dispatch.claim(request, EMBEDDINGS)
     internal = to_embed_request(body, request_id)
     dispatch.check_model(request, body.model)  # before anything tells the model exists
-    caps.check_embeddings(request.app.state.caps, body.inputs())
-    pool.check_task(body.model, pb.MODEL_TASK_EMBED, "/v1/embeddings")
+    caps.check_embeddings(gateway_of(request).caps, body.inputs())
+    neurons.check_task(body.model, pb.MODEL_TASK_EMBED, EMBEDDINGS.path)
     if body.dimensions is not None:
-        info = pool.served_models().get(body.model)
+        info = neurons.served_models().get(body.model)
         if info is not None and not info.supports_dimensions:
             raise InvalidRequestError(
                 f"The model '{body.model}' does not support the 'dimensions' parameter.",

@@ -1,9 +1,8 @@
-"""Every error cortex returns, rendered as the OpenAI error envelope.
-
-The status, type and code come from neuraxis.core.errors.ERROR_TABLE; this module
-only renders them and installs the handlers that turn FastAPI's and
-Starlette's own errors (validation, unknown routes, bad JSON) into the same
-envelope. Nothing here ever puts a stack trace in a body.
+"""The handlers that turn every error of a request, cortex's own and
+FastAPI's and Starlette's (validation, unknown routes, bad JSON), into the
+OpenAI error envelope (rendered by cortex/http/errors.py from
+neuraxis.core.errors.ERROR_TABLE), and count the API requests that failed
+before they were routed. Nothing here ever puts a stack trace in a body.
 """
 
 from __future__ import annotations
@@ -18,63 +17,22 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cortex import metrics
-from cortex.schemas.errors import ErrorBody, ErrorEnvelope
+from cortex.api.lifecycle import outcome_of
+from cortex.http.context import context_of
+from cortex.http.errors import error_envelope, error_response, unexpected_message
+from cortex.recording import Recorder
+from cortex.schemas.surfaces import surface_at
 from neuraxis.core.errors import (
     InternalError,
     InvalidRequestError,
     NeuraxisError,
     NotFoundError,
-    RateLimitError,
-    UnavailableError,
-    mapping_for,
 )
 
 log = logging.getLogger("neuraxis.cortex")
 
 _FIELD_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}
-
-
-def unexpected_message(request_id: str) -> str:
-    """What a client is told of an error nobody expected: nothing of its
-    cause, and the request id under which the log has the details."""
-    return (
-        "The server had an error while processing your request. "
-        f"Quote request id {request_id} if you report it."
-    )
-
-
-def error_envelope(error: NeuraxisError) -> ErrorEnvelope:
-    mapping = mapping_for(error)
-    return ErrorEnvelope(
-        error=ErrorBody(
-            message=error.message,
-            type=mapping.openai_type,
-            param=error.param,
-            code=mapping.openai_code,
-        )
-    )
-
-
-def response_error_code(error: NeuraxisError) -> str:
-    """The `code` of a failed Response's `error`: the error table's column for
-    the Responses API's own closed set of codes."""
-    return mapping_for(error).response_code
-
-
-def error_response(error: NeuraxisError) -> JSONResponse:
-    headers = {}
-    if isinstance(error, UnavailableError):
-        headers["Retry-After"] = str(error.retry_after)
-    elif isinstance(error, RateLimitError):
-        # The openai SDK prefers the milliseconds; others read Retry-After.
-        headers["Retry-After"] = str(max(1, -(-error.retry_after_ms // 1000)))
-        headers["retry-after-ms"] = str(error.retry_after_ms)
-    return JSONResponse(
-        error_envelope(error).model_dump(),
-        status_code=mapping_for(error).http_status,
-        headers=headers,
-    )
 
 
 def validation_error(exc: RequestValidationError) -> NeuraxisError:
@@ -119,26 +77,20 @@ def _is_type_tag(part: str) -> bool:
     return not _FIELD_NAME.match(part) or part in {"str", "int", "float", "bool", "dict", "list"}
 
 
-_API_OF_PATH = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completions",
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "responses",
-}
-
-
-def _count_rejected(request: Request, error: BaseException) -> None:
+def _count_rejected(recorder: Recorder, request: Request, error: BaseException) -> None:
     """Count an API request that failed before it was routed (routed ones are
     counted by their tracker)."""
-    api = _API_OF_PATH.get(request.url.path)
-    if api is not None and not getattr(request.state, "tracked", False):
-        metrics.record_rejected(api, metrics.UNKNOWN_MODEL, error)
+    surface = surface_at(request.url.path)
+    if surface is not None and not context_of(request).tracked:
+        recorder.rejected(surface.name, metrics.UNKNOWN_MODEL, outcome_of(error))
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, recorder: Recorder) -> None:
+    """`recorder` counts the API requests that fail before they are routed."""
+
     @app.exception_handler(NeuraxisError)
     async def _neuraxis(request: Request, exc: NeuraxisError) -> JSONResponse:
-        _count_rejected(request, exc)
+        _count_rejected(recorder, request, exc)
         if type(exc) is InternalError:  # not a subclass: those say what happened on purpose
             return _internal(request, exc.message)
         return error_response(exc)
@@ -146,7 +98,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         error = validation_error(exc)
-        _count_rejected(request, error)
+        _count_rejected(recorder, request, error)
         return error_response(error)
 
     @app.exception_handler(StarletteHTTPException)
@@ -160,16 +112,16 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path, extra=_ids(request))
-        _count_rejected(request, exc)
+        _count_rejected(recorder, request, exc)
         return _internal(request, None)
 
 
 def _ids(request: Request) -> dict[str, str]:
     """The request's id for the log: the one its API handler made, or a new one."""
-    request_id = getattr(request.state, "request_id", None)
-    if not isinstance(request_id, str):
-        request_id = request.state.request_id = f"req_{uuid.uuid4().hex}"
-    return {"request_id": request_id}
+    context = context_of(request)
+    if context.request_id is None:
+        context.request_id = f"req_{uuid.uuid4().hex}"
+    return {"request_id": context.request_id}
 
 
 def _internal(request: Request, detail: str | None) -> JSONResponse:

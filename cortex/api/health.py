@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from cortex.routing.pool import NeuronPool
+from cortex.api.gateway import gateway_of
 
 router = APIRouter()
 
@@ -17,8 +17,8 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    pool: NeuronPool = request.app.state.pool
-    missing = pool.missing_models()
+    neurons = gateway_of(request).neurons
+    missing = neurons.missing_models()
     if missing:
         return JSONResponse({"status": "not_ready", "missing": missing}, status_code=503)
-    return JSONResponse({"status": "ready", "models": sorted(pool.served_models())})
+    return JSONResponse({"status": "ready", "models": sorted(neurons.served_models())})

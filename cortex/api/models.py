@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from cortex.auth.principal import principal_of
-from cortex.routing.pool import NeuronPool
+from cortex.api.gateway import gateway_of
+from cortex.http.context import context_of
 from cortex.schemas.models import ModelCard, ModelList
 from neuraxis.core.errors import ModelNotFoundError
 from neuraxis.core.v1 import neuron_pb2 as pb
@@ -31,16 +31,14 @@ def _card(info: pb.ModelInfo) -> ModelCard:
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> ModelList:
-    pool: NeuronPool = request.app.state.pool
-    principal = principal_of(request)
-    served = pool.served_models().values()
+    principal = context_of(request).principal
+    served = gateway_of(request).neurons.served_models().values()
     return ModelList(data=[_card(info) for info in served if principal.may_use(info.id)])
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> ModelCard:
-    pool: NeuronPool = request.app.state.pool
-    info = pool.served_models().get(model_id)
-    if info is None or not principal_of(request).may_use(model_id):
+    info = gateway_of(request).neurons.served_models().get(model_id)
+    if info is None or not context_of(request).principal.may_use(model_id):
         raise ModelNotFoundError(f"The model '{model_id}' does not exist.")
     return _card(info)

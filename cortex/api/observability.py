@@ -5,28 +5,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import Response
 
 from cortex import metrics
-from cortex.routing.pool import NeuronPool
+from cortex.api.gateway import Neurons
 from neuraxis.core.protomaps import generation_name
 
-router = APIRouter()
+
+def router_for(neurons: Neurons) -> APIRouter:
+    """The admin routes over `neurons` (the API app's)."""
+    router = APIRouter()
+    router.add_api_route("/metrics", prometheus_metrics, methods=["GET"])
+
+    @router.get("/sd/neurons")
+    async def sd_neurons() -> list[dict[str, Any]]:
+        return neuron_targets(neurons)
+
+    return router
 
 
-@router.get("/metrics")
 async def prometheus_metrics() -> Response:
     body, content_type = metrics.exposition()
     return Response(body, media_type=content_type)
 
 
-@router.get("/sd/neurons")
-async def neuron_targets(request: Request) -> list[dict[str, Any]]:
+def neuron_targets(neurons: Neurons) -> list[dict[str, Any]]:
     """One target group per neuron that has answered and exports metrics."""
-    pool: NeuronPool = request.app.state.pool
     groups = []
-    for address, info in pool.neurons():
+    for address, info in neurons.neurons():
         if info is None or not info.metrics_port:
             continue
         host = address.rpartition(":")[0]

@@ -31,8 +31,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from cortex import metrics
 from cortex.api import params
+from cortex.recording import Recorder
+from cortex.schemas.surfaces import RESPONSES
 from cortex.schemas.tools import (
     ChatCustomTool,
     ChatFunctionTool,
@@ -102,7 +103,7 @@ class CallNaming:
         try:
             tools = _TOOLS.validate_python(fields.get("tools") or [])
             choice = _CHOICE.validate_python(fields.get("tool_choice") or "auto")
-            return responses_catalog(tools, choice, api=None).naming
+            return responses_catalog(tools, choice, recorder=None).naming
         except (ValidationError, InvalidRequestError):
             # Only a record written by another version could hold such tools.
             log.warning("a response's tools do not parse; its calls stay function calls")
@@ -173,10 +174,11 @@ def _function(tool: FunctionTool, namespace: NamespaceTool | None) -> pb.Tool:
 def responses_catalog(
     tools: Sequence[FunctionTool | CustomTool | NamespaceTool | HostedTool],
     choice: ResponsesToolChoice | None,
-    api: str | None = "responses",
+    recorder: Recorder | None,
 ) -> Catalog:
-    """The Responses API's tools, flattened; `api` None: rebuilding a
-    stored response's naming (nothing is counted again)."""
+    """The Responses API's tools, flattened; the hosted ones it drops are
+    counted by `recorder` (None: rebuilding a stored response's naming,
+    nothing is counted again)."""
     if isinstance(choice, ForcedHosted):
         what = f"{choice.server_label}/{choice.name}" if choice.server_label else choice.type
         raise InvalidRequestError(
@@ -196,8 +198,8 @@ def responses_catalog(
         resolved = catalog.resolve(choice.name, isinstance(choice, NamedCustom))
         if isinstance(choice, NamedCustom):
             catalog.naming.forced_custom = resolved
-    if api is not None:
-        record_dropped(api, catalog.dropped)
+    if recorder is not None:
+        record_dropped(recorder, RESPONSES.name, catalog.dropped)
     return catalog
 
 
@@ -231,12 +233,12 @@ def chat_catalog(tools: Sequence[ChatFunctionTool | ChatCustomTool]) -> Catalog:
     return catalog
 
 
-def record_dropped(api: str, dropped: list[str]) -> None:
+def record_dropped(recorder: Recorder, api: str, dropped: list[str]) -> None:
     """Hosted tools left out of what the model sees: logged and counted."""
     if dropped:
         log.info("hosted tools left out (this server cannot run them): %s", ", ".join(dropped))
     for kind in dropped:
-        metrics.record_dropped_tool(api, kind)
+        recorder.dropped_tool(api, kind)
 
 
 def effective_mode(

@@ -1,6 +1,6 @@
 """Who is calling: the bearer key of a `/v1/...` request checked against the
-key store, turned into a `Principal`, and the FastAPI dependency that does
-it for every API route.
+key store, turned into a `Principal` (the FastAPI dependency that asks for
+it on every API route is cortex/api/gateway.py's `authenticate`).
 
 Keys are looked up in the store, so a key made by `neuraxis keys create`
 works on its next request with no restart. A found key is cached for
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from fastapi import Request
 
 from cortex.auth.keys import hash_key, hash_matches
 from cortex.auth.limits import Limits
@@ -91,13 +89,3 @@ class Authenticator:
         cached = _Cached(now, record, principal_for(record))
         self._cache[key_hash] = cached
         return cached
-
-
-async def authenticate(request: Request) -> None:
-    """The dependency of every `/v1/...` route: attaches the caller's
-    principal to the request (nothing with auth off: the anonymous one)."""
-    authenticator: Authenticator | None = request.app.state.authenticator
-    if authenticator is not None:
-        request.state.principal = await authenticator.principal(
-            request.headers.get("authorization")
-        )

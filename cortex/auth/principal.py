@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fastapi import Request
-
 from cortex.auth.limits import Limits
 from neuraxis.core.errors import ModelNotFoundError
 
@@ -33,9 +31,3 @@ class Principal:
 
 
 ANONYMOUS = Principal(tenant="")
-
-
-def principal_of(request: Request) -> Principal:
-    """The principal the auth dependency attached (anonymous outside /v1)."""
-    principal: Principal = getattr(request.state, "principal", ANONYMOUS)
-    return principal

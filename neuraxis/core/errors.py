@@ -66,14 +66,14 @@ class RequestTooLargeError(InvalidRequestError):
 
 class HeadersTooLargeError(InvalidRequestError):
     """A request head past cortex's header count or size limit
-    (cortex/http_guard.py)."""
+    (cortex/http/guard.py)."""
 
     kind = "headers_too_large"
 
 
 class RequestTimeoutError(InvalidRequestError):
     """A client that did not send its request head or body within cortex's
-    read deadlines (cortex/http_guard.py)."""
+    read deadlines (cortex/http/guard.py)."""
 
     kind = "request_timeout"
 

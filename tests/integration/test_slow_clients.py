@@ -1,6 +1,6 @@
 """Slow and abusive clients against a real cortex (in front of a simulated
 neuron), with short read deadlines and small header limits
-(cortex/http_guard.py):
+(cortex/http/guard.py):
 
 - a client that trickles its headers, or its body, gets 408
   request_timeout in the envelope and is disconnected at the deadline, while

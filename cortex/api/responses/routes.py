@@ -23,17 +23,19 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from cortex.api import caps, dispatch
+from cortex.api.gateway import gateway_of
 from cortex.api.responses import run as runs
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import TERMINAL
 from cortex.api.responses.fields import request_fields
-from cortex.api.responses.items import new_id, normalise, parse_items
+from cortex.api.responses.items import normalise, parse_items
 from cortex.api.responses.translate import generation_params, history, to_generate_request
 from cortex.api.responses.upkeep import fail_expired
-from cortex.auth.principal import principal_of
+from cortex.http.context import context_of
+from cortex.http.sse import event_frame
 from cortex.routing.policy import RouteHints
 from cortex.schemas.responses import ResponsesRequest
-from cortex.sse import event_frame
+from cortex.schemas.surfaces import RESPONSES
 from cortex.store.base import RUNNING, ResponseStore, StoredResponse
 from neuraxis.core.errors import InvalidRequestError, NotFoundError
 
@@ -41,19 +43,19 @@ router = APIRouter()
 
 
 def _store(request: Request) -> ResponseStore:
-    store: ResponseStore = request.app.state.store
-    return store
+    return gateway_of(request).store
 
 
 @router.post("/v1/responses", response_model=None)
 async def create_response(
     body: ResponsesRequest, request: Request
 ) -> JSONResponse | StreamingResponse:
-    shared = generation_params(body)
-    store = _store(request)
-    response_id = new_id("resp")
+    gateway = gateway_of(request)
+    shared = generation_params(body, gateway.recorder)
+    store = gateway.store
+    response_id = dispatch.claim(request, RESPONSES)
     items = [normalise(i) for i in body.items()]
-    tenant = principal_of(request).tenant
+    tenant = context_of(request).principal.tenant
     previous = body.previous_response_id
     earlier = await history(store, previous, tenant) if previous else []
     internal = to_generate_request(
@@ -63,7 +65,6 @@ async def create_response(
     # remembers a chain by (on_complete) and what the next turn names as
     # previous_response_id.
     hints = RouteHints(previous_response_id=previous, prompt_cache_key=body.prompt_cache_key)
-    settings = request.app.state.settings
     # A stored run that outlives this request's first answer (background, or
     # streamed) is owned by this process: it renews its lease.
     owned = body.store and (body.background or body.stream)
@@ -78,23 +79,22 @@ async def create_response(
         previous_response_id=body.previous_response_id,
         input_items=items,
         stored=body.store,
-        owner=request.app.state.instance if owned else "",
+        owner=gateway.runs.instance if owned else "",
         tenant=tenant,
-        lease_s=settings.responses.lease_s,
+        lease_s=gateway.runs.lease_s,
+        recorder=gateway.recorder,
     )
     headers = {"X-Request-Id": response_id}
     if body.background:
-        background = request.app.state.background.values()
-        caps.check_background(request.app.state.caps, tenant, (r.tenant for r in background))
-        (stream,) = await dispatch.route(
-            request, "responses", body.model, response_id, [internal], hints
-        )
-        await runs.start_background(run, stream, request.app.state.background)
+        background = gateway.runs.background
+        caps.check_background(gateway.caps, tenant, (r.tenant for r in background.values()))
+        (stream,) = await dispatch.route(request, [internal], hints)
+        await runs.start_background(run, stream, background)
         return JSONResponse(run.builder.snapshot(), headers=headers)
-    started = await dispatch.start(request, "responses", body.model, response_id, [internal], hints)
+    started = await dispatch.start(request, [internal], hints)
     first, rest = started.only
     if body.stream:
-        registry = request.app.state.streaming if body.store else None
+        registry = gateway.runs.streaming if body.store else None
         frames = runs.stream(run, first, rest, registry)
         return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
     await runs.complete(request, run, first, rest)
@@ -103,7 +103,7 @@ async def create_response(
 
 async def _stored(request: Request, response_id: str) -> StoredResponse:
     record = await _store(request).get(response_id)
-    if record is None or record.tenant != principal_of(request).tenant:
+    if record is None or record.tenant != context_of(request).principal.tenant:
         raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
     return record
 
@@ -137,7 +137,7 @@ async def _replay(request: Request, record: StoredResponse, after: int) -> Async
         if record.status not in RUNNING:
             return
         if 0 < record.lease_until < time.time():
-            await fail_expired(_store(request), record)
+            await fail_expired(_store(request), record, gateway_of(request).recorder)
         else:
             await asyncio.sleep(0.25)
         refreshed = await _store(request).get(record.id)
@@ -151,7 +151,7 @@ async def delete_response(response_id: str, request: Request) -> JSONResponse:
     await _stored(request, response_id)  # another tenant's: 404 before anything is deleted
     if not await _store(request).delete(response_id):
         raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
-    for registry in (request.app.state.background, request.app.state.streaming):
+    for registry in (gateway_of(request).runs.background, gateway_of(request).runs.streaming):
         run = registry.get(response_id)
         if run is not None:
             run.stop()  # aborts the generation; the run stores nothing more
@@ -194,7 +194,7 @@ async def cancel_response(response_id: str, request: Request) -> JSONResponse:
             "Only responses created with 'background': true can be cancelled.",
             param="response_id",
         )
-    run = request.app.state.background.get(response_id)
+    run = gateway_of(request).runs.background.get(response_id)
     if run is not None and run.task is not None:
         await runs.cancel(run)
         record = await _stored(request, response_id)

@@ -26,13 +26,13 @@ from typing import Any
 
 from fastapi import Request
 
-from cortex import metrics
-from cortex.api.disconnect import ClientDisconnectedError, cancel_on_disconnect
-from cortex.api.errors import response_error_code, unexpected_message
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import ErrorEvent, ResponseEvent, parse_event
 from cortex.api.responses.pump import Pump
-from cortex.sse import Framing, event_frame, sse
+from cortex.http.disconnect import ClientDisconnectedError, cancel_on_disconnect
+from cortex.http.errors import response_error_code, unexpected_message
+from cortex.http.sse import Framing, event_frame, sse
+from cortex.recording import Recorder
 from cortex.store.base import RUNNING, ResponseStore, StoredResponse
 from neuraxis.core.errors import InternalError, NeuraxisError, UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
@@ -68,13 +68,14 @@ class ResponseRun:
         previous_response_id: str | None,
         input_items: list[dict[str, Any]],
         stored: bool,
+        recorder: Recorder,
         owner: str = "",
         tenant: str = "",
         events: Sequence[ResponseEvent] = (),
         lease_s: float = 0.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._store, self.builder = store, builder
+        self._store, self.builder, self._recorder = store, builder, recorder
         self._previous, self._items, self._stored = previous_response_id, input_items, stored
         self.owner = owner  # the instance running it (stored runs): who renews its lease
         self.tenant = tenant  # whose key made it: nobody else sees it
@@ -87,7 +88,9 @@ class ResponseRun:
         self._lease_s, self._clock = lease_s, clock
 
     @classmethod
-    def resume(cls, store: ResponseStore, record: StoredResponse) -> ResponseRun:
+    def resume(
+        cls, store: ResponseStore, record: StoredResponse, recorder: Recorder
+    ) -> ResponseRun:
         """The run of a stored response, to be ended (orphan recovery)."""
         return cls(
             store,
@@ -98,6 +101,7 @@ class ResponseRun:
             owner=record.owner,
             tenant=record.tenant,
             events=[parse_event(e) for e in record.events],
+            recorder=recorder,
         )
 
     @property
@@ -142,9 +146,9 @@ class ResponseRun:
             written = await self._store.put(record)
         except Exception as e:
             log.exception("could not store the response", extra={"request_id": self.response_id})
-            metrics.record_store_error(self._store.backend, "put")
+            self._recorder.store_error(self._store.backend, "put")
             raise StoreWriteError("The response could not be stored.") from e
-        metrics.record_store_write(self._store.backend, time.perf_counter() - started)
+        self._recorder.store_write(self._store.backend, time.perf_counter() - started)
         if not written:
             self.deleted = True
             raise ResponseDeletedError(_DELETED)
@@ -340,13 +344,13 @@ async def cancel(run: ResponseRun) -> None:
 _RESTARTED = "cortex restarted while this response was running"
 
 
-async def fail_orphans(store: ResponseStore, owner: str) -> int:
+async def fail_orphans(store: ResponseStore, owner: str, recorder: Recorder) -> int:
     """At start-up: background responses this instance was running when it
     died end as failed (their open items closed, as for any failure),
     instead of staying in progress forever."""
     orphans = await store.running(owner)
     for record in orphans:
-        await fail(store, record, UnavailableError(_RESTARTED))
+        await fail(store, record, UnavailableError(_RESTARTED), recorder)
     return len(orphans)
 
 
@@ -360,7 +364,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-async def fail_dead_siblings(store: ResponseStore, instance: str) -> int:
+async def fail_dead_siblings(store: ResponseStore, instance: str, recorder: Recorder) -> int:
     """At start-up: the responses of this host:port's processes
     (`host:port/pid`, this host's) that no longer exist end as failed at
     once, without waiting for their leases."""
@@ -369,11 +373,13 @@ async def fail_dead_siblings(store: ResponseStore, instance: str) -> int:
     for record in await store.running_under(prefix):
         pid = record.owner[len(prefix) :]
         if record.owner != instance and pid.isdigit() and not _alive(int(pid)):
-            await fail(store, record, UnavailableError(_RESTARTED))
+            await fail(store, record, UnavailableError(_RESTARTED), recorder)
             dead += 1
     return dead
 
 
-async def fail(store: ResponseStore, record: StoredResponse, error: NeuraxisError) -> None:
+async def fail(
+    store: ResponseStore, record: StoredResponse, error: NeuraxisError, recorder: Recorder
+) -> None:
     """End a stored response that nobody runs any more as failed."""
-    await ResponseRun.resume(store, record).end(error)
+    await ResponseRun.resume(store, record, recorder).end(error)

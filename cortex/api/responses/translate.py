@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from cortex.api import params, tools
 from cortex.api.responses.items import Item, parse_items, to_messages
+from cortex.recording import Recorder
 from cortex.schemas.responses import (
     CustomToolCallItem,
     CustomToolCallOutputItem,
@@ -22,8 +23,9 @@ _MAX_CHAIN = 1000
 LOGPROBS = "message.output_text.logprobs"
 
 
-def generation_params(body: ResponsesRequest) -> params.Generation:
-    """The Responses spelling of the shared parameters, checked."""
+def generation_params(body: ResponsesRequest, recorder: Recorder | None) -> params.Generation:
+    """The Responses spelling of the shared parameters, checked (the hosted
+    tools left out counted by `recorder`)."""
     params.reject_unsupported(body)
     if body.background and not body.store:
         raise InvalidRequestError(
@@ -35,7 +37,7 @@ def generation_params(body: ResponsesRequest) -> params.Generation:
         raise InvalidRequestError(
             "'text.format.schema' is required for json_schema.", param="text.format.schema"
         )
-    catalog = tools.responses_catalog(body.tools or [], choice)
+    catalog = tools.responses_catalog(body.tools or [], choice, recorder)
     named = None
     mode = choice if isinstance(choice, str) else None
     if choice is not None and not isinstance(choice, str):

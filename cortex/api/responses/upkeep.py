@@ -29,8 +29,8 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from pydantic import Field
 
-from cortex import metrics
 from cortex.api.responses import run as runs
+from cortex.recording import Recorder
 from cortex.store.base import ResponseStore, StoredResponse
 from neuraxis.core.settings import SettingsGroup
 
@@ -74,10 +74,10 @@ def lease_expired() -> runs.LeaseExpiredError:
     )
 
 
-async def fail_expired(store: ResponseStore, record: StoredResponse) -> None:
+async def fail_expired(store: ResponseStore, record: StoredResponse, recorder: Recorder) -> None:
     """End a response whose lease expired as failed."""
-    await runs.fail(store, record, lease_expired())
-    metrics.record_lease_expired(store.backend)
+    await runs.fail(store, record, lease_expired(), recorder)
+    recorder.lease_expired(store.backend)
     log.warning("response failed: its lease expired", extra={"request_id": record.id})
 
 
@@ -89,8 +89,11 @@ class Upkeep:
         local_runs: Callable[[], Iterable[runs.ResponseRun]],
         settings: UpkeepSettings,
         clock: Callable[[], float] = time.time,
+        *,
+        recorder: Recorder,
     ) -> None:
         self._store, self._instance, self._runs = store, instance, local_runs
+        self._recorder = recorder
         self._settings, self._clock = settings, clock
 
     async def renew(self) -> int:
@@ -111,7 +114,7 @@ class Upkeep:
         """End the runs whose lease expired; returns how many."""
         expired = await self._store.expired(self._clock())
         for record in expired:
-            await fail_expired(self._store, record)
+            await fail_expired(self._store, record, self._recorder)
         return len(expired)
 
     async def purge(self) -> int:
@@ -126,7 +129,7 @@ class Upkeep:
             return 0
         started = time.perf_counter()
         count = await self._store.purge(int(now - self._settings.ttl_days * _DAY_S))
-        metrics.record_purged(self._store.backend, count)
+        self._recorder.purged(self._store.backend, count)
         if count:
             log.info("purged %d expired responses in %.2f s", count, time.perf_counter() - started)
         return count
@@ -147,4 +150,4 @@ class Upkeep:
             await step()
         except Exception:
             log.exception("store upkeep failed: %s", op)
-            metrics.record_store_error(self._store.backend, op)
+            self._recorder.store_error(self._store.backend, op)

@@ -13,20 +13,21 @@ import pytest
 from fastapi import FastAPI
 from pydantic import ValidationError
 
-from cortex.admin import Listeners, bind, bound_port, create_admin_app
+from cortex.admin import create_admin_app
 from cortex.app import create_app
 from cortex.config import AdminSettings, CortexSettings, StoreSettings
-from cortex.routing.pool import NeuronPool
+from cortex.http.listeners import Listeners, bind, bound_port
 from neuraxis.app.cli import build_parser
 from neuraxis.app.options import overrides
 from neuraxis.core.settings import load_settings
 from neuraxis.core.v1 import neuron_pb2 as pb
+from tests.unit.cortex.api.fakes import ScriptedPool
 
 ADMIN_PORT = 9180
 
 
-class OneNeuron:
-    """Stands in for NeuronPool where the admin app reads it."""
+class OneNeuron(ScriptedPool):
+    """Stands in for NeuronPool, with neurons for the admin app to list."""
 
     def neurons(self) -> list[tuple[str, pb.InfoResponse | None]]:
         info = pb.InfoResponse(
@@ -39,8 +40,7 @@ class OneNeuron:
 
 
 def _admin() -> FastAPI:
-    pool: NeuronPool = OneNeuron()  # type: ignore[assignment]
-    return create_admin_app(pool)
+    return create_admin_app(OneNeuron([]))
 
 
 def _client(app: Listeners | FastAPI, port: int) -> httpx.AsyncClient:
@@ -51,7 +51,7 @@ def _client(app: Listeners | FastAPI, port: int) -> httpx.AsyncClient:
 
 
 async def test_requests_go_to_the_app_of_the_port_they_came_in_on(tmp_path: Path) -> None:
-    api = create_app(CortexSettings(store=StoreSettings(state_dir=tmp_path)), pool=OneNeuron())  # type: ignore[arg-type]
+    api = create_app(CortexSettings(store=StoreSettings(state_dir=tmp_path)), pool=OneNeuron([]))
     listeners = Listeners(api, _admin(), ADMIN_PORT)
     async with _client(listeners, 8080) as on_api, _client(listeners, ADMIN_PORT) as on_admin:
         assert (await on_api.get("/healthz")).json() == {"status": "ok"}
@@ -81,7 +81,7 @@ async def test_the_admin_app_lists_the_neurons_that_answered() -> None:
 
 
 def test_the_api_schema_leaves_the_admin_routes_out(tmp_path: Path) -> None:
-    api = create_app(CortexSettings(store=StoreSettings(state_dir=tmp_path)), pool=OneNeuron())  # type: ignore[arg-type]
+    api = create_app(CortexSettings(store=StoreSettings(state_dir=tmp_path)), pool=OneNeuron([]))
     paths = set(api.openapi()["paths"])
     assert "/healthz" in paths and "/v1/chat/completions" in paths
     assert not paths & {"/metrics", "/sd/neurons"}

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cortex.app import create_app
+from cortex.api.gateway import gateway_of_app
+from cortex.app import create_app, make_pool
 from cortex.config import ControllerSettings, CortexSettings, RaySettings, StoreSettings
 from cortex.routing.factory import PolicyName, RoutingSettings
 from cortex.routing.pool import NeuronPool
@@ -27,7 +28,7 @@ def _tls_settings(directory: Path, neurons: list[str]) -> CortexSettings:
 async def test_static_neurons_are_reached_over_tls(tmp_path: Path) -> None:
     init_cluster_tls(tmp_path)
     async with tls_neuron(files(tmp_path, "neuron")) as address:
-        pool: NeuronPool = create_app(_tls_settings(tmp_path, [address])).state.pool
+        pool: NeuronPool = make_pool(_tls_settings(tmp_path, [address]), None)
         await pool.refresh()
         try:
             assert list(pool.served_models()) == ["m"]
@@ -38,7 +39,7 @@ async def test_static_neurons_are_reached_over_tls(tmp_path: Path) -> None:
 async def test_neurons_of_the_endpoint_table_are_reached_over_tls(tmp_path: Path) -> None:
     init_cluster_tls(tmp_path)
     async with tls_neuron(files(tmp_path, "neuron")) as address:
-        pool: NeuronPool = create_app(_tls_settings(tmp_path, [])).state.pool
+        pool: NeuronPool = make_pool(_tls_settings(tmp_path, []), None)
         try:
             await pool.update([address])  # polls the new neuron at once
             assert list(pool.served_models()) == ["m"]
@@ -63,7 +64,9 @@ def test_the_deployment_specs_routing_chooses_each_models_policy(tmp_path: Path)
         ),
         store=StoreSettings(state_dir=tmp_path / "state"),
     )
-    pool: NeuronPool = create_app(settings).state.pool
+    app = create_app(settings)  # the spec is read as the app is made
+    pool = gateway_of_app(app).neurons
+    assert isinstance(pool, NeuronPool)
     assert pool.policy("chat").name == "prefix_affinity"  # the spec's
     assert pool.policy("other").name == "least_outstanding"  # cortex's per-model wins
     assert pool.policy("plain").name == "power_of_two"  # cortex's default

@@ -22,27 +22,15 @@ from cortex.main import Server
 from cortex.routing.policy import RouteHints
 from cortex.shutdown import Cutoff
 from neuraxis.core.v1 import neuron_pb2 as pb
+from tests.unit.cortex.api.fakes import ScriptedPool
 
 
-class EndlessPool:
+class EndlessPool(ScriptedPool):
     """Stands in for NeuronPool: one token, then a stream that never ends."""
 
     def __init__(self) -> None:
+        super().__init__([])
         self.streaming = asyncio.Event()
-
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-
-    def served_models(self) -> dict[str, pb.ModelInfo]:
-        return {"m": pb.ModelInfo(id="m", max_context_length=100, created=1)}
-
-    def missing_models(self) -> list[str]:
-        return []
-
-    def check_task(self, model: str, task: int, endpoint: str) -> None: ...
-
-    def model_label(self, model: str) -> str:
-        return model
 
     async def generate(
         self, request: pb.GenerateRequest, hints: RouteHints | None = None
@@ -63,11 +51,11 @@ async def test_a_stream_open_at_shutdown_ends_with_its_terminal_events(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     cutoff = Cutoff()
-    monkeypatch.setattr("cortex.metrics.CUTOFF", cutoff)
+    monkeypatch.setattr("cortex.api.lifecycle.CUTOFF", cutoff)
     port = _free_port()
     pool = EndlessPool()
     settings = CortexSettings(port=port, store=StoreSettings(state_dir=tmp_path))
-    app = create_app(settings, pool=pool)  # type: ignore[arg-type]
+    app = create_app(settings, pool=pool)
     grace = 4
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, timeout_graceful_shutdown=grace

@@ -9,14 +9,22 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from starlette.requests import Request
+from starlette.types import Receive, Scope
 
+from cortex.api.caps import RequestCaps
+from cortex.api.gateway import Gateway, Neurons, Runs
 from cortex.app import create_app
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.auth.settings import AuthSettings
 from cortex.config import CortexSettings, StoreSettings
+from cortex.recording import PrometheusRecorder
 from cortex.routing.policy import RouteHints
+from cortex.store.base import ResponseStore
 from cortex.store.keys import SQLITE_FILE
+from cortex.store.sqlite import SqliteResponseStore
 from cortex.store.sqlite_keys import SqliteKeyStore
 from neuraxis.core.errors import NeuraxisError
 from neuraxis.core.v1 import neuron_pb2 as pb
@@ -25,8 +33,8 @@ Script = list[pb.GenerateResponse | NeuraxisError]
 
 
 class ScriptedPool:
-    """Stands in for NeuronPool: answers every request with a fixed script;
-    embeddings wait until `release` is set."""
+    """Stands in for NeuronPool (any `cortex.app.Pool`): answers every
+    request with a fixed script; embeddings wait until `release` is set."""
 
     def __init__(self, script: Script) -> None:
         self.script = script
@@ -54,6 +62,9 @@ class ScriptedPool:
     def model_label(self, model: str) -> str:
         return model
 
+    def neurons(self) -> list[tuple[str, pb.InfoResponse | None]]:
+        return []
+
     async def generate(
         self, request: pb.GenerateRequest, hints: RouteHints | None = None
     ) -> AsyncIterator[pb.GenerateResponse]:
@@ -69,12 +80,33 @@ class ScriptedPool:
         return pb.EmbedResponse(prompt_tokens=1)
 
 
+def gateway(neurons: Neurons, store: ResponseStore | None = None) -> Gateway:
+    """The API's gateway over `neurons` with the default caps, no auth and
+    a store in memory (or `store`)."""
+    return Gateway(
+        neurons=neurons,
+        caps=RequestCaps(),
+        store=store or SqliteResponseStore(Path(":memory:")),
+        runs=Runs("test:1/1", lease_s=60),
+        recorder=PrometheusRecorder(),
+    )
+
+
+def api_request(gateway: Gateway, receive: Receive | None = None) -> Request:
+    """A request to an app that holds only `gateway`, for calling handlers'
+    helpers and dispatch without a server."""
+    app = FastAPI()
+    app.state.gateway = gateway
+    scope: Scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "app": app}
+    return Request(scope, receive) if receive is not None else Request(scope)
+
+
 def client(script: Script) -> tuple[TestClient, ScriptedPool]:
     pool = ScriptedPool(script)
     settings = CortexSettings(
         store=StoreSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")))
     )
-    app = create_app(settings, pool=pool)  # type: ignore[arg-type]
+    app = create_app(settings, pool=pool)
     return TestClient(app), pool
 
 
@@ -99,5 +131,5 @@ def auth_client(script: Script, *keys: KeyRequest) -> tuple[TestClient, Scripted
     settings = CortexSettings(
         store=StoreSettings(state_dir=state_dir), auth=AuthSettings(mode="required")
     )
-    app = create_app(settings, pool=pool)  # type: ignore[arg-type]
+    app = create_app(settings, pool=pool)
     return TestClient(app), pool, secrets

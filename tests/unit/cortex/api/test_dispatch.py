@@ -4,34 +4,38 @@ answer, and how an embeddings request that loses its client is counted."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 from prometheus_client import REGISTRY
 from starlette.requests import Request
-from starlette.types import Message, Scope
+from starlette.types import Message
 
 from cortex.api import dispatch
-from cortex.api.caps import RequestCaps
-from cortex.api.disconnect import ClientDisconnectedError
+from cortex.http.context import context_of
+from cortex.http.disconnect import ClientDisconnectedError
 from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import RouteHints
 from cortex.routing.pool import NeuronPool
+from cortex.schemas.surfaces import CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, Surface
 from neuraxis.core.errors import UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
-from tests.unit.cortex.api.fakes import Script, ScriptedPool
+from tests.unit.cortex.api.fakes import Script, ScriptedPool, api_request, gateway
 from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
 
 
-def _request(pool: ScriptedPool | NeuronPool, client_leaves: bool = True) -> Request:
+def _request(
+    pool: ScriptedPool | NeuronPool, surface: Surface = CHAT, client_leaves: bool = True
+) -> Request:
+    """A request to an app over `pool`, claimed by `surface`."""
+
     async def receive() -> Message:
         if not client_leaves:
             await asyncio.Event().wait()
         return {"type": "http.disconnect"}
 
-    app = SimpleNamespace(state=SimpleNamespace(pool=pool, caps=RequestCaps()))
-    scope: Scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "app": app}
-    return Request(scope, receive)
+    request = api_request(gateway(pool), receive)
+    dispatch.claim(request, surface)
+    return request
 
 
 def _count(api: str, model: str, outcome: str) -> float:
@@ -39,16 +43,25 @@ def _count(api: str, model: str, outcome: str) -> float:
     return REGISTRY.get_sample_value("neuraxis_requests_total", labels) or 0.0
 
 
-def test_request_ids_are_unique_and_prefixed() -> None:
-    a, b = dispatch.new_request_id("chatcmpl"), dispatch.new_request_id("chatcmpl")
-    assert a.startswith("chatcmpl-") and a != b
+def test_a_claim_gives_the_request_a_new_id_of_its_surface() -> None:
+    request = api_request(gateway(ScriptedPool([])))
+    a = dispatch.claim(request, CHAT)
+    assert a.startswith("chatcmpl-") and context_of(request).request_id == a
+    assert dispatch.claim(request, RESPONSES).startswith("resp_")
+    assert context_of(request).surface is RESPONSES and context_of(request).request_id != a
+
+
+async def test_a_request_no_surface_claimed_is_not_dispatched() -> None:
+    with pytest.raises(RuntimeError):
+        await dispatch.start(api_request(gateway(ScriptedPool([]))), [pb.GenerateRequest()])
 
 
 async def test_embeddings_client_that_leaves_is_counted_as_cancelled() -> None:
     pool = ScriptedPool([])  # its embed waits forever: the client leaves first
     before = {o: _count("embeddings", "e", o) for o in ("cancelled", "server_error")}
     with pytest.raises(ClientDisconnectedError):
-        await dispatch.embed(_request(pool), pb.EmbedRequest(request_id="embd-1", model="e"))
+        request = _request(pool, EMBEDDINGS)
+        await dispatch.embed(request, pb.EmbedRequest(request_id="embd-1", model="e"))
     assert _count("embeddings", "e", "cancelled") == before["cancelled"] + 1
     assert _count("embeddings", "e", "server_error") == before["server_error"]
 
@@ -59,7 +72,7 @@ async def test_embeddings_failure_keeps_its_outcome() -> None:
             raise UnavailableError("busy")
 
     before = _count("embeddings", "e", "server_error")
-    request = _request(Failing([]), client_leaves=False)
+    request = _request(Failing([]), EMBEDDINGS, client_leaves=False)
     with pytest.raises(UnavailableError):
         await dispatch.embed(request, pb.EmbedRequest(request_id="embd-2", model="e"))
     assert _count("embeddings", "e", "server_error") == before + 1
@@ -70,7 +83,7 @@ async def test_start_reads_each_stream_first_message() -> None:
     script: Script = [first, pb.GenerateResponse(usage=pb.Usage())]
     pool = ScriptedPool(script)
     internals = [pb.GenerateRequest(request_id=f"c-{i}", model="m") for i in range(2)]
-    started = await dispatch.start(_request(pool), "completions", "m", "c", internals)
+    started = await dispatch.start(_request(pool, COMPLETIONS), internals)
     assert started.firsts == [first, first] and len(pool.requests) == 2
     for stream in started.streams:
         assert [m async for m in stream] == [script[1]]
@@ -79,7 +92,7 @@ async def test_start_reads_each_stream_first_message() -> None:
 async def test_an_error_before_the_first_message_is_raised() -> None:
     pool = ScriptedPool([UnavailableError("no neuron")])
     with pytest.raises(UnavailableError):
-        await dispatch.start(_request(pool), "chat", "m", "c", [pb.GenerateRequest(model="m")])
+        await dispatch.start(_request(pool), [pb.GenerateRequest(model="m")])
 
 
 # --- routing hints, at the seam with the real pool ----------------------------
@@ -103,9 +116,7 @@ def _turn(request_id: str, content: str) -> pb.GenerateRequest:
 
 
 async def _answer(request: Request, internal: pb.GenerateRequest, hints: RouteHints) -> None:
-    started = await dispatch.start(
-        request, "responses", "m", internal.request_id, [internal], hints
-    )
+    started = await dispatch.start(request, [internal], hints)
     first, rest = started.only
     assert first.choices and [m async for m in rest]
 
@@ -114,7 +125,7 @@ async def test_the_hints_reach_the_policy_and_a_chain_returns_to_its_neuron() ->
     neurons = [FakeNeuron(f"hint-{i}:1") for i in range(4)]
     pool = _affinity_pool(neurons)
     await pool.refresh()
-    request = _request(pool, client_leaves=False)
+    request = _request(pool, RESPONSES, client_leaves=False)
     await _answer(request, _turn("resp_a", "first turn"), RouteHints())
     (served,) = [n for n in neurons if n.generate_requests]
     # Prompts that share nothing with the first: only the hint (the id the

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from cortex.api import tools
+from cortex.recording import PrometheusRecorder
 from cortex.schemas.chat import ChatCompletionRequest
 from cortex.schemas.responses import ResponsesRequest
 from neuraxis.core.errors import InvalidRequestError
@@ -38,7 +39,7 @@ def _catalog(tool_list: list[Any], choice: Any = None) -> tools.Catalog:
     body = ResponsesRequest.model_validate(
         {"model": "m", "input": "Hi", "tools": tool_list, "tool_choice": choice}
     )
-    return tools.responses_catalog(body.tools or [], body.tool_choice)
+    return tools.responses_catalog(body.tools or [], body.tool_choice, PrometheusRecorder())
 
 
 def _dropped(kind: str) -> float:

@@ -12,11 +12,12 @@ from typing import cast
 
 import pytest
 
-from cortex import metrics
+from cortex.api.lifecycle import Tracker, tracked
 from cortex.auth.limiter import Admission, Limiter, estimate_generate
 from cortex.auth.limits import Limits
 from cortex.auth.local_usage import counters_for
 from cortex.auth.principal import Principal
+from cortex.recording import NoRecorder
 from cortex.store.keys import KeyStore
 from cortex.store.sqlite_keys import SqliteKeyStore
 from neuraxis.core.errors import InternalError, RateLimitError, TokenRateLimitError
@@ -46,8 +47,8 @@ def metered(
     stream: AsyncIterator[pb.GenerateResponse], admission: Admission
 ) -> AsyncIterator[pb.GenerateResponse]:
     """A neuron stream reporting into the admission, as dispatch wires it."""
-    tracker = metrics.Tracker("chat", "m", "chatcmpl-1", record=False)
-    return metrics.tracked(stream, tracker, admission.stream_ended)
+    tracker = Tracker(NoRecorder(), "chat", "m", "chatcmpl-1")
+    return tracked(stream, tracker, admission.stream_ended)
 
 
 def _principal(**limits: int) -> Principal:

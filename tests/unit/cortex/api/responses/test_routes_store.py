@@ -10,15 +10,16 @@ import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-from starlette.requests import Request
+from fastapi import FastAPI
 
+from cortex.api.gateway import gateway_of_app
 from cortex.api.responses import routes
+from cortex.config import CortexSettings
 from cortex.store.base import StoredResponse
 from cortex.store.sqlite import SqliteResponseStore
-from tests.unit.cortex.api.fakes import client
+from tests.unit.cortex.api.fakes import ScriptedPool, api_request, client, gateway
 from tests.unit.cortex.api.responses.test_routes import END, HI
 
 DEADLINE_S = 10
@@ -42,8 +43,7 @@ def _orphan(rid: str, lease_until: float) -> StoredResponse:
 
 async def test_a_replay_of_a_run_whose_lease_expired_ends_failed(tmp_path: Path) -> None:
     store = SqliteResponseStore(tmp_path / "r.sqlite3")
-    app = SimpleNamespace(state=SimpleNamespace(store=store))
-    request = Request({"type": "http", "app": app})
+    request = api_request(gateway(ScriptedPool([]), store))
     try:
         await store.put(_orphan("resp_gone", time.time() - 1))
         record = await store.get("resp_gone")
@@ -85,5 +85,6 @@ def test_a_deleted_response_is_gone_for_every_route() -> None:
 def test_each_process_owns_its_runs_under_its_own_instance_id() -> None:
     """Each worker of `--workers N` makes its own app: host:port/pid."""
     c, _ = client([HI, END])
-    instance = c.app.state.instance  # type: ignore[attr-defined]
-    assert instance.endswith(f":{c.app.state.settings.port}/{os.getpid()}")  # type: ignore[attr-defined]
+    assert isinstance(c.app, FastAPI)
+    instance = gateway_of_app(c.app).runs.instance
+    assert instance.endswith(f":{CortexSettings().port}/{os.getpid()}")

@@ -17,6 +17,7 @@ from starlette.types import Message, Scope
 
 from cortex.api.responses import run as runs
 from cortex.api.responses.builder import ResponseBuilder
+from cortex.recording import PrometheusRecorder
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.sqlite import SqliteResponseStore
 from neuraxis.core.errors import ContextLengthExceededError
@@ -54,7 +55,13 @@ async def store(tmp_path: Path) -> AsyncIterator[ResponseStore]:
 def _run(store: ResponseStore, rid: str = "resp_1", owner: str = "") -> runs.ResponseRun:
     builder = ResponseBuilder(rid, 1, {"model": "m", "background": False})
     return runs.ResponseRun(
-        store, builder, previous_response_id=None, input_items=[], stored=True, owner=owner
+        store,
+        builder,
+        previous_response_id=None,
+        input_items=[],
+        stored=True,
+        owner=owner,
+        recorder=PrometheusRecorder(),
     )
 
 
@@ -212,7 +219,7 @@ async def test_orphans_end_through_the_builder(store: ResponseStore) -> None:
     run.add(run.builder.feed(_text("is")))
     await run.save()  # as the crashed instance left it
 
-    assert await runs.fail_orphans(store, "host:1") == 1
+    assert await runs.fail_orphans(store, "host:1", PrometheusRecorder()) == 1
     record = await _stored(store)
     (item,) = record.response["output"]
     assert item["status"] == "incomplete" and item["content"][0]["text"] == "Paris"

@@ -14,6 +14,7 @@ import pytest
 from cortex import metrics
 from cortex.api.responses import run as runs
 from cortex.api.responses.builder import ResponseBuilder
+from cortex.recording import PrometheusRecorder
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
@@ -41,6 +42,7 @@ def _run(store: ResponseStore, *, background: bool = False) -> runs.ResponseRun:
         stored=True,
         owner="host:1/7",
         lease_s=30,
+        recorder=PrometheusRecorder(),
     )
 
 

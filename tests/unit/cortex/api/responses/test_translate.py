@@ -11,6 +11,7 @@ import pytest
 
 from cortex.api.responses.items import normalise, parse_items
 from cortex.api.responses.translate import generation_params, history, to_generate_request
+from cortex.recording import NoRecorder
 from cortex.schemas.responses import ResponsesRequest
 from cortex.store.base import StoredResponse
 from cortex.store.sqlite import SqliteResponseStore
@@ -40,7 +41,7 @@ def _body(**fields: Any) -> ResponsesRequest:
 )
 def test_checks_name_the_field(fields: dict[str, Any], param: str) -> None:
     with pytest.raises(InvalidRequestError) as info:
-        generation_params(_body(**fields))
+        generation_params(_body(**fields), NoRecorder())
     assert info.value.param == param
 
 
@@ -55,7 +56,9 @@ def test_request_becomes_the_internal_request() -> None:
         text={"format": {"type": "json_object"}},
     )
     items = parse_items([normalise(i) for i in body.items()])
-    req = to_generate_request(generation_params(body), body.instructions, items, "resp_1")
+    req = to_generate_request(
+        generation_params(body, NoRecorder()), body.instructions, items, "resp_1"
+    )
     assert [(m.role, m.content) for m in req.messages] == [("system", "Be brief."), ("user", "Hi")]
     assert req.sampling.max_tokens == 5 and req.truncate_oldest
     assert req.tool_choice.mode == pb.TOOL_CHOICE_MODE_NAMED and req.tool_choice.name == "f"
@@ -66,7 +69,7 @@ def test_a_call_output_must_answer_an_earlier_call() -> None:
     body = _body(input=[{"type": "function_call_output", "call_id": "c1", "output": "4"}])
     items = parse_items([normalise(i) for i in body.items()])
     with pytest.raises(InvalidRequestError) as info:
-        to_generate_request(generation_params(body), None, items, "resp_1")
+        to_generate_request(generation_params(body, NoRecorder()), None, items, "resp_1")
     assert info.value.param == "input"
 
 
@@ -118,7 +121,7 @@ def test_codex_shaped_tools_become_the_offered_tools() -> None:
         ],
         tool_choice="auto",
     )
-    req = to_generate_request(generation_params(body), None, body.items(), "resp_1")
+    req = to_generate_request(generation_params(body, NoRecorder()), None, body.items(), "resp_1")
     assert [(t.name, t.kind) for t in req.tools] == [
         ("exec_command", pb.TOOL_KIND_UNSPECIFIED),
         ("multi_agent_v1.close_agent", pb.TOOL_KIND_UNSPECIFIED),
@@ -129,14 +132,14 @@ def test_codex_shaped_tools_become_the_offered_tools() -> None:
 
 def test_only_hosted_tools_with_auto_is_a_request_without_tools() -> None:
     body = _body(tools=[{"type": "web_search"}], tool_choice="auto")
-    req = to_generate_request(generation_params(body), None, body.items(), "resp_1")
+    req = to_generate_request(generation_params(body, NoRecorder()), None, body.items(), "resp_1")
     assert not req.tools and req.tool_choice.mode == pb.TOOL_CHOICE_MODE_UNSPECIFIED
 
 
 def test_a_forced_hosted_tool_is_refused_by_name() -> None:
     body = _body(tools=[{"type": "web_search"}], tool_choice={"type": "web_search_preview"})
     with pytest.raises(InvalidRequestError) as e:
-        generation_params(body)
+        generation_params(body, NoRecorder())
     assert "web_search_preview" in e.value.message and e.value.param == "tool_choice"
 
 
@@ -153,7 +156,7 @@ def test_custom_and_namespaced_calls_route_back_into_the_conversation() -> None:
              "output": [{"type": "input_text", "text": "Done!"}]},
         ]
     )  # fmt: skip
-    req = to_generate_request(generation_params(body), None, body.items(), "resp_1")
+    req = to_generate_request(generation_params(body, NoRecorder()), None, body.items(), "resp_1")
     _, assistant, out1, out2 = req.messages
     lookup, patch = assistant.tool_calls
     assert (lookup.name, lookup.arguments) == ("crm.lookup", "{}")
@@ -170,7 +173,7 @@ def test_custom_and_namespaced_calls_route_back_into_the_conversation() -> None:
 def test_a_custom_call_output_must_answer_an_earlier_call() -> None:
     body = _body(input=[{"type": "custom_tool_call_output", "call_id": "nope", "output": "x"}])
     with pytest.raises(InvalidRequestError):
-        to_generate_request(generation_params(body), None, body.items(), "resp_1")
+        to_generate_request(generation_params(body, NoRecorder()), None, body.items(), "resp_1")
 
 
 def test_stored_custom_calls_keep_their_ids() -> None:
@@ -179,7 +182,9 @@ def test_stored_custom_calls_keep_their_ids() -> None:
 
 
 def test_penalties_reach_the_sampling() -> None:
-    sampling = generation_params(_body(frequency_penalty=0.5, presence_penalty=-1)).sampling
+    sampling = generation_params(
+        _body(frequency_penalty=0.5, presence_penalty=-1), NoRecorder()
+    ).sampling
     assert sampling.frequency_penalty == 0.5 and sampling.presence_penalty == -1
 
 
@@ -195,5 +200,5 @@ def test_penalties_reach_the_sampling() -> None:
 def test_logprobs_are_asked_of_the_neuron_when_included(
     fields: dict[str, Any], logprobs: int | None
 ) -> None:
-    sampling = generation_params(_body(**fields)).sampling
+    sampling = generation_params(_body(**fields), NoRecorder()).sampling
     assert (sampling.logprobs if sampling.HasField("logprobs") else None) == logprobs

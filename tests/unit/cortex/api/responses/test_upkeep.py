@@ -15,6 +15,7 @@ from cortex import metrics
 from cortex.api.responses import run as runs
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.upkeep import Upkeep, UpkeepSettings
+from cortex.recording import PrometheusRecorder
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.sqlite import SqliteResponseStore
 from tests.unit.cortex.api.responses.test_run import _text
@@ -46,7 +47,9 @@ def _upkeep(
     ttl_days: float = 30,
 ) -> Upkeep:
     settings = UpkeepSettings(ttl_days=ttl_days, purge_interval_s=60, lease_s=30)
-    return Upkeep(store, instance, lambda: local or [], settings, clock)
+    return Upkeep(
+        store, instance, lambda: local or [], settings, clock, recorder=PrometheusRecorder()
+    )
 
 
 async def _running(store: ResponseStore, rid: str, clock: Clock) -> runs.ResponseRun:
@@ -60,6 +63,7 @@ async def _running(store: ResponseStore, rid: str, clock: Clock) -> runs.Respons
         owner=ME,
         lease_s=30,
         clock=clock,
+        recorder=PrometheusRecorder(),
     )
     run.add(builder.start())
     run.add(builder.feed(_text("Par")))
@@ -141,7 +145,7 @@ async def test_at_start_the_runs_of_dead_processes_of_this_address_fail(
         run = await _running(store, rid, clock)
         run.owner = owner
         await run.save()
-    assert await runs.fail_dead_siblings(store, "host:1/424242") == 1
+    assert await runs.fail_dead_siblings(store, "host:1/424242", PrometheusRecorder()) == 1
     statuses = {
         rid: (await store.get(rid)) for rid in ("resp_dead", "resp_alive", "resp_elsewhere")
     }

@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 from cortex.app import create_app
 from cortex.auth.settings import AuthSettings
 from cortex.config import CortexSettings, StoreSettings
-from cortex.openapi import error_responses
+from cortex.http.openapi import error_responses
 from neuraxis.core.errors import ERROR_TABLE
 from tests.unit.cortex.api.fakes import ScriptedPool
 
@@ -34,7 +34,7 @@ def _schema(auth: Literal["off", "required"] = "off") -> dict[str, Any]:
         store=StoreSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-"))),
         auth=AuthSettings(mode=auth),
     )
-    app = create_app(settings, pool=ScriptedPool([]))  # type: ignore[arg-type]
+    app = create_app(settings, pool=ScriptedPool([]))
     schema: dict[str, Any] = app.openapi()
     # Every /v1 route of the app is in the schema.
     routes = {r.path_format for r in app.routes if isinstance(r, APIRoute)}

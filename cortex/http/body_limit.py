@@ -8,19 +8,17 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cortex.api.errors import error_envelope
+from cortex.http.asgi import HttpMiddleware
+from cortex.http.errors import error_envelope
 from neuraxis.core.errors import RequestTooLargeError, mapping_for
 
 
-class BodyLimit:
+class BodyLimit(HttpMiddleware):
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         received = 0
         too_large = False
         answered = False

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from cortex.api.disconnect import CancelOnDisconnect
+from cortex.http.disconnect import CancelOnDisconnect
 
 SCOPE: Scope = {"type": "http", "method": "POST", "path": "/", "headers": []}
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import BaseModel
 
-from cortex.sse import DONE, ChunkFraming, Framing, data_frame, event_frame, sse
+from cortex.http.sse import DONE, ChunkFraming, Framing, data_frame, event_frame, sse
 from neuraxis.core.errors import ContextLengthExceededError, NeuraxisError
 
 

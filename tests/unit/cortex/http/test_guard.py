@@ -9,8 +9,8 @@ import functools
 import pickle
 
 from cortex.config import CortexSettings, HttpSettings
-from cortex.http_guard import ClientLimits, GuardedHttpProtocol, client_limits
-from cortex.main import _options
+from cortex.http.guard import ClientLimits, GuardedHttpProtocol
+from cortex.main import _options, client_limits
 
 
 def test_the_limits_come_from_the_settings() -> None:

@@ -2,34 +2,29 @@
 ASGI middleware that adds them when the response starts (streams too).
 
 A request that reserved something carries the headers of its admission
-(`request.state.ratelimit`, set by dispatch); any other response of a
+(the request context's `admission`, set by dispatch); any other response of a
 limited key (a 429, a GET of a stored response, /v1/models) reads where the
 key stands from the store.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cortex.auth.limiter import Limiter
-from cortex.auth.principal import Principal
+from cortex.http.asgi import HttpMiddleware
+from cortex.http.context import RequestContext, context_in
 
 
-class RateLimitHeaders:
+class RateLimitHeaders(HttpMiddleware):
     def __init__(self, app: ASGIApp, limiter: Limiter) -> None:
-        self.app = app
+        super().__init__(app)
         self.limiter = limiter
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                extra = await self._headers(scope.get("state", {}))
+                extra = await self._headers(context_in(scope))
                 if extra:
                     message["headers"] = [
                         *message.get("headers", []),
@@ -39,11 +34,10 @@ class RateLimitHeaders:
 
         await self.app(scope, receive, with_headers)
 
-    async def _headers(self, state: dict[str, Any]) -> dict[str, str]:
-        principal: Principal | None = state.get("principal")
-        if principal is None or principal.key_id is None:
+    async def _headers(self, context: RequestContext) -> dict[str, str]:
+        principal = context.principal
+        if principal.key_id is None or not principal.limits.any:
             return {}
-        if not principal.limits.any:
-            return {}
-        ready: dict[str, str] | None = state.get("ratelimit")
-        return ready if ready is not None else await self.limiter.headers(principal)
+        if context.admission is not None:
+            return context.admission.headers
+        return await self.limiter.headers(principal)

@@ -22,8 +22,9 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from fastapi import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
+from cortex.http.asgi import HttpMiddleware
 from neuraxis.core.errors import InternalError
 
 T = TypeVar("T")
@@ -53,14 +54,8 @@ async def _wait_for_disconnect(request: Request) -> None:
         pass
 
 
-class CancelOnDisconnect:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class CancelOnDisconnect(HttpMiddleware):
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = asyncio.current_task()
         assert handler is not None
         connection = _Connection(receive)

@@ -36,8 +36,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from cortex.api.errors import error_envelope
-from cortex.config import CortexSettings
+from cortex.http.errors import error_envelope
 from neuraxis.core.errors import (
     HeadersTooLargeError,
     NeuraxisError,
@@ -59,15 +58,6 @@ class ClientLimits:
     body_timeout_s: float
     max_header_count: int
     max_header_bytes: int
-
-
-def client_limits(settings: CortexSettings) -> ClientLimits:
-    return ClientLimits(
-        header_timeout_s=settings.http.header_timeout_s,
-        body_timeout_s=settings.http.body_timeout_s,
-        max_header_count=settings.http.max_header_count,
-        max_header_bytes=settings.http.max_header_bytes,
-    )
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):

@@ -33,7 +33,7 @@ from typing import Generic, TypeVar
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from cortex.api.errors import error_envelope, unexpected_message
+from cortex.http.errors import error_envelope, unexpected_message
 from neuraxis.core.errors import InternalError, NeuraxisError
 
 log = logging.getLogger("neuraxis.cortex")

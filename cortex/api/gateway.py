@@ -1,0 +1,92 @@
+"""What the API layer may use of the rest of cortex, typed, built once by
+`create_app`: the neurons behind it (`Neurons`, the pool's methods the
+handlers call), the request caps, the rate limiter, the Responses store, the
+runs of this process and the recorder of request metrics. Handlers reach it
+through `gateway_of(request)`, and nothing else of the app's state; tests
+hand `create_app` any object with the `Neurons` methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from fastapi import FastAPI, Request
+
+from cortex.api.caps import RequestCaps
+from cortex.auth.authenticator import Authenticator
+from cortex.auth.limiter import Limiter
+from cortex.http.context import context_of
+from cortex.recording import Recorder
+from cortex.routing.policy import RouteHints
+from cortex.store.base import ResponseStore
+from neuraxis.core.v1 import neuron_pb2 as pb
+
+if TYPE_CHECKING:
+    from cortex.api.responses.run import Registry
+
+
+class Neurons(Protocol):
+    """The neurons as the API sees them (cortex/routing/pool.py's NeuronPool)."""
+
+    def generate(
+        self, request: pb.GenerateRequest, hints: RouteHints | None = None
+    ) -> AsyncIterator[pb.GenerateResponse]: ...
+
+    async def embed(self, request: pb.EmbedRequest) -> pb.EmbedResponse: ...
+
+    def served_models(self) -> dict[str, pb.ModelInfo]: ...
+
+    def missing_models(self) -> list[str]:
+        """Configured models no ready neuron serves yet (readiness)."""
+
+    def check_task(self, model: str, task: pb.ModelTask, endpoint: str) -> None:
+        """A 400 for a model that cannot serve `endpoint` (a chat model asked to embed)."""
+
+    def model_label(self, model: str) -> str:
+        """`model` as a metric label: a served or configured id, else "unknown"."""
+
+    def neurons(self) -> list[tuple[str, pb.InfoResponse | None]]:
+        """Each neuron's address and what it last said of itself (None: nothing yet)."""
+
+
+@dataclass
+class Runs:
+    """The Responses this process runs, by id: background ones (for cancel)
+    and stored streams (for delete); `instance` is the name under which this
+    process (each worker its own: host:port/pid) owns them in a shared store."""
+
+    instance: str
+    lease_s: float
+    background: Registry = field(default_factory=dict)
+    streaming: Registry = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Gateway:
+    neurons: Neurons
+    caps: RequestCaps
+    store: ResponseStore
+    runs: Runs
+    recorder: Recorder
+    authenticator: Authenticator | None = None  # None: auth off
+    limiter: Limiter | None = None  # None: no key has limits (auth off)
+
+
+def gateway_of_app(app: FastAPI) -> Gateway:
+    gateway: Gateway = app.state.gateway
+    return gateway
+
+
+def gateway_of(request: Request) -> Gateway:
+    return gateway_of_app(request.app)
+
+
+async def authenticate(request: Request) -> None:
+    """The dependency of every `/v1/...` route: the caller's principal into
+    the request's context (none with auth off: the anonymous one stays)."""
+    authenticator = gateway_of(request).authenticator
+    if authenticator is not None:
+        header = request.headers.get("authorization")
+        context_of(request).principal = await authenticator.principal(header)
