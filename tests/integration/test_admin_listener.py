@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from tests.procs import Proc, admin_args, free_port, wait_http_ready
+from tests.stacks import SimStack
 
 MODEL = "sim-admin"
 CHAT = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}
@@ -70,28 +71,37 @@ def _listening(pid: int) -> set[tuple[str, int]]:
     }
 
 
-def test_the_api_port_serves_the_api_and_the_admin_port_the_rest(
-    neuron: str, logs_dir: Path
-) -> None:
-    admin, admin_url = admin_args()
-    proc, base = _cortex(neuron, logs_dir / "admin-cortex.log", *admin)
-    try:
-        assert httpx.post(f"{base}/v1/chat/completions", json=CHAT, timeout=30).status_code == 200
-        assert httpx.get(f"{base}/healthz", timeout=10).json() == {"status": "ok"}
-        _not_found(f"{base}/metrics")
-        _not_found(f"{base}/sd/neurons")
-        paths = httpx.get(f"{base}/openapi.json", timeout=10).json()["paths"]
-        assert "/metrics" not in paths and "/sd/neurons" not in paths
+def _chats_counted(admin_url: str, model: str) -> float:
+    text = httpx.get(f"{admin_url}/metrics", timeout=10).text
+    line = f'neuraxis_requests_total{{api="chat",model="{model}",outcome="success"}} '
+    return sum(float(x.removeprefix(line)) for x in text.splitlines() if x.startswith(line))
 
-        _admin_routes_serve(admin_url, neuron)
-        assert 'neuraxis_requests_total{api="chat",model="sim-admin",outcome="success"} 1.0' in (
-            httpx.get(f"{admin_url}/metrics", timeout=10).text
-        )
-        # Nothing of the API on the admin port, not even its schema.
-        for path in ("/v1/models", "/readyz", "/healthz", "/openapi.json"):
-            _not_found(f"{admin_url}{path}")
-    finally:
-        proc.stop()
+
+def test_the_api_port_serves_the_api_and_the_admin_port_the_rest(sim_stack: SimStack) -> None:
+    # The session's sim stack has the admin listener on a port of its own:
+    # the split needs no cortex of its own (it started one, 8-12 s here).
+    base, admin_url, model = sim_stack.base_url, sim_stack.admin_url, sim_stack.healthy_model
+    before = _chats_counted(admin_url, model)
+    chat = {**CHAT, "model": model}
+    assert httpx.post(f"{base}/v1/chat/completions", json=chat, timeout=30).status_code == 200
+    assert httpx.get(f"{base}/healthz", timeout=10).json() == {"status": "ok"}
+    _not_found(f"{base}/metrics")
+    _not_found(f"{base}/sd/neurons")
+    paths = httpx.get(f"{base}/openapi.json", timeout=10).json()["paths"]
+    assert "/metrics" not in paths and "/sd/neurons" not in paths
+
+    metrics = httpx.get(f"{admin_url}/metrics", timeout=10)
+    assert metrics.status_code == 200
+    assert metrics.headers["content-type"].startswith("text/plain")
+    groups = httpx.get(f"{admin_url}/sd/neurons", timeout=10).json()
+    [group] = [g for g in groups if g["labels"]["model"] == model]
+    neuron = group["labels"]["replica"]
+    assert group["labels"] == {"replica": neuron, "model": model, "generation": "cpu"}
+    assert f'neuraxis_replica_up{{replica="{neuron}"}} 1.0' in metrics.text
+    assert _chats_counted(admin_url, model) == before + 1
+    # Nothing of the API on the admin port, not even its schema.
+    for path in ("/v1/models", "/readyz", "/healthz", "/openapi.json"):
+        _not_found(f"{admin_url}{path}")
 
 
 def test_the_admin_listener_binds_loopback_by_default_and_0_picks_a_port(
