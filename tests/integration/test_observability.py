@@ -71,7 +71,8 @@ def prometheus(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                 if httpx.get(f"{base}/-/ready", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
-                time.sleep(0.5)
+                pass
+            time.sleep(0.2)  # not ready (503) polled as gently as not listening
         # Both jobs up: cortex, and the two neurons found through discovery.
         _wait_for(base, 'count(up{job="neuraxis-neurons"} == 1)', lambda v: v == 2)
         _wait_for(base, 'count(up{job="neuraxis-cortex"} == 1)', lambda v: v == 1)

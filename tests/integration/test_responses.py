@@ -280,35 +280,7 @@ def test_unknown_previous_response_is_404(base: str) -> None:
     assert info.value.param == "previous_response_id" and info.value.type == "invalid_request_error"
 
 
-@pytest.mark.parametrize(
-    ("body", "param"),
-    [
-        ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
-        ({"metadata": {"k": "v" * 513}}, "metadata"),
-        ({"background": True, "store": False}, "background"),
-        ({"tool_choice": "required"}, "tool_choice"),
-        ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
-        ({"temperature": 3}, "temperature"),
-        ({"max_output_tokens": 0}, "max_output_tokens"),
-        ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
-        (
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
-            "input[0].message.content",
-        ),
-        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]"),
-        ({"prompt": {"id": "p"}}, "prompt"),
-        ({"conversation": "conv_1", "previous_response_id": "resp_x"}, "conversation"),
-        ({"input": 42}, "input"),
-        (
-            {"input": [{"type": "function_call_output", "call_id": "call_nowhere", "output": "x"}]},
-            "input",
-        ),
-    ],
-)
-def test_bad_input_is_400_naming_param(stack: Stack, body: dict[str, Any], param: str) -> None:
-    r = httpx.post(f"{stack.base_url}/v1/responses", json={"model": MODEL, "input": "Hi", **body})
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == param, r.json()
+# The validation 400s of every parameter: tests/unit/cortex/api/test_bad_requests.py.
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
