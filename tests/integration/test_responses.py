@@ -43,26 +43,14 @@ def _cortex_args(stack: Stack, port: int, store: list[str]) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def postgres_cortex(stack: Stack, postgres_dsn: str, logs_dir: Path) -> Iterator[str]:
-    """A second cortex on the same neuron, keeping responses in PostgreSQL."""
-    port = free_port()
-    proc = Proc(
-        _cortex_args(stack, port, ["--postgres-dsn", postgres_dsn]), logs_dir / "pg-cortex.log"
-    )
-    try:
-        wait_http_ready(proc, f"http://127.0.0.1:{port}/readyz", 60)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def base(request: pytest.FixtureRequest, stack: Stack) -> str:
-    """The same store tests against each backend."""
-    if request.param == "sqlite":
-        return stack.base_url
-    return str(request.getfixturevalue("postgres_cortex"))
+@pytest.fixture
+def base(stack: Stack) -> str:
+    """The session's cortex, its responses in SQLite. The same routes over
+    PostgreSQL: the store contract holds both backends to one interface
+    (tests/contract/cortex/store/test_contract.py), the routes speak only
+    through it, and test_stored_chain_survives_a_cortex_restart[postgres]
+    creates, retrieves and chains through a cortex on PostgreSQL."""
+    return stack.base_url
 
 
 WEATHER: Any = {
