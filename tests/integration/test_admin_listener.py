@@ -9,6 +9,7 @@ import json
 import re
 import socket
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -124,9 +125,44 @@ def test_the_admin_listener_binds_loopback_by_default_and_0_picks_a_port(
         proc.stop()
 
 
-def test_with_two_workers_each_serves_the_admin_listener(neuron: str, logs_dir: Path) -> None:
+def _served_by_both_workers(base: str, log: Path, sent: int) -> None:
+    """`sent` chats, each on a new connection so that both workers take some."""
+
+    def one(_: int) -> int:
+        with httpx.Client(base_url=base, timeout=60) as client:
+            return client.post("/v1/chat/completions", json=CHAT).status_code
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(one, range(sent))) == [200] * sent
+    pids = {
+        json.loads(line)["pid"]
+        for line in log.read_text().splitlines()
+        if line.startswith("{") and '"neuraxis.cortex.requests"' in line
+    }
+    assert len(pids) == 2, "both workers should have served requests"
+
+
+def _sums(text: str) -> tuple[float, float]:
+    """Successful requests and first tokens counted in a /metrics text."""
+    total = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("neuraxis_requests_total{") and 'outcome="success"' in line
+    )
+    ttft = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("neuraxis_time_to_first_token_seconds_count{")
+    )
+    return total, ttft
+
+
+def test_with_two_workers_each_serves_the_admin_listener_and_the_metrics_add_up(
+    neuron: str, logs_dir: Path
+) -> None:
     admin, admin_url = admin_args()
-    proc, base = _cortex(neuron, logs_dir / "admin-cortex-workers.log", "--workers", "2", *admin)
+    log = logs_dir / "admin-cortex-workers.log"
+    proc, base = _cortex(neuron, log, "--workers", "2", *admin)
     try:
         # Each new connection may go to either worker: every answer is the same.
         for _ in range(6):
@@ -143,6 +179,16 @@ def test_with_two_workers_each_serves_the_admin_listener(neuron: str, logs_dir: 
         admin_port = int(admin_url.rsplit(":", 1)[1])
         for worker in workers:
             assert ("127.0.0.1", admin_port) in _listening(worker.pid)
+
+        # Whichever worker answers the scrape, it reports both workers' sums
+        # (from tests/integration/test_observability.py, where this started
+        # a 2-worker cortex of its own on the real engine).
+        sent = 16
+        _served_by_both_workers(base, log, sent)
+        for _ in range(6):
+            text = httpx.get(f"{admin_url}/metrics", headers={"Connection": "close"}).text
+            assert _sums(text) == (sent, sent)
+            assert f'neuraxis_replica_up{{replica="{neuron}"}} 1.0' in text
     finally:
         proc.stop()
 
