@@ -39,6 +39,8 @@ FUZZ_REQUESTS ?= 20000
 fuzz: $(STAMP)
 	NEURAXIS_FUZZ_REQUESTS=$(FUZZ_REQUESTS) $(PY) -m pytest -q -p no:cacheprovider tests/fuzz
 
+# tests/unit only: hermetic (no network, no root, no service started; what
+# needs PostgreSQL or promtool is in tests/contract/, run by `make test`).
 unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 

