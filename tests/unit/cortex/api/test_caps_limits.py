@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from cortex.api.caps import RequestCaps
 from cortex.app import create_app
-from cortex.config import CortexSettings
+from cortex.config import CortexSettings, StoreSettings
 from cortex.routing.policy import RouteHints
 from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import ScriptedPool
@@ -54,16 +55,18 @@ class HoldingPool(ScriptedPool):
 def app() -> Iterator[tuple[TestClient, HoldingPool]]:
     pool = HoldingPool()
     settings = CortexSettings(
-        state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")),
-        max_messages=3,
-        max_tools=2,
-        max_stop_sequences=2,
-        max_schema_bytes=300,
-        max_completion_prompts=3,
-        max_prompts_times_n=4,
-        max_background_per_tenant=1,
+        store=StoreSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-"))),
+        caps=RequestCaps(
+            max_messages=3,
+            max_tools=2,
+            max_stop_sequences=2,
+            max_schema_bytes=300,
+            max_completion_prompts=3,
+            max_prompts_times_n=4,
+            max_background_per_tenant=1,
+        ),
     )
-    with TestClient(create_app(settings, pool=pool)) as client:  # type: ignore[arg-type]
+    with TestClient(create_app(settings, pool=pool)) as client:
         yield client, pool
 
 
