@@ -33,9 +33,10 @@ from pathlib import Path
 
 import httpx
 
-from bench.plots import bar_plot, markdown_table, write_markdown
-from bench.stack import RESULTS, output_path, parser, write_summary
-from tests.procs import Proc, engine_load, free_port, wait_http_ready
+from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.plots import bar_plot, markdown_table, write_markdown
+from harness.ports import free_port
+from harness.procs import Proc, engine_load, wait_http_ready
 
 MODEL = "sim-admission"
 MODES = ("admission", "unlimited")

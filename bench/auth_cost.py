@@ -31,10 +31,11 @@ import psutil
 
 from bench.auth_inprocess import measure as measure_in_process
 from bench.auth_inprocess import report as inprocess_table
-from bench.plots import bar_plot, markdown_table, write_markdown
-from bench.stack import RESULTS, output_path, parser, write_summary
-from bench.workload import MODEL, PROMPTS, Run, via_cortex
-from tests.procs import Proc, free_port, new_key, wait_http_ready
+from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.plots import bar_plot, markdown_table, write_markdown
+from harness.ports import free_port
+from harness.procs import Proc, new_key, wait_http_ready
+from harness.workload import MODEL, PROMPTS, Run, via_cortex
 
 Summary = dict[str, dict[str, float]]
 MODES = ("off", "on")

@@ -2,9 +2,9 @@
 second, one cortex sustains while adding under 5 ms to the p99 inter-token
 latency; then the same with `--workers 2`.
 
-The replicas are sim neurons doing almost nothing (bench/sim_farm.py: no
+The replicas are sim neurons doing almost nothing (harness/sim_farm.py: no
 time to first token, a fixed `ITL_S` between tokens), so what grows with
-the load is cortex's own work. The client (bench/sse_client.py) keeps N
+the load is cortex's own work. The client (harness/sse_load.py) keeps N
 keep-alive connections streaming back to back and times the gaps between
 content frames; the added inter-token latency is a gap minus the engine's
 `ITL_S`. (It also holds whatever delay the farm's own event loop adds, so
@@ -37,11 +37,12 @@ from typing import Any
 
 import httpx
 
-from bench import plots
-from bench.sim_farm import FarmOptions, start_farm
-from bench.sse_client import Level, run_direct, run_level
-from bench.stack import RESULTS, parser, write_summary
-from tests.procs import Proc, free_port, wait_http_ready
+from harness import plots
+from harness.bench_stack import RESULTS, parser, write_summary
+from harness.ports import free_port
+from harness.procs import Proc, wait_http_ready
+from harness.sim_farm import FarmOptions, start_farm
+from harness.sse_load import Level, run_direct, run_level
 
 MODEL = "sim-model"
 ITL_S = 0.01

@@ -14,7 +14,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.stack import (
+from harness.bench_stack import (
     CHAT_MODEL,
     RESULTS,
     Target,
@@ -23,8 +23,9 @@ from bench.stack import (
     running_stack,
     write_summary,
 )
-from bench.workload import Run, run
-from tests.procs import Proc, free_port, wait_http_ready
+from harness.ports import free_port
+from harness.procs import Proc, wait_http_ready
+from harness.workload import Run, run
 
 Summary = dict[str, dict[str, float]]
 

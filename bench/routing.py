@@ -59,9 +59,9 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import plots
-from bench.routing_workload import MODEL, Shape, User, conversations, run_workload
-from bench.stack import (
+from cortex.routing.factory import PolicyName
+from harness import plots
+from harness.bench_stack import (
     ENGINE_START_TIMEOUT_S,
     RESULTS,
     output_path,
@@ -69,8 +69,9 @@ from bench.stack import (
     running_stack,
     write_summary,
 )
-from cortex.routing.factory import PolicyName
-from tests.procs import Proc, admin_args, free_port, wait_http_ready
+from harness.ports import free_port
+from harness.procs import Proc, admin_args, wait_http_ready
+from harness.routing_workload import MODEL, Shape, User, conversations, run_workload
 
 SHAPES = {
     "shared": Shape(

@@ -8,7 +8,7 @@
 2. The retention purge: time to delete 100,000 expired responses (plus
    10,000 that stay) through `ResponseStore.purge`, SQLite (a file in a
    temporary directory) and PostgreSQL (a throwaway local server,
-   tests/postgres.py). The rows are a typical stored answer (a few hundred
+   harness/postgres.py). The rows are a typical stored answer (a few hundred
    characters, its compacted events), written in bulk beforehand.
 
     make bench-store
@@ -31,13 +31,14 @@ from typing import Any
 import asyncpg
 import httpx
 
-from bench.plots import markdown_table, write_markdown
-from bench.stack import output_path, parser, write_summary
 from cortex.store.base import COLUMNS, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
-from tests.postgres import fresh_database, postgres_server
-from tests.procs import Proc, free_port, wait_http_ready
+from harness.bench_stack import output_path, parser, write_summary
+from harness.plots import markdown_table, write_markdown
+from harness.ports import free_port
+from harness.postgres import fresh_database, postgres_server
+from harness.procs import Proc, wait_http_ready
 
 MODEL = "sim-model"
 DAY_S = 86_400

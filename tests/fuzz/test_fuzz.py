@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import pytest
 import requests
 
+from harness.ports import free_port
+from harness.procs import REPO, Proc, new_key, wait_http_ready
 from tests.fuzz.driver import Fuzzer, Tally, Target
-from tests.procs import REPO, Proc, free_port, new_key, wait_http_ready
 
 DEFAULT_REQUESTS = 2_000
 RESULTS = REPO / "bench" / "results" / "fuzz"

@@ -15,7 +15,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.procs import Proc, admin_args, free_port, wait_http_ready
+from harness.ports import free_port
+from harness.procs import Proc, admin_args, wait_http_ready
 
 MODEL = "sim-admin"
 CHAT = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}

@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.procs import Proc, admin_args, engine_load, free_port, wait_http_ready
+from harness.ports import free_port
+from harness.procs import Proc, admin_args, engine_load, wait_http_ready
 
 MODEL = "sim-admission"
 CAP = 2

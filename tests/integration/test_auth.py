@@ -27,7 +27,8 @@ import pytest
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.store.keys import SQLITE_FILE
 from cortex.store.sqlite_keys import SqliteKeyStore
-from tests.procs import REPO, Proc, child_env, free_port, neuraxis_keys, wait_http_ready
+from harness.ports import free_port
+from harness.procs import REPO, Proc, child_env, neuraxis_keys, wait_http_ready
 
 FAST, SLOW = "sim-fast", "sim-slow"
 # The slow neuron's time to first token: long enough that 50 requests sent

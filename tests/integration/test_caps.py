@@ -14,8 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import Proc, free_port, wait_http_ready
-from tests.stacks import EMBEDDING_MODEL, Stack
+from harness.ports import free_port
+from harness.procs import Proc, wait_http_ready
+from harness.stacks import EMBEDDING_MODEL, Stack
 
 MODEL = "sim-caps"
 CAPS = {

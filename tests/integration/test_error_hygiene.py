@@ -22,8 +22,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.procs import Proc, free_port, wait_http_ready
-from tests.stacks import SimStack
+from harness.ports import free_port
+from harness.procs import Proc, wait_http_ready
+from harness.stacks import SimStack
 
 MODEL = "sim-hygiene"
 HELLO = [{"role": "user", "content": "hello"}]

@@ -26,8 +26,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.postgres import postgres_server
-from tests.procs import Proc, free_port, new_key, wait_http_ready
+from harness.ports import free_port
+from harness.postgres import postgres_server
+from harness.procs import Proc, new_key, wait_http_ready
 
 MODEL = "sim-slow"
 SLOW_TTFT_S = 3.0

@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import REPO, Proc, admin_args, free_port, wait_http_ready
-from tests.stacks import MODEL, Stack
+from harness.ports import free_port
+from harness.procs import REPO, Proc, admin_args, wait_http_ready
+from harness.stacks import MODEL, Stack
 
 DEPLOY = REPO / "deploy"
 RULES = DEPLOY / "prometheus/rules.yml"

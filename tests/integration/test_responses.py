@@ -17,9 +17,10 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.postgres import postgres_server
-from tests.procs import Proc, engine_load, free_port, wait_http_ready
-from tests.stacks import MODEL, SimStack, Stack, strict_client
+from harness.ports import free_port
+from harness.postgres import postgres_server
+from harness.procs import Proc, engine_load, wait_http_ready
+from harness.stacks import MODEL, SimStack, Stack, strict_client
 
 QUESTION = "What is the capital of France?"
 

@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import Proc, engine_load, free_port, wait_http_ready
+from harness.ports import free_port
+from harness.procs import Proc, engine_load, wait_http_ready
 
 MODEL = "sim-lease"
 LEASE_S = 3

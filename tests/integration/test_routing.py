@@ -19,8 +19,9 @@ import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.procs import Proc, admin_args, free_port, wait_http_ready
-from tests.stacks import strict_client
+from harness.ports import free_port
+from harness.procs import Proc, admin_args, wait_http_ready
+from harness.stacks import strict_client
 
 MODEL = "sim-route"
 DECISIONS = "neuraxis_routing_policy_decisions"

@@ -27,7 +27,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.procs import Proc, free_port, wait_http_ready
+from harness.ports import free_port
+from harness.procs import Proc, wait_http_ready
 
 MODEL = "sim-slow-clients"
 HEADER_TIMEOUT_S = 1.0

@@ -10,8 +10,8 @@ from cortex.app import create_app
 from cortex.config import CortexSettings
 from cortex.routing.factory import PolicyName
 from cortex.routing.pool import NeuronPool
+from harness.tls import files, tls_neuron
 from neuraxis.app.tls import init_cluster_tls
-from tests.tls import files, tls_neuron
 
 
 def _tls_settings(directory: Path, neurons: list[str]) -> CortexSettings:

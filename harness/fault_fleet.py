@@ -1,5 +1,5 @@
 """A cortex in front of simulated neurons, each behind its own fault proxy
-(bench/faultproxy.py), and the faults the fault tests (tests/faults/) and
+(harness/faultproxy.py), and the faults the fault tests (tests/faults/) and
 the soak (bench/soak.py) inject into one neuron:
 
 - through the proxy: `delay` (0.1 s a chunk each way: slow, yet inside the
@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from bench.faultproxy import FaultProxy
-from tests.procs import Proc, admin_args, cortex_metric, free_port, wait_http_ready
+from harness.faultproxy import FaultProxy
+from harness.ports import free_port
+from harness.procs import Proc, admin_args, cortex_metric, wait_http_ready
 
 MODEL = "sim-faults"
 IDLE_TIMEOUT_S = 2.0

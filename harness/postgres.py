@@ -16,7 +16,7 @@ from pathlib import Path
 
 import asyncpg
 
-from tests.procs import free_port
+from harness.ports import free_port
 
 
 def _bin_dir() -> Path:

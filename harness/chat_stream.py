@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.workload import PROMPTS
+from harness.workload import PROMPTS
 
 # What a process is, from its command line: the roles whose CPU the report
 # shows apart (the first that matches wins).

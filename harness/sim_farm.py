@@ -9,7 +9,7 @@ in timers, not in computation: 16 neuron processes would cost 16 interpreters
 and 16 gRPC stacks for the same sleeps, and the CPU they burned would be
 taken from cortex, which is what the benchmarks measure.
 
-    python -m bench.sim_farm --replicas 16 --served-id sim-model [sim options]
+    python -m harness.sim_farm --replicas 16 --served-id sim-model [sim options]
 
 prints one JSON line, {"addresses": [...]}, once every replica serves, and
 runs until SIGTERM or SIGINT. `start_farm` runs it as a child process.
@@ -107,7 +107,7 @@ def start_farm(options: FarmOptions, log_path: Path) -> Iterator[Farm]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.sim_farm", *options.args()],
+            [sys.executable, "-m", "harness.sim_farm", *options.args()],
             stdout=subprocess.PIPE,
             stderr=log,
             start_new_session=True,

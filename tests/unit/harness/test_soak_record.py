@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.soak import Sample, Soak, rss_by_minute, summarize
+from harness.soak_record import Sample, Soak, rss_by_minute, summarize
 
 
 def _samples(rss: list[float], start_s: float = 0.0) -> list[Sample]:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import grpc
 import httpx
 
+from harness.procs import neuron_stub
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
-from tests.procs import neuron_stub
 
 MODEL = "smollm2-135m-instruct"
 PROMPTS = [

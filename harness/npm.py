@@ -1,6 +1,6 @@
 """Pinned npm packages for the tests (agent clients such as the Codex CLI):
 installed once into ~/.cache/neuraxis/npm/<name>-<version> with the system's
-npm, as tests/postgres.py fetches PostgreSQL, and reused by later sessions.
+npm, as harness/postgres.py fetches PostgreSQL, and reused by later sessions.
 
 A half-finished install (npm killed midway) is never taken for a finished
 one: the package is installed into a temporary directory beside the cache

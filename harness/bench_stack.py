@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cortex.config import CortexSettings
-from tests.procs import neuron_addresses, start_up, wait_http_ready
+from harness.procs import neuron_addresses, start_up, wait_http_ready
 
 CHAT_MODEL = "smollm2-135m-instruct"
 EMBEDDING_MODEL = "all-minilm-l6-v2"

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from harness.ports import free_port
 from neuraxis.core.process import stop_process_group
-from tests.procs import free_port
 
 
 def _redis_server() -> str:

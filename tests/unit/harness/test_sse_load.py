@@ -1,4 +1,4 @@
-"""The raw HTTP/1.1 SSE client of bench/sse_client.py against a scripted
+"""The raw HTTP/1.1 SSE client of harness/sse_load.py against a scripted
 server: chunked bodies, frames split across chunks, keep-alive, timing."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bench.sse_client import run_level
+from harness.sse_load import run_level
 
 FRAMES = [
     b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n',

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,18 +16,13 @@ from typing import Any
 import grpc
 import httpx
 
+from harness.ports import free_port
 from neuraxis.core.generations import GENERATION_LABEL
 from neuraxis.core.process import QUIET_RAY_ARGS, ray_binary, stop_process_group
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def child_env() -> dict[str, str]:

@@ -19,6 +19,7 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -160,3 +161,26 @@ async def run(base_url: str, model: str, shape: Shape, tag: str, seed: int = 0) 
         await asyncio.gather(*(converse(client, user) for user in users))
         result.wall_s = time.perf_counter() - started
     return result
+
+
+@dataclass
+class Cell:
+    """One (workload, config) over all its rounds."""
+
+    result: Result
+    routed: dict[str, float]
+
+    def add(self, result: Result, routed: dict[str, float]) -> None:
+        self.result.ttfts += result.ttfts
+        self.result.prompt_tokens += result.prompt_tokens
+        self.result.cached_tokens += result.cached_tokens
+        self.result.completion_tokens += result.completion_tokens
+        self.result.wall_s += result.wall_s
+        for replica, n in routed.items():
+            self.routed[replica] = self.routed.get(replica, 0.0) + n
+
+    def shares(self, replicas: Sequence[str]) -> list[float]:
+        """Each replica's share of requests relative to the average (1.0 = fair)."""
+        total = sum(self.routed.get(r, 0.0) for r in replicas)
+        average = total / len(replicas) if total else 1.0
+        return [self.routed.get(r, 0.0) / average for r in replicas]

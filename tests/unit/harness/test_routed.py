@@ -3,8 +3,8 @@ requests and share."""
 
 from __future__ import annotations
 
-from bench.routing_sim import Cell, parse_routed
-from bench.sessions import Result
+from harness.routed import parse_routed
+from harness.sessions import Cell, Result
 
 METRICS = """\
 # HELP neuraxis_routing_decisions_total Requests routed to each replica.

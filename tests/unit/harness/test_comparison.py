@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from bench.chat_stream import Batch, Stream
-from bench.vs_vllm import NEURAXIS, VLLM, compare, median_comparison, metrics, percentile
+from harness.chat_stream import Batch, Stream
+from harness.comparison import NEURAXIS, VLLM, compare, median_comparison, metrics, percentile
 
 
 def test_percentile_is_nearest_rank() -> None:

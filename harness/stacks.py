@@ -14,10 +14,10 @@ from pathlib import Path
 
 from openai import OpenAI
 
-from tests.procs import (
+from harness.ports import free_port
+from harness.procs import (
     Proc,
     admin_args,
-    free_port,
     neuron_addresses,
     start_up,
     up_state_dir,

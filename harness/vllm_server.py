@@ -26,10 +26,11 @@ from typing import Any
 
 import httpx
 
-from bench.stack import CHAT_MODEL
-from bench.vllm_config import resolve
+from harness.bench_stack import CHAT_MODEL
+from harness.ports import free_port
+from harness.procs import REPO, child_env
+from harness.vllm_config import resolve
 from neuraxis.core.process import stop_process_group
-from tests.procs import REPO, child_env, free_port
 
 READY_TIMEOUT_S = 600.0
 
@@ -59,7 +60,7 @@ def neuron_engine_args(model: str = CHAT_MODEL) -> EngineArgs:
 
 def serve_args(model_path: str, served_id: str, settings: dict[str, Any]) -> list[str]:
     """vLLM server flags that reproduce the neuron's resolved `settings`
-    (bench/vllm_config.py's keys), each stated even where it is the server's
+    (harness/vllm_config.py's keys), each stated even where it is the server's
     default, so that a change of vLLM's defaults cannot skew the comparison."""
 
     def switch(name: str, on: bool) -> str:

@@ -3,8 +3,8 @@ setting stated, booleans as vLLM's --x / --no-x switches."""
 
 from __future__ import annotations
 
-from bench.vllm_config import COMPARED
-from bench.vllm_server import serve_args
+from harness.vllm_config import COMPARED
+from harness.vllm_server import serve_args
 
 SETTINGS = {
     "dtype": "float32",

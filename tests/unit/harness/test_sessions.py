@@ -1,11 +1,11 @@
-"""The shared-prefix multi-turn workload of bench/sessions.py: its shape and
+"""The shared-prefix multi-turn workload of harness/sessions.py: its shape and
 the figures a run reports."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.sessions import Result, Shape, conversations
+from harness.sessions import Result, Shape, conversations
 
 
 def test_each_user_has_its_groups_system_prompt_and_its_own_turns() -> None:

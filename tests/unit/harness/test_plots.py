@@ -1,10 +1,10 @@
-"""The shared table and plot writers of bench/plots.py."""
+"""The shared table and plot writers of harness/plots.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench import plots
+from harness import plots
 
 
 def test_markdown_table_formats_floats_and_aligns_columns() -> None:

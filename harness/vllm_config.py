@@ -1,7 +1,7 @@
 """The engine settings vLLM actually runs with, resolved by vLLM itself.
 
-`python -m bench.vllm_config kwargs '<AsyncEngineArgs keywords as JSON>'` (how the
-neuron builds its engine: vLLM's library defaults) or `python -m bench.vllm_config
+`python -m harness.vllm_config kwargs '<AsyncEngineArgs keywords as JSON>'` (how the
+neuron builds its engine: vLLM's library defaults) or `python -m harness.vllm_config
 serve '<vllm serve's arguments as a JSON list>'` (parsed by vLLM's own server
 parser, with its server defaults: the two differ by usage context) prints the
 effective settings as one JSON object. It runs as a
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from typing import Any
 
-from tests.procs import REPO, child_env
+from harness.procs import REPO, child_env
 
 # The settings both sides must share for the comparison to be fair.
 COMPARED = (
@@ -73,7 +73,7 @@ def effective(how: str, given: Any) -> dict[str, Any]:
 def resolve(how: str, given: Any, env: dict[str, str]) -> dict[str, Any]:
     """`effective` in a child process with `env` added to the environment."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.vllm_config", how, json.dumps(given)],
+        [sys.executable, "-m", "harness.vllm_config", how, json.dumps(given)],
         cwd=REPO,
         env={**child_env(), **env},
         capture_output=True,

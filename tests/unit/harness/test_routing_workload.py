@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from bench.routing_workload import Shape, conversations, run_workload
+from harness.routing_workload import Shape, conversations, run_workload
 
 SHAPE = Shape(groups=1, users_per_group=2, turns=2, prefix_words=3, max_tokens=2, concurrency=2)
 

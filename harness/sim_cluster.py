@@ -9,7 +9,6 @@ and the Ray nodes stay on this machine.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import httpx
 import ray
 from ray.cluster_utils import Cluster
 
+from harness.ports import free_port
 from neuraxis.core.process import stop_process_group
 
 GENERATION_LABEL = "neuraxis.io/generation"
@@ -43,12 +43,6 @@ kind = "sim"
 sim_ttft_s = 0.05
 sim_itl_s = 0.02
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

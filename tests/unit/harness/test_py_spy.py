@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.chat_stream import role
-from bench.profile_stages import read_raw, stage_of
+from harness.chat_stream import role
+from harness.py_spy import read_raw, stage_of
 
 
 def test_the_innermost_matching_frame_decides() -> None:
