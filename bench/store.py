@@ -35,10 +35,9 @@ from cortex.store.base import COLUMNS, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
 from harness.bench_stack import output_path, parser, write_summary
+from harness.gateway import sim_gateway
 from harness.plots import markdown_table, write_markdown
-from harness.ports import free_port
 from harness.postgres import fresh_database, postgres_server
-from harness.procs import Proc, wait_http_ready
 
 MODEL = "sim-model"
 DAY_S = 86_400
@@ -48,20 +47,17 @@ DAY_S = 86_400
 def sim_cortex(logs: Path, state: Path) -> Iterator[str]:
     """A sim neuron (no time between tokens) and a cortex storing in `state`."""
     logs.mkdir(parents=True, exist_ok=True)
-    neuron_port, port = free_port(), free_port()
-    neuron = ["neuron", "serve", "--engine", "sim", "--port", str(neuron_port)]
-    neuron += ["--served-id", MODEL, "--metrics-port", str(free_port())]
-    neuron += ["--sim-ttft-s", "0", "--sim-itl-s", "0"]
-    procs = [Proc(neuron, logs / "store-neuron.log")]
-    try:
-        args = ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}"]
-        procs.append(Proc([*args, "--state-dir", str(state)], logs / "store-cortex.log"))
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(procs[-1], f"{base}/readyz", 120)
-        yield base
-    finally:
-        for proc in reversed(procs):
-            proc.stop()
+    neuron = ["--sim-ttft-s", "0", "--sim-itl-s", "0"]
+    with sim_gateway(
+        logs,
+        "store",
+        "--state-dir",
+        str(state),
+        served_id=MODEL,
+        neuron_flags=neuron,
+        timeout_s=120,
+    ) as running:
+        yield running.base_url
 
 
 def stream_one(base: str, tokens: int) -> str:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from openai import OpenAI
 
+from harness.gateway import Sim, sim_gateway
 from harness.ports import free_port
 from harness.procs import (
     Proc,
-    admin_args,
     neuron_addresses,
     start_up,
     up_state_dir,
@@ -98,43 +98,24 @@ class SimStack:
         return strict_client(self.base_url)
 
 
-def _sim_neuron(served_id: str, port: int, extra: list[str], logs_dir: Path) -> Proc:
-    args = ["neuron", "serve", "--engine", "sim", "--port", str(port), "--served-id", served_id]
-    args += ["--metrics-port", str(free_port()), *extra]
-    return Proc(args, logs_dir / f"{served_id}.log")
-
-
 @contextmanager
 def simulated_stack(logs_dir: Path) -> Iterator[SimStack]:
     """cortex with three simulated neurons: one healthy, one whose engine fails
     after three tokens, one that fails before the first token; plus an address
     where nothing listens (a dead neuron) for a configured model."""
-    procs: list[Proc] = []
-    neurons: list[str] = []
-    specs = [
-        ("sim-ok", []),
-        ("sim-midstream-fail", ["--sim-fail-after-tokens", "3"]),
-        ("sim-crash", ["--sim-fail-after-tokens", "0"]),
+    sims = [
+        Sim("sim-ok"),
+        Sim("sim-midstream-fail", ["--sim-fail-after-tokens", "3"]),
+        Sim("sim-crash", ["--sim-fail-after-tokens", "0"]),
     ]
-    try:
-        for served_id, extra in specs:
-            port = free_port()
-            neurons += ["--neuron", f"127.0.0.1:{port}"]
-            procs.append(_sim_neuron(served_id, port, extra, logs_dir))
-        dead = f"127.0.0.1:{free_port()}"
-        port = free_port()
-        admin, admin_url = admin_args()
-        models = ["--model", "sim-ok", "--model", "sim-dead", *admin]
-        cortex = Proc(
-            ["cortex", "--port", str(port), *neurons, "--neuron", dead, *models],
-            logs_dir / "sim-cortex.log",
+    dead = f"127.0.0.1:{free_port()}"
+    models = ["--model", "sim-ok", "--model", "sim-dead"]
+    # /readyz stays 503 (sim-dead never comes); wait for the live models.
+    with sim_gateway(
+        logs_dir, "sim", *models, sims=sims, extra_neurons=[dead], ready=None
+    ) as running:
+        for sim in sims:
+            running.cortex.wait_ready(f"/v1/models/{sim.served_id}")
+        yield SimStack(
+            running.base_url, running.admin_url, "sim-ok", "sim-midstream-fail", "sim-crash"
         )
-        procs.append(cortex)
-        base = f"http://127.0.0.1:{port}"
-        # /readyz stays 503 (sim-dead never comes); wait for the live models.
-        for served_id, _ in specs:
-            wait_http_ready(cortex, f"{base}/v1/models/{served_id}", 60)
-        yield SimStack(base, admin_url, "sim-ok", "sim-midstream-fail", "sim-crash")
-    finally:
-        for p in procs:
-            p.stop()

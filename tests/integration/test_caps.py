@@ -14,8 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.ports import free_port
-from harness.procs import Proc, wait_http_ready
+from harness.gateway import sim_gateway
 from harness.stacks import EMBEDDING_MODEL, Stack
 
 MODEL = "sim-caps"
@@ -38,23 +37,13 @@ class Gateway:
 
 @pytest.fixture(scope="module")
 def gateway(logs_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    neuron_port, metrics_port, port = free_port(), free_port(), free_port()
-    neuron_args = ["neuron", "serve", "--engine", "sim", "--port", str(neuron_port)]
-    neuron_args += ["--served-id", MODEL, "--metrics-port", str(metrics_port)]
-    neuron_args += ["--sim-itl-s", "0.05"]
-    cortex_args = ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}"]
-    cortex_args += ["--model", MODEL, "--state-dir", str(tmp_path_factory.mktemp("caps-state"))]
+    cortex_args = ["--model", MODEL, "--state-dir", str(tmp_path_factory.mktemp("caps-state"))]
     for flag, value in CAPS.items():
         cortex_args += [flag, str(value)]
-    procs = [Proc(neuron_args, logs_dir / "caps-neuron.log")]
-    try:
-        procs.append(Proc(cortex_args, logs_dir / "caps-cortex.log"))
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(procs[-1], f"{base}/readyz", 60)
-        yield Gateway(base, f"http://127.0.0.1:{metrics_port}/metrics")
-    finally:
-        for proc in reversed(procs):
-            proc.stop()
+    with sim_gateway(
+        logs_dir, "caps", *cortex_args, served_id=MODEL, neuron_flags=["--sim-itl-s", "0.05"]
+    ) as running:
+        yield Gateway(running.base_url, running.neuron.metrics_url)
 
 
 def _neuron_requests(gateway: Gateway) -> float:
