@@ -15,8 +15,9 @@ from cortex.cluster.controller import REPORT_TTL_S, Controller, ControllerConfig
 from cortex.cluster.placement import NodeView
 from cortex.cluster.spec import DeploymentSpec
 from cortex.cluster.status import ClusterStatus, CortexReport, ModelStatus, ReplicaState
+from harness.clock import ManualClock, settle
 from neuraxis.core.generations import Generation
-from tests.unit.cortex.cluster.fakes import FakeBackend, FakeClock, node, settle
+from tests.unit.cortex.cluster.fakes import FakeBackend, node
 
 ADA = node("n-ada", Generation.ADA, gpus=2)
 BLACKWELL = node("n-bw", Generation.BLACKWELL, gpus=2)
@@ -40,8 +41,8 @@ def spec(*models: dict[str, Any]) -> DeploymentSpec:
 
 async def started(
     nodes: list[NodeView], deployment: DeploymentSpec
-) -> tuple[Controller, FakeBackend, FakeClock]:
-    clock = FakeClock()
+) -> tuple[Controller, FakeBackend, ManualClock]:
+    clock = ManualClock(0.0)
     backend = FakeBackend(nodes, clock)
     controller = Controller(backend, clock, ControllerConfig(health_interval_s=1.0))
     await controller.apply(deployment, start_loop=False)
@@ -49,8 +50,8 @@ async def started(
     return controller, backend, clock
 
 
-async def tick(controller: Controller, clock: FakeClock, seconds: float = 1.0) -> None:
-    await clock.advance(seconds)
+async def tick(controller: Controller, clock: ManualClock, seconds: float = 1.0) -> None:
+    await clock.elapse(seconds)
     await controller.tick()
     await settle()
 
@@ -118,7 +119,7 @@ async def test_a_dead_node_s_replica_is_replaced_on_another_node() -> None:
     assert backend.killed == [first]
     assert backend.created[1].preferred_node == "n-bw"
     assert table(controller) == []
-    await clock.advance(3.0)
+    await clock.elapse(3.0)
     [second] = table(controller)
     status = controller.status()
     assert [r.node_id for r in model(controller).replicas] == ["n-bw"]
@@ -153,9 +154,9 @@ async def test_a_scale_down_takes_the_replica_out_of_the_table_then_stops_it() -
     # The newest one drains: out of the table at once, not stopped yet.
     assert table(controller) == ["chat-1"]
     assert state(controller, "chat-2") is ReplicaState.DRAINING
-    await clock.advance(0.5)
+    await clock.elapse(0.5)
     assert backend.drained == [] and backend.killed == []
-    await clock.advance(0.5)
+    await clock.elapse(0.5)
     assert backend.drained == ["chat-2"] and backend.killed == ["chat-2"]
     assert [r.id for r in model(controller).replicas] == ["chat-1"]
 
@@ -180,7 +181,7 @@ async def test_a_check_in_flight_when_a_replica_starts_draining_does_not_undo_th
     assert state(controller, "chat-2") is ReplicaState.DRAINING
     assert table(controller) == ["chat-1"]
     assert backend.killed == []
-    await clock.advance(1.0)
+    await clock.elapse(1.0)
     assert backend.drained == ["chat-2"] and backend.killed == ["chat-2"]
 
 
@@ -189,7 +190,7 @@ async def test_a_model_removed_from_the_spec_is_drained() -> None:
     await controller.apply(spec(), start_loop=False)
     await settle()
     assert table(controller) == []
-    await clock.advance(1.0)
+    await clock.elapse(1.0)
     assert backend.drained == ["chat-1"]
 
 
@@ -217,7 +218,7 @@ async def test_start_failures_back_off_2_4_and_so_on_up_to_60_s() -> None:
     error = "the neuron exited with code 1 during start-up: CUDA out of memory"
     backend = FakeBackend([ADA])
     backend.start_errors["chat"] = error
-    clock = FakeClock()
+    clock = ManualClock(0.0)
     controller = Controller(backend, clock, ControllerConfig())
     await controller.apply(spec(chat()), start_loop=False)
     await settle()
@@ -288,7 +289,7 @@ async def test_the_controller_s_status_survives_json() -> None:
 
 
 async def comes_back(
-    backend: FakeBackend, clock: FakeClock, deployment: DeploymentSpec
+    backend: FakeBackend, clock: ManualClock, deployment: DeploymentSpec
 ) -> Controller:
     """A new controller over the same cluster (the old one is gone; its
     detached replicas are still there)."""
@@ -347,7 +348,7 @@ async def test_adopted_replicas_past_the_desired_count_are_drained() -> None:
     # The newest goes, as in any scale-down: out of the table, then drained.
     assert table(new) == ["chat-1", "chat-2"]
     assert state(new, "chat-3") is ReplicaState.DRAINING
-    await clock.advance(1.0)
+    await clock.elapse(1.0)
     assert backend.drained == ["chat-3"] and backend.killed == ["chat-3"]
     assert backend.started == ["chat-1", "chat-2", "chat-3"]
 
@@ -355,7 +356,7 @@ async def test_adopted_replicas_past_the_desired_count_are_drained() -> None:
 async def test_replicas_of_a_model_no_longer_in_the_spec_are_adopted_then_drained() -> None:
     _old, backend, clock = await started([ADA], spec(chat()))
     await comes_back(backend, clock, spec())
-    await clock.advance(1.0)
+    await clock.elapse(1.0)
     assert backend.drained == ["chat-1"]
 
 
@@ -364,7 +365,7 @@ async def test_a_controller_that_comes_back_to_stop_drains_what_it_finds() -> No
     new = Controller(backend, clock, ControllerConfig())
     stopping = asyncio.create_task(new.shutdown())
     await settle()
-    await clock.advance(1.0)
+    await clock.elapse(1.0)
     await stopping
     assert sorted(backend.drained) == ["chat-1", "chat-2"]
     assert backend.actors == {}
@@ -375,7 +376,7 @@ async def test_the_status_shows_each_replicas_engine_load_with_its_age() -> None
     [first] = table(controller)
     backend.health[first] = Health(Liveness.SERVING, running=3, waiting=2)
     await tick(controller, clock)
-    await clock.advance(0.5)
+    await clock.elapse(0.5)
     [replica] = model(controller).replicas
     assert (replica.engine_running, replica.engine_waiting, replica.in_flight) == (3, 2, 5)
     assert replica.load_age_s == 0.5
@@ -393,7 +394,7 @@ async def test_cortex_reports_add_up_per_replica_and_age_out() -> None:
     assert replica.address is not None
     assert replica.cortex_in_flight is None  # no cortex has reported
     controller.report(CortexReport("gw-1:10", "gw-1", 10, {replica.address: 2}, 1))
-    await clock.advance(10.0)
+    await clock.elapse(10.0)
     controller.report(CortexReport("gw-2:20", "gw-2", 20, {replica.address: 3, "x:1": 7}, 1))
     status = controller.status()
     [replica] = status.models[0].replicas
@@ -403,7 +404,7 @@ async def test_cortex_reports_add_up_per_replica_and_age_out() -> None:
         ("gw-2:20", 10, 0.0),
     ]
     # gw-1 stopped reporting: past the TTL it no longer counts.
-    await clock.advance(REPORT_TTL_S - 9.0)
+    await clock.elapse(REPORT_TTL_S - 9.0)
     status = controller.status()
     assert [c.instance for c in status.cortices] == ["gw-2:20"]
     assert status.models[0].replicas[0].cortex_in_flight == 3
