@@ -1,10 +1,16 @@
-"""A fake NVML: a small C libnvidia-ml.so.1 that reports the GPUs named in
-an environment variable, so that real processes (the neuron, the host agent,
-an installed RPM) run their real NVML path (pynvml loading the library) on a
-machine without NVIDIA GPUs.
+"""The one fake NVML, in two forms over the same list of devices (name,
+compute capability):
 
-    env = fake_nvml_env([("NVIDIA A100-SXM4-80GB", (8, 0))])
-    subprocess.run([...], env=env)
+- for real processes (the neuron, the host agent, an installed RPM): a small
+  C libnvidia-ml.so.1 that reports the GPUs named in an environment
+  variable, so that they run their real NVML path (pynvml loading the
+  library) on a machine without NVIDIA GPUs;
+
+      env = fake_nvml_env([("NVIDIA A100-SXM4-80GB", (8, 0))])
+      subprocess.run([...], env=env)
+
+- in the test's own process: `FakeNvml`, passed where code takes the pynvml
+  module as an argument (neuron.gpu.detect, print_engine_args).
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import hashlib
 import os
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DEVICES_ENV = "FAKE_NVML_DEVICES"
 
@@ -124,3 +132,41 @@ def fake_nvml_env(
         f"{name}:{major}.{minor}:{memory_bytes}" for name, (major, minor) in devices
     )
     return env
+
+
+@dataclass
+class FakeNvml:
+    """Stands in for the pynvml module: the calls neuron.gpu.detect makes, on
+    `devices`; records the calls that open and close NVML."""
+
+    devices: list[tuple[str, tuple[int, int]]]
+    fail_init: bool = False  # as without a driver: NVML cannot load
+    memory_bytes: int = 80 * 1024**3
+    calls: list[str] = field(default_factory=list)
+
+    @property
+    def shut_down(self) -> bool:
+        return "shutdown" in self.calls
+
+    def nvmlInit(self) -> None:  # noqa: N802 (NVML's names)
+        self.calls.append("init")
+        if self.fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self.calls.append("shutdown")
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+        return index
+
+    def nvmlDeviceGetName(self, handle: int) -> bytes:  # noqa: N802
+        return self.devices[handle][0].encode()
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:  # noqa: N802
+        return self.devices[handle][1]
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:  # noqa: N802
+        return type("Memory", (), {"total": self.memory_bytes})()
