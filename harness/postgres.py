@@ -4,7 +4,6 @@ authentication on 127.0.0.1 only, stopped at the end."""
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
@@ -17,20 +16,7 @@ from pathlib import Path
 import asyncpg
 
 from harness.ports import free_port
-
-
-def _bin_dir() -> Path:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if not found:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "postgresql"],
-            check=True,
-            env=env,
-        )
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    return Path(found[-1]).parent
+from harness.services import postgres_bin_dir
 
 
 def _as_postgres(args: list[str]) -> list[str]:
@@ -41,7 +27,7 @@ def _as_postgres(args: list[str]) -> list[str]:
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """Yields a DSN."""
-    bin_dir = _bin_dir()
+    bin_dir = postgres_bin_dir()
     data = Path(tempfile.mkdtemp(prefix="neuraxis-pg-"))
     if os.geteuid() == 0:
         shutil.chown(data, "postgres", "postgres")

@@ -6,7 +6,6 @@ makes, which is all the head needs of it."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -17,23 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness.ports import free_port
+from harness.services import redis_server_binary
 from neuraxis.core.process import stop_process_group
-
-
-def _redis_server() -> str:
-    found = shutil.which("redis-server")
-    if found is None:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "redis-server"],
-            check=True,
-            env=env,
-        )
-        found = shutil.which("redis-server")
-    if found is None:
-        raise RuntimeError("redis-server is not installed and apt-get did not install it")
-    return found
 
 
 def _answers(port: int) -> bool:
@@ -49,7 +33,7 @@ def _answers(port: int) -> bool:
 @contextmanager
 def redis_server(timeout_s: float = 30.0) -> Iterator[str]:
     """Yields the server's address, "redis://127.0.0.1:PORT"."""
-    binary = _redis_server()
+    binary = redis_server_binary()
     data = Path(tempfile.mkdtemp(prefix="neuraxis-redis-"))
     port = free_port()
     args = [
