@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from harness import sse
 from harness.bench_stack import RESULTS, output_path, parser, write_summary
 from harness.fault_fleet import FAULTS, MODEL, Fault, FaultFleet, fault_fleet
 from harness.plots import markdown_table, write_markdown
@@ -50,11 +51,8 @@ async def _one(client: httpx.AsyncClient, max_tokens: int) -> Request:
                 request.error = (await response.aread()).decode(errors="replace")[:200]
                 return request
             finish = None
-            async for line in response.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                data = line[6:]
-                if data == "[DONE]":
+            async for data in sse.adata(response.aiter_lines()):
+                if data == sse.DONE:
                     request.done = True
                     break
                 chunk = json.loads(data)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 import httpx
 import psutil
 
+from harness import sse
 from harness.workload import PROMPTS
 
 # What a process is, from its command line: the roles whose CPU the report
@@ -76,10 +76,7 @@ async def stream_chat(client: httpx.AsyncClient, base: str, body: dict[str, Any]
     tokens = 0
     async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
         r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
+        async for chunk in sse.aobjects(r.aiter_lines()):
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
             if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from harness import sse
+
 
 @dataclass
 class Outcome:
@@ -37,11 +39,8 @@ def stream_once(client: httpx.Client, model: str, max_tokens: int) -> Outcome:
                 outcome.error = f"HTTP {response.status_code}: {response.text[:200]}"
                 return outcome
             finish = None
-            for line in response.iter_lines():
-                if not line.startswith("data: "):
-                    continue
-                data = line[len("data: ") :]
-                if data == "[DONE]":
+            for data in sse.data(response.iter_lines()):
+                if data == sse.DONE:
                     outcome.done = True
                     outcome.finished = finish is not None and outcome.error is None
                     break

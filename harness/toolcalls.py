@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from harness import sse
+
 WEATHER: Any = {
     "type": "object",
     "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
@@ -102,7 +104,6 @@ def timed_sse(url: str, body: dict[str, Any]) -> list[tuple[float, dict[str, Any
     out: list[tuple[float, dict[str, Any]]] = []
     with httpx.stream("POST", url, json=body, timeout=300) as r:
         assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                out.append((time.monotonic() - started, json.loads(line[6:])))
+        for event in sse.objects(r.iter_lines()):
+            out.append((time.monotonic() - started, event))
     return out

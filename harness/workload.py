@@ -5,7 +5,6 @@ time to first token and output tokens counted per request."""
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import time
 import uuid
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 import grpc
 import httpx
 
+from harness import sse
 from harness.procs import neuron_stub
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
@@ -54,10 +54,7 @@ async def via_cortex(
     tokens = 0
     async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
         r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
+        async for chunk in sse.aobjects(r.aiter_lines()):
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
             elif ttft is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
@@ -81,10 +78,7 @@ async def via_responses(
     tokens = 0
     async with client.stream("POST", f"{base}/v1/responses", json=body) as r:
         r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: "):
-                continue
-            event = json.loads(line[6:])
+        async for event in sse.aobjects(r.aiter_lines()):
             if ttft is None and event["type"] == "response.output_text.delta":
                 ttft = time.perf_counter() - started
             elif event["type"] in ("response.completed", "response.incomplete"):
