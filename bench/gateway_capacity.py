@@ -37,10 +37,9 @@ from typing import Any
 
 import httpx
 
-from harness import plots
+from harness import gateway, plots
 from harness.bench_stack import RESULTS, parser, write_summary
-from harness.ports import free_port
-from harness.procs import Proc, wait_http_ready
+from harness.procs import Proc
 from harness.sim_farm import FarmOptions, start_farm
 from harness.sse_load import Level, run_direct, run_level
 
@@ -57,18 +56,11 @@ CLIENT_BUSY = 0.8  # cores: past this, the client may be what limits a level
 
 @contextmanager
 def cortex(neurons: Sequence[str], workers: int, log_dir: Path) -> Iterator[tuple[str, Proc]]:
-    port = free_port()
-    args = ["cortex", "--port", str(port), "--workers", str(workers)]
-    for address in neurons:
-        args += ["--neuron", address]
-    proc = Proc(args, log_dir / f"cortex-workers{workers}.log")
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(proc, f"{base}/v1/models/{MODEL}", 60)
-        _wait_every_worker(base, workers)
-        yield base, proc
-    finally:
-        proc.stop()
+    log = log_dir / f"cortex-workers{workers}.log"
+    flags = ["--workers", str(workers)]
+    with gateway.running_cortex(log, neurons, *flags, ready=f"/v1/models/{MODEL}") as running:
+        _wait_every_worker(running.base_url, workers)
+        yield running.base_url, running.proc
 
 
 def _wait_every_worker(base: str, workers: int) -> None:

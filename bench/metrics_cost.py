@@ -23,7 +23,7 @@ from harness.bench_stack import (
     running_stack,
     write_summary,
 )
-from harness.ports import free_port
+from harness.gateway import cortex
 from harness.procs import Proc, wait_http_ready
 from harness.workload import Run, run
 
@@ -32,9 +32,8 @@ Summary = dict[str, dict[str, float]]
 
 def bare_cortex(neuron: str, log_path: Path) -> tuple[Proc, str]:
     """A cortex with --no-metrics in front of `neuron`; its base URL."""
-    port = free_port()
-    args = ["cortex", "--port", str(port), "--neuron", neuron, "--model", CHAT_MODEL]
-    return Proc([*args, "--no-metrics"], log_path), f"http://127.0.0.1:{port}"
+    bare = cortex(log_path, [neuron], "--model", CHAT_MODEL, "--no-metrics")
+    return bare.proc, bare.base_url
 
 
 def measure(target: Target, rounds: int, concurrency: int, max_tokens: int) -> Summary:

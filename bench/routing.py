@@ -69,8 +69,7 @@ from harness.bench_stack import (
     running_stack,
     write_summary,
 )
-from harness.ports import free_port
-from harness.procs import Proc, admin_args, wait_http_ready
+from harness.gateway import running_cortex
 from harness.routing_workload import MODEL, Shape, User, conversations, run_workload
 
 SHAPES = {
@@ -164,20 +163,12 @@ def routed(admin_url: str) -> tuple[dict[str, int], dict[str, int]]:
 def policy_cortex(policy: str, neurons: list[Neuron], logs: Path) -> Iterator[tuple[str, str]]:
     """A cortex of its own routing by `policy` to `neurons`; its URL and its
     admin listener's."""
-    port = free_port()
-    admin, admin_url = admin_args()
-    args = ["cortex", "--port", str(port), "--routing", policy, "--model", MODEL, *admin]
+    args = ["--routing", policy, "--model", MODEL]
     args += ["--state-dir", str(logs / f"state-{policy}"), "--log-level", "warning"]
-    for neuron in neurons:
-        args += ["--neuron", neuron.address]
-    proc = Proc(args, logs / f"cortex-{policy}.log")
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http_ready(proc, f"{base}/readyz", 60)
-        _wait_all_up(admin_url, len(neurons))
-        yield base, admin_url
-    finally:
-        proc.stop()
+    addresses = [neuron.address for neuron in neurons]
+    with running_cortex(logs / f"cortex-{policy}.log", addresses, *args) as running:
+        _wait_all_up(running.admin_url, len(neurons))
+        yield running.base_url, running.admin_url
 
 
 def _wait_all_up(admin: str, count: int, timeout_s: float = 60) -> None:

@@ -29,10 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import plots
+from harness import gateway, plots
 from harness.bench_stack import RESULTS, parser, write_summary
-from harness.ports import free_port
-from harness.procs import Proc, admin_args, wait_http_ready
 from harness.routed import routed
 from harness.sessions import Cell, Result, Shape, run
 from harness.sim_farm import FarmOptions, start_farm
@@ -94,19 +92,10 @@ SWEEP = [Config("prefix_affinity", e, 256) for e in (0.25, 0.5, 1.0)] + [
 @contextmanager
 def cortex(config: Config, neurons: Sequence[str], log_dir: Path) -> Iterator[tuple[str, str]]:
     """A cortex routing as `config` says; its URL and its admin listener's."""
-    port = free_port()
-    admin, admin_url = admin_args()
-    args = ["cortex", "--port", str(port), *config.args(), *admin]
-    for address in neurons:
-        args += ["--neuron", address]
     log = log_dir / f"cortex-{config.name.replace(' ', '_')}.log"
-    proc = Proc(args, log)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(proc, f"{base}/v1/models/{MODEL}", 60)
-        yield base, admin_url
-    finally:
-        proc.stop()
+    ready = f"/v1/models/{MODEL}"
+    with gateway.running_cortex(log, neurons, *config.args(), ready=ready) as running:
+        yield running.base_url, running.admin_url
 
 
 def measure(

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from harness.faultproxy import FaultProxy
+from harness.gateway import Cortex, cortex
 from harness.ports import free_port
-from harness.procs import Proc, admin_args, cortex_metric, wait_http_ready
+from harness.procs import Proc, cortex_metric
 
 MODEL = "sim-faults"
 IDLE_TIMEOUT_S = 2.0
@@ -134,24 +135,22 @@ def fault_fleet(
     # A delay under the health timeout: a slow link, not a dead one.
     proxies = [FaultProxy(port, delay_s=0.1) for port in ports]
     fleet: FaultFleet | None = None
-    cortex: Proc | None = None
+    front: Cortex | None = None
     try:
-        port = free_port()
-        admin, admin_url = admin_args()
-        base = f"http://127.0.0.1:{port}"
+        port, admin_port = free_port(), free_port()
+        base, admin_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
         fleet = FaultFleet(base, admin_url, logs, list(neuron_args), ports, proxies)
         for i in range(neurons):
             fleet.start_neuron(i)
-        targets = [a for replica in fleet.replicas for a in ("--neuron", replica)]
-        args = ["cortex", "--port", str(port), *targets, "--model", MODEL, *admin]
-        cortex = Proc([*args, *CORTEX_DEADLINES, *cortex_args], logs / "cortex.log")
-        fleet.cortex_pid = cortex.popen.pid
-        wait_http_ready(cortex, f"{fleet.base_url}/readyz", 60)
+        args = ["--model", MODEL, "--admin-port", str(admin_port), *CORTEX_DEADLINES]
+        front = cortex(logs / "cortex.log", fleet.replicas, *args, *cortex_args, port=port)
+        fleet.cortex_pid = front.proc.popen.pid
+        front.wait_ready()
         fleet.wait_all_up()
         yield fleet
     finally:
-        if cortex is not None:
-            cortex.stop()
+        if front is not None:
+            front.proc.stop()
         if fleet is not None:
             for proc in fleet.neurons:
                 if proc.popen.poll() is None:

@@ -74,10 +74,11 @@ def sim_neuron(log: Path, sim: Sim) -> SimNeuron:
     return SimNeuron(Proc(args, log), port, metrics_port)
 
 
-def cortex(log: Path, neurons: Sequence[str], *flags: str) -> Cortex:
-    """cortex on a free port in front of the neurons at `neurons`, with an
-    admin listener on a free port unless `flags` name one; not waited for."""
-    port = free_port()
+def cortex(log: Path, neurons: Sequence[str], *flags: str, port: int | None = None) -> Cortex:
+    """cortex on `port` (default: a free one) in front of the neurons at
+    `neurons`, with an admin listener on a free port unless `flags` name one
+    (then `admin_url` names that port, 0 included); not waited for."""
+    port = port or free_port()
     args = ["cortex", "--port", str(port)]
     for address in neurons:
         args += ["--neuron", address]
