@@ -24,7 +24,7 @@ import httpx
 import psutil
 
 from harness import sse
-from harness.workload import PROMPTS
+from harness.workload import PROMPTS, chat_body
 
 # What a process is, from its command line: the roles whose CPU the report
 # shows apart (the first that matches wins).
@@ -56,18 +56,6 @@ class Batch:
     @property
     def tokens(self) -> int:
         return sum(s.tokens for s in self.streams)
-
-
-def chat_body(model: str, prompt: str, max_tokens: int, extra: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": prompt}],
-        "temperature": 0,
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        **extra,
-    }
 
 
 async def stream_chat(client: httpx.AsyncClient, base: str, body: dict[str, Any]) -> Stream:

@@ -8,7 +8,9 @@ import asyncio
 import statistics
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import httpx
@@ -27,6 +29,19 @@ PROMPTS = [
 ]
 
 
+def chat_body(model: str, prompt: str, max_tokens: int, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """A greedy streamed chat request, with usage in its last chunk."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
+
+
 @dataclass
 class Run:
     ttfts: list[float]
@@ -41,14 +56,7 @@ class Run:
 async def via_cortex(
     client: httpx.AsyncClient, base: str, prompt: str, max_tokens: int
 ) -> tuple[float, int]:
-    body = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": prompt}],
-        "temperature": 0,
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    body = chat_body(MODEL, prompt, max_tokens, {})
     started = time.perf_counter()
     ttft = None
     tokens = 0
