@@ -27,15 +27,16 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-from bench.plots import bar_plot, markdown_table, write_markdown
-from bench.stack import RESULTS, output_path, parser, write_summary
-from tests.procs import Proc, engine_load, free_port, wait_http_ready
+from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.gateway import Sim, running_cortex, sim_neurons
+from harness.plots import bar_plot, markdown_table, write_markdown
+from harness.procs import engine_load
 
 MODEL = "sim-admission"
 MODES = ("admission", "unlimited")
@@ -79,32 +80,24 @@ def gateways(logs: Path, w: Workload) -> Iterator[tuple[dict[str, str], str]]:
     the neuron's address."""
     logs.mkdir(parents=True, exist_ok=True)
     state = Path(tempfile.mkdtemp(prefix="neuraxis-bench-admission-"))
-    neuron_port = free_port()
-    neuron = ["neuron", "serve", "--engine", "sim", "--port", str(neuron_port)]
-    neuron += ["--served-id", MODEL, "--metrics-port", str(free_port())]
-    neuron += ["--sim-ttft-s", "0", "--sim-itl-s", str(w.itl_s)]
+    neuron = ["--sim-ttft-s", "0", "--sim-itl-s", str(w.itl_s)]
     per_token = w.prefill_s / (PROMPT_CHARS / 4)
     neuron += ["--sim-prefix-cache-blocks", "1", "--sim-prefill-s-per-token", str(per_token)]
-    procs = [Proc(neuron, logs / "admission-neuron.log")]
     caps = {
         "admission": ["--replica-max-concurrency", str(w.cap)],
         "unlimited": ["--replica-max-concurrency", "-1"],
     }
-    bases: dict[str, str] = {}
-    try:
+    with ExitStack() as stack:
+        (sim,) = stack.enter_context(sim_neurons(logs, "admission", [Sim(MODEL, neuron)]))
+        bases: dict[str, str] = {}
         for mode in MODES:
-            port = free_port()
-            args = ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}"]
-            args += ["--model", MODEL, "--state-dir", str(state / mode), *caps[mode]]
+            args = ["--model", MODEL, "--state-dir", str(state / mode), *caps[mode]]
             args += ["--admission-queue-size", str(w.queue)]
             args += ["--admission-queue-timeout-s", str(w.queue_timeout_s)]
-            procs.append(Proc(args, logs / f"admission-cortex-{mode}.log"))
-            bases[mode] = f"http://127.0.0.1:{port}"
-            wait_http_ready(procs[-1], f"{bases[mode]}/readyz", 120)
-        yield bases, f"127.0.0.1:{neuron_port}"
-    finally:
-        for proc in reversed(procs):
-            proc.stop()
+            log = logs / f"admission-cortex-{mode}.log"
+            running = running_cortex(log, [sim.address], *args, timeout_s=120)
+            bases[mode] = stack.enter_context(running).base_url
+        yield bases, sim.address
 
 
 def _body(w: Workload) -> dict[str, object]:

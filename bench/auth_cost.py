@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +31,11 @@ import psutil
 
 from bench.auth_inprocess import measure as measure_in_process
 from bench.auth_inprocess import report as inprocess_table
-from bench.plots import bar_plot, markdown_table, write_markdown
-from bench.stack import RESULTS, output_path, parser, write_summary
-from bench.workload import MODEL, PROMPTS, Run, via_cortex
-from tests.procs import Proc, free_port, new_key, wait_http_ready
+from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.gateway import Sim, running_cortex, sim_neurons
+from harness.plots import bar_plot, markdown_table, write_markdown
+from harness.procs import new_key
+from harness.workload import MODEL, PROMPTS, Run, via_cortex
 
 Summary = dict[str, dict[str, float]]
 MODES = ("off", "on")
@@ -57,26 +58,18 @@ def two_cortexes(logs: Path, counters: str = "auto") -> Iterator[tuple[dict[str,
     each by mode, and the key."""
     logs.mkdir(parents=True, exist_ok=True)
     state = Path(tempfile.mkdtemp(prefix="neuraxis-bench-auth-"))
-    neuron_port = free_port()
-    neuron = ["neuron", "serve", "--engine", "sim", "--port", str(neuron_port)]
-    neuron += ["--served-id", MODEL, "--metrics-port", str(free_port())]
-    procs = [Proc(neuron, logs / "auth-neuron.log")]
-    limits = ["--rpm", "1000000", "--tpm", "1000000000", "--max-concurrent", "1000"]
-    key = new_key("bench", *limits, "--state-dir", str(state))
-    cortexes: dict[str, Cortex] = {}
-    try:
+    with ExitStack() as stack:
+        (sim,) = stack.enter_context(sim_neurons(logs, "auth", [Sim(MODEL)]))
+        limits = ["--rpm", "1000000", "--tpm", "1000000000", "--max-concurrent", "1000"]
+        key = new_key("bench", *limits, "--state-dir", str(state))
+        cortexes: dict[str, Cortex] = {}
         for mode in MODES:
-            port = free_port()
-            args = ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}"]
-            args += ["--state-dir", str(state), "--auth", "required" if mode == "on" else "off"]
+            args = ["--state-dir", str(state), "--auth", "required" if mode == "on" else "off"]
             args += ["--rate-limit-counters", counters]
-            procs.append(Proc(args, logs / f"auth-cortex-{mode}.log"))
-            cortexes[mode] = Cortex(f"http://127.0.0.1:{port}", psutil.Process(procs[-1].popen.pid))
-            wait_http_ready(procs[-1], f"{cortexes[mode].base}/readyz", 120)
+            log = logs / f"auth-cortex-{mode}.log"
+            running = stack.enter_context(running_cortex(log, [sim.address], *args, timeout_s=120))
+            cortexes[mode] = Cortex(running.base_url, psutil.Process(running.proc.popen.pid))
         yield cortexes, key
-    finally:
-        for proc in procs:
-            proc.stop()
 
 
 async def _run(base: str, key: str | None, concurrency: int, requests: int, tokens: int) -> Run:

@@ -25,8 +25,8 @@ from typing import Any
 
 import ray
 
-from bench.sim_cluster import SimCluster, sim_cluster, two_replica_spec
-from bench.streaming_load import Load
+from harness.sim_cluster import SimCluster, sim_cluster, two_replica_spec
+from harness.streaming_load import Load
 
 MODEL = "sim"
 SPEC = two_replica_spec(MODEL)

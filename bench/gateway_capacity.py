@@ -2,9 +2,9 @@
 second, one cortex sustains while adding under 5 ms to the p99 inter-token
 latency; then the same with `--workers 2`.
 
-The replicas are sim neurons doing almost nothing (bench/sim_farm.py: no
+The replicas are sim neurons doing almost nothing (harness/sim_farm.py: no
 time to first token, a fixed `ITL_S` between tokens), so what grows with
-the load is cortex's own work. The client (bench/sse_client.py) keeps N
+the load is cortex's own work. The client (harness/sse_load.py) keeps N
 keep-alive connections streaming back to back and times the gaps between
 content frames; the added inter-token latency is a gap minus the engine's
 `ITL_S`. (It also holds whatever delay the farm's own event loop adds, so
@@ -37,11 +37,11 @@ from typing import Any
 
 import httpx
 
-from bench import plots
-from bench.sim_farm import FarmOptions, start_farm
-from bench.sse_client import Level, run_direct, run_level
-from bench.stack import RESULTS, parser, write_summary
-from tests.procs import Proc, free_port, wait_http_ready
+from harness import gateway, plots
+from harness.bench_stack import RESULTS, parser, write_summary
+from harness.procs import Proc
+from harness.sim_farm import FarmOptions, start_farm
+from harness.sse_load import Level, run_direct, run_level
 
 MODEL = "sim-model"
 ITL_S = 0.01
@@ -56,18 +56,11 @@ CLIENT_BUSY = 0.8  # cores: past this, the client may be what limits a level
 
 @contextmanager
 def cortex(neurons: Sequence[str], workers: int, log_dir: Path) -> Iterator[tuple[str, Proc]]:
-    port = free_port()
-    args = ["cortex", "--port", str(port), "--workers", str(workers)]
-    for address in neurons:
-        args += ["--neuron", address]
-    proc = Proc(args, log_dir / f"cortex-workers{workers}.log")
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(proc, f"{base}/v1/models/{MODEL}", 60)
-        _wait_every_worker(base, workers)
-        yield base, proc
-    finally:
-        proc.stop()
+    log = log_dir / f"cortex-workers{workers}.log"
+    flags = ["--workers", str(workers)]
+    with gateway.running_cortex(log, neurons, *flags, ready=f"/v1/models/{MODEL}") as running:
+        _wait_every_worker(running.base_url, workers)
+        yield running.base_url, running.proc
 
 
 def _wait_every_worker(base: str, workers: int) -> None:

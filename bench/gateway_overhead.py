@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import sys
 
-from bench.stack import RESULTS, Target, output_path, parser, running_stack, write_summary
-from bench.workload import Summary, compare
+from harness.bench_stack import RESULTS, Target, output_path, parser, running_stack, write_summary
+from harness.workload import Summary, compare
 
 
 def measure(target: Target, concurrency: list[int], rounds: int, max_tokens: int) -> Summary:

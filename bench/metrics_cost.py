@@ -14,7 +14,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.stack import (
+from harness.bench_stack import (
     CHAT_MODEL,
     RESULTS,
     Target,
@@ -23,17 +23,17 @@ from bench.stack import (
     running_stack,
     write_summary,
 )
-from bench.workload import Run, run
-from tests.procs import Proc, free_port, wait_http_ready
+from harness.gateway import cortex
+from harness.procs import Proc, wait_http_ready
+from harness.workload import Run, run
 
 Summary = dict[str, dict[str, float]]
 
 
 def bare_cortex(neuron: str, log_path: Path) -> tuple[Proc, str]:
     """A cortex with --no-metrics in front of `neuron`; its base URL."""
-    port = free_port()
-    args = ["cortex", "--port", str(port), "--neuron", neuron, "--model", CHAT_MODEL]
-    return Proc([*args, "--no-metrics"], log_path), f"http://127.0.0.1:{port}"
+    bare = cortex(log_path, [neuron], "--model", CHAT_MODEL, "--no-metrics")
+    return bare.proc, bare.base_url
 
 
 def measure(target: Target, rounds: int, concurrency: int, max_tokens: int) -> Summary:

@@ -27,29 +27,13 @@ from pathlib import Path
 
 import psutil
 
-from bench import plots
-from bench.chat_stream import CpuMeter, role, run_batch
-from bench.heavy import held, listening_pid
-from bench.stack import CHAT_MODEL, RESULTS, parser, running_stack
-from bench.vllm_server import matched_settings, running_vllm
+from harness import plots
+from harness.bench_stack import CHAT_MODEL, RESULTS, parser, running_stack
+from harness.chat_stream import CpuMeter, role, run_batch
+from harness.heavy import held, listening_pid
+from harness.py_spy import read_raw
+from harness.vllm_server import matched_settings, running_vllm
 
-# (stage, file patterns): the first stage, innermost frame first, that matches.
-STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("logging", ("logging/", "neuraxis/core/logs.py")),
-    ("metrics", ("prometheus_client", "cortex/metrics.py", "neuron/metrics.py")),
-    ("protobuf", ("google/protobuf", "_pb2.py", "neuron/convert.py", "neuraxis/core/protomaps")),
-    ("detokenise", ("detokenizer", "tokenizers", "transformers/", "output_processor.py")),
-    ("JSON / pydantic", ("pydantic", "json/", "orjson")),
-    ("SSE framing", ("cortex/http/sse.py", "sse_starlette", "streaming.py")),
-    ("choices / chunks", ("cortex/api/", "serving.py", "chat_completion/")),
-    ("gRPC", ("grpc/", "grpc_health")),
-    ("HTTP server", ("uvicorn", "h11", "httptools", "starlette", "fastapi", "anyio")),
-    ("neuron servicer", ("neuron/server.py",)),
-    ("engine loop (neuron)", ("neuron/engine/",)),
-    ("vLLM client (AsyncLLM)", ("vllm/v1/engine/", "vllm/")),
-    ("routing", ("cortex/routing/",)),
-    ("event loop", ("asyncio/", "uvloop", "selectors.py")),
-)
 PROFILED = ("neuron", "cortex", "vLLM API server")
 # Installed beside this interpreter (pyproject.toml pins it).
 PY_SPY = Path(sys.executable).parent / "py-spy"
@@ -61,25 +45,6 @@ class Profile:
     pid: int
     samples: Counter[str]
     cpu_ms_per_token: float
-
-
-def stage_of(frames: list[str]) -> str:
-    """The stage of one sample: frames root first, as py-spy's raw format."""
-    for frame in reversed(frames):
-        for stage, patterns in STAGES:
-            if any(p in frame for p in patterns):
-                return stage
-    return "other"
-
-
-def read_raw(path: Path) -> Counter[str]:
-    """py-spy's raw (collapsed) output: `frame;frame;... count` a line."""
-    stages: Counter[str] = Counter()
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if stack and count.isdigit():
-            stages[stage_of(stack.split(";"))] += int(count)
-    return stages
 
 
 def pids_by_role(root_pid: int) -> dict[str, int]:

@@ -21,12 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.stack import RESULTS, Target, output_path, parser, running_stack, write_summary
-from bench.workload import Summary, compare
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
-from tests.postgres import postgres_server
+from harness.bench_stack import RESULTS, Target, output_path, parser, running_stack, write_summary
+from harness.postgres import postgres_server
+from harness.workload import Summary, compare
 
 
 def _record(i: int) -> StoredResponse:

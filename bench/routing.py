@@ -59,9 +59,9 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import plots
-from bench.routing_workload import MODEL, Shape, User, conversations, run_workload
-from bench.stack import (
+from cortex.routing.factory import PolicyName
+from harness import plots
+from harness.bench_stack import (
     ENGINE_START_TIMEOUT_S,
     RESULTS,
     output_path,
@@ -69,8 +69,8 @@ from bench.stack import (
     running_stack,
     write_summary,
 )
-from cortex.routing.factory import PolicyName
-from tests.procs import Proc, admin_args, free_port, wait_http_ready
+from harness.gateway import running_cortex
+from harness.routing_workload import MODEL, Shape, User, conversations, run_workload
 
 SHAPES = {
     "shared": Shape(
@@ -163,20 +163,12 @@ def routed(admin_url: str) -> tuple[dict[str, int], dict[str, int]]:
 def policy_cortex(policy: str, neurons: list[Neuron], logs: Path) -> Iterator[tuple[str, str]]:
     """A cortex of its own routing by `policy` to `neurons`; its URL and its
     admin listener's."""
-    port = free_port()
-    admin, admin_url = admin_args()
-    args = ["cortex", "--port", str(port), "--routing", policy, "--model", MODEL, *admin]
+    args = ["--routing", policy, "--model", MODEL]
     args += ["--state-dir", str(logs / f"state-{policy}"), "--log-level", "warning"]
-    for neuron in neurons:
-        args += ["--neuron", neuron.address]
-    proc = Proc(args, logs / f"cortex-{policy}.log")
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http_ready(proc, f"{base}/readyz", 60)
-        _wait_all_up(admin_url, len(neurons))
-        yield base, admin_url
-    finally:
-        proc.stop()
+    addresses = [neuron.address for neuron in neurons]
+    with running_cortex(logs / f"cortex-{policy}.log", addresses, *args) as running:
+        _wait_all_up(running.admin_url, len(neurons))
+        yield running.base_url, running.admin_url
 
 
 def _wait_all_up(admin: str, count: int, timeout_s: float = 60) -> None:

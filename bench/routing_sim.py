@@ -1,11 +1,11 @@
 """`make bench-routing-sim`: the routing policies at scale, on simulated
 replicas with a modelled prefix cache.
 
-16 sim replicas (bench/sim_farm.py: one process, one grpc.aio server per
+16 sim replicas (harness/sim_farm.py: one process, one grpc.aio server per
 replica, each engine with its own LRU prefix cache and prefill lane), one
 cortex process per policy in front of all of them (started together, so the
 policies alternate within one run on the same replicas), and two workloads
-(bench/sessions.py): many groups, each with a ~1,000-token system prompt
+(harness/sessions.py): many groups, each with a ~1,000-token system prompt
 and users sending 3 turns, interleaved; and one hot group. Each run tags its
 prompts afresh, so it starts with caches holding nothing it can use.
 
@@ -23,20 +23,17 @@ ttft_cdf_<workload>.png, share_<workload>.png.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from bench import plots
-from bench.sessions import Result, Shape, run
-from bench.sim_farm import FarmOptions, start_farm
-from bench.stack import RESULTS, parser, write_summary
-from tests.procs import Proc, admin_args, free_port, wait_http_ready
+from harness import gateway, plots
+from harness.bench_stack import RESULTS, parser, write_summary
+from harness.routed import routed
+from harness.sessions import Cell, Result, Shape, run
+from harness.sim_farm import FarmOptions, start_farm
 
 MODEL = "sim-model"
 POLICIES = ("least_outstanding", "power_of_two", "prefix_affinity")
@@ -95,63 +92,10 @@ SWEEP = [Config("prefix_affinity", e, 256) for e in (0.25, 0.5, 1.0)] + [
 @contextmanager
 def cortex(config: Config, neurons: Sequence[str], log_dir: Path) -> Iterator[tuple[str, str]]:
     """A cortex routing as `config` says; its URL and its admin listener's."""
-    port = free_port()
-    admin, admin_url = admin_args()
-    args = ["cortex", "--port", str(port), *config.args(), *admin]
-    for address in neurons:
-        args += ["--neuron", address]
     log = log_dir / f"cortex-{config.name.replace(' ', '_')}.log"
-    proc = Proc(args, log)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(proc, f"{base}/v1/models/{MODEL}", 60)
-        yield base, admin_url
-    finally:
-        proc.stop()
-
-
-_ROUTED = re.compile(r"^neuraxis_routing_decisions_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-_REPLICA = re.compile(r'replica="([^"]*)"')
-
-
-def routed(admin_url: str) -> dict[str, float]:
-    """Requests cortex has routed to each replica so far."""
-    return parse_routed(httpx.get(f"{admin_url}/metrics", timeout=10).text)
-
-
-def parse_routed(metrics: str) -> dict[str, float]:
-    """Per replica, the sum of its neuraxis_routing_decisions_total series
-    (whatever other labels they carry) in Prometheus text."""
-    counts: dict[str, float] = {}
-    for line in metrics.splitlines():
-        match = _ROUTED.match(line)
-        replica = _REPLICA.search(match["labels"]) if match else None
-        if match and replica:
-            counts[replica[1]] = counts.get(replica[1], 0.0) + float(match["value"])
-    return counts
-
-
-@dataclass
-class Cell:
-    """One (workload, config) over all its rounds."""
-
-    result: Result
-    routed: dict[str, float]
-
-    def add(self, result: Result, routed: dict[str, float]) -> None:
-        self.result.ttfts += result.ttfts
-        self.result.prompt_tokens += result.prompt_tokens
-        self.result.cached_tokens += result.cached_tokens
-        self.result.completion_tokens += result.completion_tokens
-        self.result.wall_s += result.wall_s
-        for replica, n in routed.items():
-            self.routed[replica] = self.routed.get(replica, 0.0) + n
-
-    def shares(self, replicas: Sequence[str]) -> list[float]:
-        """Each replica's share of requests relative to the average (1.0 = fair)."""
-        total = sum(self.routed.get(r, 0.0) for r in replicas)
-        average = total / len(replicas) if total else 1.0
-        return [self.routed.get(r, 0.0) / average for r in replicas]
+    ready = f"/v1/models/{MODEL}"
+    with gateway.running_cortex(log, neurons, *config.args(), ready=ready) as running:
+        yield running.base_url, running.admin_url
 
 
 def measure(

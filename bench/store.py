@@ -8,7 +8,7 @@
 2. The retention purge: time to delete 100,000 expired responses (plus
    10,000 that stay) through `ResponseStore.purge`, SQLite (a file in a
    temporary directory) and PostgreSQL (a throwaway local server,
-   tests/postgres.py). The rows are a typical stored answer (a few hundred
+   harness/postgres.py). The rows are a typical stored answer (a few hundred
    characters, its compacted events), written in bulk beforehand.
 
     make bench-store
@@ -31,13 +31,13 @@ from typing import Any
 import asyncpg
 import httpx
 
-from bench.plots import markdown_table, write_markdown
-from bench.stack import output_path, parser, write_summary
 from cortex.store.base import COLUMNS, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
-from tests.postgres import fresh_database, postgres_server
-from tests.procs import Proc, free_port, wait_http_ready
+from harness.bench_stack import output_path, parser, write_summary
+from harness.gateway import sim_gateway
+from harness.plots import markdown_table, write_markdown
+from harness.postgres import fresh_database, postgres_server
 
 MODEL = "sim-model"
 DAY_S = 86_400
@@ -47,20 +47,17 @@ DAY_S = 86_400
 def sim_cortex(logs: Path, state: Path) -> Iterator[str]:
     """A sim neuron (no time between tokens) and a cortex storing in `state`."""
     logs.mkdir(parents=True, exist_ok=True)
-    neuron_port, port = free_port(), free_port()
-    neuron = ["neuron", "serve", "--engine", "sim", "--port", str(neuron_port)]
-    neuron += ["--served-id", MODEL, "--metrics-port", str(free_port())]
-    neuron += ["--sim-ttft-s", "0", "--sim-itl-s", "0"]
-    procs = [Proc(neuron, logs / "store-neuron.log")]
-    try:
-        args = ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}"]
-        procs.append(Proc([*args, "--state-dir", str(state)], logs / "store-cortex.log"))
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(procs[-1], f"{base}/readyz", 120)
-        yield base
-    finally:
-        for proc in reversed(procs):
-            proc.stop()
+    neuron = ["--sim-ttft-s", "0", "--sim-itl-s", "0"]
+    with sim_gateway(
+        logs,
+        "store",
+        "--state-dir",
+        str(state),
+        served_id=MODEL,
+        neuron_flags=neuron,
+        timeout_s=120,
+    ) as running:
+        yield running.base_url
 
 
 def stream_one(base: str, tokens: int) -> str:

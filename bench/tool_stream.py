@@ -1,7 +1,7 @@
 """How early streamed tool calls reach the client under tool_choice auto.
 
 Starts `neuraxis up` and streams, through /v1/chat/completions, three greedy
-conversations that make SmolLM2 answer with calls (tests/toolcalls.py): one
+conversations that make SmolLM2 answer with calls (harness/toolcalls.py): one
 call, a sentence then a call, two calls. For each it prints the median time
 from the request to the first text delta, to the first tool-call delta (the
 call's id and name) and to the stream's end. When calls were held until the
@@ -17,9 +17,16 @@ import statistics
 import sys
 from typing import Any
 
-from bench.plots import markdown_table, write_markdown
-from bench.stack import CHAT_MODEL, RESULTS, output_path, parser, running_stack, write_summary
-from tests.toolcalls import CALLS_TWICE, CHAT_ASKED_AGAIN, CHAT_TOOLS, SAYS_THEN_CALLS, timed_sse
+from harness.bench_stack import (
+    CHAT_MODEL,
+    RESULTS,
+    output_path,
+    parser,
+    running_stack,
+    write_summary,
+)
+from harness.plots import markdown_table, write_markdown
+from harness.toolcalls import CALLS_TWICE, CHAT_ASKED_AGAIN, CHAT_TOOLS, SAYS_THEN_CALLS, timed_sse
 
 CASES: dict[str, Any] = {
     "one call": CHAT_ASKED_AGAIN,

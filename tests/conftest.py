@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stacks import SimStack, Stack, close_clients, embedded_stack, simulated_stack
+from harness.stacks import SimStack, Stack, close_clients, embedded_stack, simulated_stack
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import REPO, child_env
-from tests.stacks import Stack
+from harness.procs import REPO, child_env
+from harness.stacks import Stack
 
 SMOKE_TIMEOUT_S = 300
 

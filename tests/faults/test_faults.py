@@ -1,6 +1,6 @@
 """Fault injection (issue 13 point 8): three sim neurons, each behind our own
 TCP fault proxy, a cortex with short deadlines in front of the proxies
-(bench/fault_fleet.py). Each fault is injected into the neuron running the
+(harness/fault_fleet.py). Each fault is injected into the neuron running the
 most of six long streams; a control run without any comes first.
 
 What a client must see:
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from bench.fault_fleet import IDLE_TIMEOUT_S, MODEL, Fault, FaultFleet, fault_fleet
-from bench.streaming_load import Outcome, stream_once
-from tests.procs import engine_load
+from harness.fault_fleet import IDLE_TIMEOUT_S, MODEL, Fault, FaultFleet, fault_fleet
+from harness.procs import engine_load
+from harness.streaming_load import Outcome, stream_once
 
 STREAMS = 6
 STREAM_TOKENS = 250  # 5 s at 20 ms a token: running when the fault comes

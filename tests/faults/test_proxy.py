@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.faultproxy import FaultProxy
+from harness.faultproxy import FaultProxy
 
 
 class _Echo(socketserver.BaseRequestHandler):

@@ -15,19 +15,21 @@ import json
 import os
 import random
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import pytest
 import requests
 
+from harness.gateway import Sim, running_cortex, sim_neurons
+from harness.procs import REPO, new_key
 from tests.fuzz.driver import Fuzzer, Tally, Target
-from tests.procs import REPO, Proc, free_port, new_key, wait_http_ready
 
 DEFAULT_REQUESTS = 2_000
 RESULTS = REPO / "bench" / "results" / "fuzz"
 # Two generating sim neurons answering at once: the run measures cortex's
 # answers, not the engine's pace. A large max_tokens still costs a loop.
-SIM = ["--engine", "sim", "--sim-ttft-s", "0", "--sim-itl-s", "0"]
+SIM = ["--sim-ttft-s", "0", "--sim-itl-s", "0"]
 MODELS = ("sim-a", "sim-b")
 
 # Lines for pytest's terminal summary (conftest.py prints them).
@@ -54,31 +56,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     auth required with one key."""
     logs = tmp_path_factory.mktemp("fuzz-logs")
     state = tmp_path_factory.mktemp("fuzz-state")
-    procs: list[Proc] = []
-    try:
-        neurons: list[str] = []
-        for served_id in MODELS:
-            port = free_port()
-            neurons += ["--neuron", f"127.0.0.1:{port}"]
-            args = ["neuron", "serve", *SIM, "--port", str(port), "--served-id", served_id]
-            args += ["--metrics-port", str(free_port())]
-            procs.append(Proc(args, logs / f"{served_id}.log"))
-        bases = []
+    with ExitStack() as stack:
+        sims = [Sim(served_id, SIM) for served_id in MODELS]
+        neurons = [n.address for n in stack.enter_context(sim_neurons(logs, "fuzz", sims))]
+        cortexes = []
         for label, extra in (("off", []), ("on", ["--auth", "required"])):
-            port = free_port()
-            args = ["cortex", "--port", str(port), *neurons, *extra]
-            args += ["--state-dir", str(state / label)]
-            cortex = Proc(args, logs / f"cortex-{label}.log")
-            procs.append(cortex)
-            bases.append((cortex, f"http://127.0.0.1:{port}"))
-        for cortex, base in bases:
-            wait_http_ready(cortex, f"{base}/readyz", 60)
-        (_, off), (_, on) = bases
+            args = [*extra, "--state-dir", str(state / label)]
+            cortexes.append(
+                stack.enter_context(
+                    running_cortex(logs / f"cortex-{label}.log", neurons, *args, ready=None)
+                )
+            )
+        for running in cortexes:
+            running.wait_ready()
+        off, on = (c.base_url for c in cortexes)
         key = new_key("fuzz", "--state-dir", str(state / "on"))
         yield Cluster(Target("auth-off", off, MODELS), Target("auth-on", on, MODELS, key))
-    finally:
-        for proc in procs:
-            proc.stop()
 
 
 def _report(target: Target, tally: Tally, run_seed: int) -> None:

@@ -16,8 +16,10 @@ import httpx
 import psutil
 import pytest
 
-from tests.procs import Proc, admin_args, free_port, wait_http_ready
-from tests.stacks import SimStack
+from harness.gateway import Sim, cortex, sim_neurons
+from harness.ports import free_port
+from harness.procs import Proc, admin_args
+from harness.stacks import SimStack
 
 MODEL = "sim-admin"
 CHAT = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}
@@ -25,22 +27,15 @@ CHAT = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content"
 
 @pytest.fixture(scope="module")
 def neuron(logs_dir: Path) -> Iterator[str]:
-    port = free_port()
-    args = ["neuron", "serve", "--engine", "sim", "--port", str(port), "--served-id", MODEL]
-    proc = Proc([*args, "--metrics-port", str(free_port())], logs_dir / "admin-neuron.log")
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.stop()
+    with sim_neurons(logs_dir, "admin", [Sim(MODEL)]) as (running,):
+        yield running.address
 
 
 def _cortex(neuron: str, log: Path, *extra: str) -> tuple[Proc, str]:
-    port = free_port()
-    args = ["cortex", "--port", str(port), "--neuron", neuron, "--model", MODEL]
-    proc = Proc([*args, "--state-dir", str(log.with_suffix(".state")), *extra], log)
-    base = f"http://127.0.0.1:{port}"
-    wait_http_ready(proc, f"{base}/readyz", 60)
-    return proc, base
+    args = ["--model", MODEL, "--state-dir", str(log.with_suffix(".state")), *extra]
+    started = cortex(log, [neuron], *args)
+    started.wait_ready()
+    return started.proc, started.base_url
 
 
 def _not_found(url: str) -> None:

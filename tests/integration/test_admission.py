@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.procs import Proc, admin_args, engine_load, free_port, wait_http_ready
+from harness.gateway import sim_gateway
+from harness.procs import engine_load
 
 MODEL = "sim-admission"
 CAP = 2
@@ -46,26 +47,15 @@ class Gateway:
 
 @pytest.fixture(scope="module")
 def gateway(logs_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    neuron_port, port = free_port(), free_port()
-    neuron_args = ["neuron", "serve", "--engine", "sim", "--port", str(neuron_port)]
-    neuron_args += ["--served-id", MODEL, "--metrics-port", str(free_port())]
-    neuron_args += ["--sim-ttft-s", "0.01", "--sim-itl-s", str(ITL_S)]
-    cortex_args = ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}"]
-    cortex_args += ["--model", MODEL, "--state-dir", str(tmp_path_factory.mktemp("adm-state"))]
+    cortex_args = ["--model", MODEL, "--state-dir", str(tmp_path_factory.mktemp("adm-state"))]
     cortex_args += ["--replica-max-concurrency", str(CAP)]
     cortex_args += ["--admission-queue-size", str(QUEUE)]
     cortex_args += ["--admission-queue-timeout-s", str(QUEUE_TIMEOUT_S)]
-    admin, admin_url = admin_args()
-    cortex_args += admin
-    procs = [Proc(neuron_args, logs_dir / "admission-neuron.log")]
-    try:
-        procs.append(Proc(cortex_args, logs_dir / "admission-cortex.log"))
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(procs[-1], f"{base}/readyz", 60)
-        yield Gateway(base, admin_url, f"127.0.0.1:{neuron_port}")
-    finally:
-        for proc in reversed(procs):
-            proc.stop()
+    neuron_args = ["--sim-ttft-s", "0.01", "--sim-itl-s", str(ITL_S)]
+    with sim_gateway(
+        logs_dir, "admission", *cortex_args, served_id=MODEL, neuron_flags=neuron_args
+    ) as running:
+        yield Gateway(running.base_url, running.admin_url, running.neuron.address)
 
 
 @dataclass

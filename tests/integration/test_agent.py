@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from cortex.cluster.head import start_head, wait_for_head
+from harness.fake_nvml import fake_nvml_env
+from harness.notify import NotifySocket
+from harness.ports import free_port
+from harness.procs import REPO
 from neuraxis.core.process import stop_process_group
-from tests.fake_nvml import fake_nvml_env
-from tests.notify import NotifySocket
-from tests.procs import REPO, free_port
 
 # The head, the agent and the test's driver share a token: the cluster does
 # not depend on whatever ~/.ray/auth_token this machine holds.

@@ -29,8 +29,10 @@ import pytest
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.store.keys import SQLITE_FILE
 from cortex.store.sqlite_keys import SqliteKeyStore
+from harness.gateway import Sim, sim_gateway
+from harness.ports import free_port
+from harness.procs import REPO, child_env
 from neuraxis.app.cli import main
-from tests.procs import REPO, Proc, child_env, free_port, wait_http_ready
 
 FAST, SLOW = "sim-fast", "sim-slow"
 # The slow neuron's time to first token: long enough that 50 requests sent
@@ -68,25 +70,10 @@ def _keys(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthStack]:
     logs = tmp_path_factory.mktemp("auth-logs")
     state_dir = tmp_path_factory.mktemp("auth-state")
-    procs: list[Proc] = []
-    neurons: list[str] = []
-    try:
-        for served_id, extra in ((FAST, []), (SLOW, ["--sim-ttft-s", str(SLOW_TTFT_S)])):
-            port = free_port()
-            neurons += ["--neuron", f"127.0.0.1:{port}"]
-            args = ["neuron", "serve", "--engine", "sim", "--port", str(port)]
-            args += ["--served-id", served_id, "--metrics-port", str(free_port()), *extra]
-            procs.append(Proc(args, logs / f"{served_id}.log"))
-        port = free_port()
-        args = ["cortex", "--port", str(port), *neurons, "--auth", "required"]
-        cortex = Proc([*args, "--state-dir", str(state_dir)], logs / "cortex.log")
-        procs.append(cortex)
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(cortex, f"{base}/readyz", 60)
-        yield AuthStack(base, state_dir)
-    finally:
-        for proc in procs:
-            proc.stop()
+    sims = [Sim(FAST), Sim(SLOW, ["--sim-ttft-s", str(SLOW_TTFT_S)])]
+    args = ["--auth", "required", "--state-dir", str(state_dir)]
+    with sim_gateway(logs, "auth", *args, sims=sims) as running:
+        yield AuthStack(running.base_url, state_dir)
 
 
 def _headers(key: str | None) -> dict[str, str]:

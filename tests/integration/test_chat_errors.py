@@ -10,7 +10,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.stacks import MODEL, SimStack, Stack
+from harness.stacks import MODEL, SimStack, Stack
 
 HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hello"}]
 

@@ -13,7 +13,7 @@ from typing import Any
 from openai.types.chat import ChatCompletionMessageCustomToolCall
 from openai.types.responses import ResponseCustomToolCall, ResponseFunctionToolCall
 
-from tests.stacks import MODEL, Stack
+from harness.stacks import MODEL, Stack
 
 WEATHER: Any = {
     "type": "function",

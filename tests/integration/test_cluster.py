@@ -27,8 +27,8 @@ import httpx
 import pytest
 import ray
 
-from bench.sim_cluster import SimCluster, sim_cluster, two_replica_spec
-from bench.streaming_load import Load, Outcome, stream_once
+from harness.sim_cluster import SimCluster, sim_cluster, two_replica_spec
+from harness.streaming_load import Load, Outcome, stream_once
 
 MODEL = "sim-ada-plus"
 SPEC = (

@@ -1,5 +1,5 @@
 """Operating a cluster under load, on a real Ray cluster on one machine
-(bench/sim_cluster.py: a head, an ada, a hopper and a blackwell node,
+(harness/sim_cluster.py: a head, an ada, a hopper and a blackwell node,
 cortex in cluster mode, two simulated replicas), each case paired with a
 control run of the same load:
 
@@ -25,10 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.sim_cluster import SimCluster, sim_cluster, two_replica_spec
-from bench.streaming_load import Load
-from tests.postgres import postgres_server
-from tests.procs import REPO, Proc, child_env, free_port, wait_http_ready
+from harness.ports import free_port
+from harness.postgres import postgres_server
+from harness.procs import REPO, Proc, child_env, wait_http_ready
+from harness.sim_cluster import SimCluster, sim_cluster, two_replica_spec
+from harness.streaming_load import Load
 
 MODEL = "sim-ops"
 

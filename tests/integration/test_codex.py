@@ -1,4 +1,4 @@
-"""The real Codex CLI (npm @openai/codex, pinned, installed by tests/npm.py)
+"""The real Codex CLI (npm @openai/codex, pinned, installed by harness/npm.py)
 runs one `codex exec` turn against the embedded default through the
 Responses API, as a new user would set it up: a custom provider with
 `wire_api = "responses"`, no authentication.
@@ -7,7 +7,7 @@ Codex sends what agents send: namespace tools, a hosted web_search tool,
 client_metadata, prompt_cache_key, reasoning settings, `store: false`. The
 small model may answer oddly; what is tested is that every request Codex
 makes is accepted and that the turn ends. Its requests go through a
-recording proxy (tests/recorder.py): a refused one is shown whole in the
+recording proxy (harness/recorder.py): a refused one is shown whole in the
 failure message.
 """
 
@@ -18,9 +18,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.npm import npm_bin
-from tests.recorder import recording_proxy
-from tests.stacks import MODEL, Stack
+from harness.npm import npm_bin
+from harness.recorder import recording_proxy
+from harness.stacks import MODEL, Stack
 
 CODEX = ("@openai/codex", "0.169.0")
 PROMPT = "What is the capital of France? Answer in one word, without running any command."

@@ -29,9 +29,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.ports import free_port
+from harness.procs import REPO, child_env, new_key
+from harness.stacks import ENGINE_START_TIMEOUT_S, MODEL
 from neuraxis.core.process import stop_process_group
-from tests.procs import REPO, child_env, free_port, new_key
-from tests.stacks import ENGINE_START_TIMEOUT_S, MODEL
 
 GRACE_S = 2
 

@@ -1,5 +1,5 @@
 """A controller that comes back and adopts, on a real Ray cluster on one
-machine (bench/sim_cluster.py: a head, an ada and a blackwell node, cortex
+machine (harness/sim_cluster.py: a head, an ada and a blackwell node, cortex
 in cluster mode, two simulated replicas).
 
 Under a steady streaming load the controller actor is killed, once for good
@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import ray
 
-from bench.sim_cluster import SimCluster, sim_cluster, two_replica_spec
-from bench.streaming_load import Load
+from harness.sim_cluster import SimCluster, sim_cluster, two_replica_spec
+from harness.streaming_load import Load
 
 MODEL = "sim-adopt"
 CONTROLLER = "neuraxis-controller"

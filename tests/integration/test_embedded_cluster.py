@@ -9,8 +9,8 @@ import os
 import subprocess
 import sys
 
-from tests.procs import REPO
-from tests.stacks import EMBEDDING_MODEL, MODEL, Stack
+from harness.procs import REPO
+from harness.stacks import EMBEDDING_MODEL, MODEL, Stack
 
 
 def _status(address: str | None, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -15,8 +15,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.procs import neuron_addresses
-from tests.stacks import MODEL, Stack
+from harness.procs import neuron_addresses
+from harness.stacks import MODEL, Stack
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.procs import Proc, free_port, wait_http_ready
-from tests.stacks import SimStack
+from harness.gateway import sim_gateway
+from harness.procs import Proc
+from harness.stacks import SimStack
 
 MODEL = "sim-hygiene"
 HELLO = [{"role": "user", "content": "hello"}]
@@ -44,24 +45,12 @@ class Gateway:
 
 @pytest.fixture(scope="module")
 def gateway(logs_dir: Path) -> Iterator[Gateway]:
-    neuron_port, port = free_port(), free_port()
-    neuron_args = ["neuron", "serve", "--engine", "sim", "--port", str(neuron_port)]
-    neuron_args += ["--served-id", MODEL, "--metrics-port", str(free_port())]
-    neuron_args += ["--sim-ttft-s", "0.01", "--sim-itl-s", "0.05"]
-    neuron = Proc(neuron_args, logs_dir / "hygiene-neuron.log")
-    cortex_log = logs_dir / "hygiene-cortex.log"
-    cortex = Proc(
-        ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}", "--model", MODEL],
-        cortex_log,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(cortex, f"{base}/readyz", 60)
-        yield Gateway(base, neuron, neuron_port, cortex_log)
-    finally:
-        cortex.stop()
-        if neuron.alive():
-            neuron.stop()
+    neuron_args = ["--sim-ttft-s", "0.01", "--sim-itl-s", "0.05"]
+    with sim_gateway(
+        logs_dir, "hygiene", "--model", MODEL, served_id=MODEL, neuron_flags=neuron_args
+    ) as running:
+        neuron = running.neuron
+        yield Gateway(running.base_url, neuron.proc, neuron.port, running.cortex.proc.log_path)
 
 
 def _clean(text: str) -> None:

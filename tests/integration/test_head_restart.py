@@ -1,5 +1,5 @@
 """The Ray head killed under load and started again, with real processes: a
-Redis (tests/redis.py), `neuraxis head`, a second Ray node (a GPU host,
+Redis (harness/redis.py), `neuraxis head`, a second Ray node (a GPU host,
 logical GPUs) running a simulated replica, and cortex in cluster mode.
 
 With GCS fault tolerance (`ray_gcs_storage`, the head's state in Redis) the
@@ -33,12 +33,12 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.sim_cluster import free_port
-from bench.streaming_load import Load
+from harness.notify import NotifySocket
+from harness.ports import free_port
+from harness.procs import Proc, start_gpu_node
+from harness.redis import redis_server
+from harness.streaming_load import Load
 from neuraxis.core.process import stop_process_group
-from tests.notify import NotifySocket
-from tests.procs import Proc, start_gpu_node
-from tests.redis import redis_server
 
 MODEL = "sim-head-restart"
 # The run without GCS fault tolerance has a model of its own: its neurons are

@@ -24,10 +24,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.sim_cluster import free_port
+from harness.notify import NotifySocket
+from harness.ports import free_port
+from harness.procs import Proc, child_env, start_gpu_node
 from neuraxis.core.process import stop_process_group
-from tests.notify import NotifySocket
-from tests.procs import Proc, child_env, start_gpu_node
 
 MODEL = "sim-head-service"
 SPEC = f"""

@@ -21,6 +21,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +30,8 @@ import pytest
 
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.store.keys import open_key_store
-from tests.postgres import postgres_server
-from tests.procs import Proc, free_port, wait_http_ready
+from harness.gateway import Sim, running_cortex, sim_neurons
+from harness.postgres import postgres_server
 
 MODEL = "sim-slow"
 SLOW_TTFT_S = 3.0
@@ -76,34 +77,21 @@ class Shared:
 @pytest.fixture(scope="module")
 def neuron(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     logs = tmp_path_factory.mktemp("limits-neuron")
-    port = free_port()
-    args = ["neuron", "serve", "--engine", "sim", "--port", str(port), "--served-id", MODEL]
-    args += ["--metrics-port", str(free_port()), "--sim-ttft-s", str(SLOW_TTFT_S)]
-    proc = Proc(args, logs / "neuron.log")
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.stop()
+    sim = Sim(MODEL, ["--sim-ttft-s", str(SLOW_TTFT_S)])
+    with sim_neurons(logs, "limits", [sim]) as (running,):
+        yield running.address
 
 
 def _cortexes(
     neuron: str, logs: Path, store: list[str], count: int, extra: list[str]
 ) -> Iterator[Shared]:
-    procs: list[Proc] = []
-    bases: list[str] = []
-    log_paths: list[Path] = []
-    try:
-        for i in range(count):
-            port = free_port()
-            log_paths.append(logs / f"cortex{i}.log")
-            args = ["cortex", "--port", str(port), "--neuron", neuron, "--auth", "required"]
-            procs.append(Proc([*args, *store, *extra], log_paths[-1]))
-            bases.append(f"http://127.0.0.1:{port}")
-            wait_http_ready(procs[-1], f"{bases[-1]}/readyz", 60)
+    with ExitStack() as stack:
+        log_paths = [logs / f"cortex{i}.log" for i in range(count)]
+        args = ["--auth", "required", *store, *extra]
+        bases = [
+            stack.enter_context(running_cortex(log, [neuron], *args)).base_url for log in log_paths
+        ]
         yield Shared(bases, store, log_paths)
-    finally:
-        for proc in procs:
-            proc.stop()
 
 
 @pytest.fixture

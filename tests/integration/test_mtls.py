@@ -16,11 +16,12 @@ import grpc
 import httpx
 import pytest
 
+from harness.ports import free_port
+from harness.procs import Proc, wait_http_ready
 from neuraxis.app.cli import main
 from neuraxis.core.tls import NEURON_SERVER_NAME
 from neuraxis.core.v1 import neuron_pb2 as pb
 from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
-from tests.procs import Proc, free_port, wait_http_ready
 
 pytestmark = pytest.mark.integration
 
@@ -208,7 +209,7 @@ def test_a_cluster_over_mutual_tls(
     hands them on (NEURAXIS_NEURON_TLS_*), cortex its own; the replicas come
     up ready through the replica's, the controller's and the pool's checks,
     serve a chat through cortex, and refuse a plaintext client."""
-    from bench.sim_cluster import sim_cluster
+    from harness.sim_cluster import sim_cluster
 
     d = running.ours.directory
     for side, stem in (("NEURON", "neuron"), ("CORTEX", "cortex")):

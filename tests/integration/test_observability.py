@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import time
 import uuid
@@ -15,8 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import REPO, free_port
-from tests.stacks import MODEL, Stack
+from harness import services
+from harness.ports import free_port
+from harness.procs import REPO
+from harness.stacks import MODEL, Stack
 
 DEPLOY = REPO / "deploy"
 RULES = DEPLOY / "prometheus/rules.yml"
@@ -25,15 +26,7 @@ CHAT = "/v1/chat/completions"
 
 def _ensure_prometheus() -> None:
     """The test setup installs Debian's prometheus package when it is missing."""
-    if shutil.which("prometheus") and shutil.which("promtool"):
-        return
-    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"],
-        check=True,
-        env=env,
-    )
+    services.prometheus_binary()
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import pytest
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
-from tests.stacks import EMBEDDING_MODEL, MODEL, Stack
+from harness.stacks import EMBEDDING_MODEL, MODEL, Stack
 
 WEATHER_PARAMS = {
     "type": "object",

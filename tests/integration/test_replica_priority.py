@@ -9,7 +9,7 @@ import os
 
 import psutil
 
-from tests.stacks import Stack
+from harness.stacks import Stack
 
 
 def test_every_neuron_and_its_engine_run_at_niceness_zero(stack: Stack) -> None:

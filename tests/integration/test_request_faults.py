@@ -29,7 +29,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.procs import Proc, admin_args, cortex_metric, engine_load, free_port, wait_http_ready
+from harness.gateway import Sim, sim_gateway
+from harness.procs import Proc, cortex_metric, engine_load
 
 MODEL = "sim-model"
 
@@ -61,29 +62,17 @@ class Fleet:
 def _fleet(logs_dir: Path, name: str, neuron_args: list[tuple[str, list[str]]]) -> Iterator[Fleet]:
     """cortex in front of one sim neuron per entry of `neuron_args` (the
     model it serves, its extra flags)."""
-    procs: list[Proc] = []
-    addresses: list[str] = []
-    try:
-        for i, (served_id, extra) in enumerate(neuron_args):
-            port = free_port()
-            addresses.append(f"127.0.0.1:{port}")
-            args = ["neuron", "serve", "--engine", "sim", "--port", str(port)]
-            args += ["--served-id", served_id, "--metrics-port", str(free_port()), *extra]
-            procs.append(Proc(args, logs_dir / f"{name}-neuron{i}.log"))
-        port = free_port()
-        neurons = [a for address in addresses for a in ("--neuron", address)]
-        admin, admin_url = admin_args()
-        cortex_args = ["cortex", "--port", str(port), *neurons, "--model", MODEL, *admin]
-        cortex = Proc(cortex_args, logs_dir / f"{name}-cortex.log")
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(cortex, f"{base}/readyz", 60)
-        fleet = Fleet(base, admin_url, addresses, procs[: len(addresses)])
-        procs.append(cortex)
+    sims = [Sim(served_id, extra) for served_id, extra in neuron_args]
+    with sim_gateway(logs_dir, name, "--model", MODEL, sims=sims) as running:
+        neurons = running.neurons
+        fleet = Fleet(
+            running.base_url,
+            running.admin_url,
+            [n.address for n in neurons],
+            [n.proc for n in neurons],
+        )
         assert _wait(lambda: all(fleet.up()), 30), fleet.up()
         yield fleet
-    finally:
-        for p in procs:
-            p.stop()
 
 
 def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:

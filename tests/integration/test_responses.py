@@ -17,9 +17,11 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.postgres import postgres_server
-from tests.procs import Proc, engine_load, free_port, wait_http_ready
-from tests.stacks import MODEL, SimStack, Stack, strict_client
+from harness.gateway import Sim, sim_gateway
+from harness.ports import free_port
+from harness.postgres import postgres_server
+from harness.procs import Proc, engine_load, wait_http_ready
+from harness.stacks import MODEL, SimStack, Stack, strict_client
 
 QUESTION = "What is the capital of France?"
 
@@ -481,39 +483,11 @@ def test_background_response_cut_by_a_cortex_crash_ends_failed(
 
 
 def test_neuron_killed_mid_stream_ends_with_response_failed(logs_dir: Path) -> None:
-    neuron_port, port = free_port(), free_port()
-    neuron = Proc(
-        [
-            "neuron",
-            "serve",
-            "--engine",
-            "sim",
-            "--port",
-            str(neuron_port),
-            "--served-id",
-            "sim-slow",
-            "--sim-itl-s",
-            "0.05",
-            "--metrics-port",
-            "0",
-        ],
-        logs_dir / "sim-slow.log",
-    )
-    cortex = Proc(
-        [
-            "cortex",
-            "--port",
-            str(port),
-            "--neuron",
-            f"127.0.0.1:{neuron_port}",
-            "--state-dir",
-            str(logs_dir / "killed-state"),
-        ],
-        logs_dir / "cortex-killed.log",
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http_ready(cortex, f"{base}/v1/models/sim-slow", 60)
+    sim = Sim("sim-slow", ["--sim-itl-s", "0.05"])
+    state = ["--state-dir", str(logs_dir / "killed-state")]
+    ready = "/v1/models/sim-slow"
+    with sim_gateway(logs_dir, "killed", *state, sims=[sim], ready=ready) as running:
+        base, neuron = running.base_url, running.neuron.proc
         body = {"model": "sim-slow", "input": "Hi", "stream": True, "max_output_tokens": 200}
         events = []
         with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=60) as r:
@@ -527,9 +501,6 @@ def test_neuron_killed_mid_stream_ends_with_response_failed(logs_dir: Path) -> N
         assert events[-1]["response"]["error"]["message"]
         stored = strict_client(base).responses.retrieve(events[-1]["response"]["id"])
         assert stored.status == "failed"
-    finally:
-        cortex.stop()
-        neuron.stop()
 
 
 # --- the response object real clients read (issue 16 part 1) ------------------

@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import Proc, engine_load, free_port, wait_http_ready
+from harness.gateway import Sim, cortex, sim_neurons
+from harness.procs import Proc, engine_load
 
 MODEL = "sim-lease"
 LEASE_S = 3
@@ -28,23 +29,15 @@ DEADLINE_S = 30
 @pytest.fixture(scope="module")
 def neuron(logs_dir: Path) -> Iterator[str]:
     """One sim neuron for the module: each test leaves it idle (_wait_idle)."""
-    port = free_port()
-    args = ["neuron", "serve", "--engine", "sim", "--port", str(port), "--served-id", MODEL]
-    args += ["--sim-itl-s", "0.05", "--metrics-port", "0"]
-    proc = Proc(args, logs_dir / "lease-neuron.log")
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.stop()
+    with sim_neurons(logs_dir, "lease", [Sim(MODEL, ["--sim-itl-s", "0.05"])]) as (running,):
+        yield running.address
 
 
 def _cortex(neuron: str, state: Path, log: Path) -> tuple[Proc, str]:
-    port = free_port()
-    args = ["cortex", "--port", str(port), "--neuron", neuron, "--state-dir", str(state)]
-    proc = Proc([*args, "--responses-lease-s", str(LEASE_S)], log)
-    base = f"http://127.0.0.1:{port}"
-    wait_http_ready(proc, f"{base}/v1/models/{MODEL}", 60)
-    return proc, base
+    args = ["--state-dir", str(state), "--responses-lease-s", str(LEASE_S)]
+    started = cortex(log, [neuron], *args)
+    started.wait_ready(f"/v1/models/{MODEL}")
+    return started.proc, started.base_url
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,9 @@ import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.procs import Proc, admin_args, free_port, wait_http_ready
-from tests.stacks import strict_client
+from harness.gateway import Sim, sim_gateway
+from harness.procs import Proc
+from harness.stacks import strict_client
 
 MODEL = "sim-route"
 DECISIONS = "neuraxis_routing_policy_decisions"
@@ -38,32 +39,12 @@ class Pair:
 
 @pytest.fixture(scope="module")
 def pair(logs_dir: Path) -> Iterator[Pair]:
-    procs: list[Proc] = []
-    neurons: dict[str, Proc] = {}
-    try:
-        for i in range(2):
-            port = free_port()
-            args = ["neuron", "serve", "--engine", "sim", "--served-id", MODEL]
-            args += ["--port", str(port), "--metrics-port", str(free_port())]
-            proc = Proc(args, logs_dir / f"route-neuron-{i}.log")
-            procs.append(proc)
-            neurons[f"127.0.0.1:{port}"] = proc
-        port = free_port()
-        args = ["cortex", "--port", str(port), "--routing", "prefix_affinity", "--model", MODEL]
-        args += ["--poll-interval-s", "0.5", "--state-dir", str(logs_dir / "route-state")]
-        admin, admin_url = admin_args()
-        args += admin
-        for address in neurons:
-            args += ["--neuron", address]
-        cortex = Proc(args, logs_dir / "route-cortex.log")
-        procs.append(cortex)
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(cortex, f"{base}/readyz", 60)
-        _wait_both_ready(admin_url, cortex)
-        yield Pair(base, admin_url, neurons)
-    finally:
-        for proc in procs:
-            proc.stop()
+    args = ["--routing", "prefix_affinity", "--model", MODEL]
+    args += ["--poll-interval-s", "0.5", "--state-dir", str(logs_dir / "route-state")]
+    with sim_gateway(logs_dir, "route", *args, sims=[Sim(MODEL), Sim(MODEL)]) as running:
+        _wait_both_ready(running.admin_url, running.cortex.proc)
+        neurons = {n.address: n.proc for n in running.neurons}
+        yield Pair(running.base_url, running.admin_url, neurons)
 
 
 def _wait_both_ready(admin: str, cortex: Proc) -> None:

@@ -27,7 +27,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.procs import Proc, free_port, wait_http_ready
+from harness.gateway import sim_gateway
 
 MODEL = "sim-slow-clients"
 HEADER_TIMEOUT_S = 1.0
@@ -45,24 +45,16 @@ class Gateway:
 
 @pytest.fixture(scope="module")
 def gateway(logs_dir: Path) -> Iterator[Gateway]:
-    neuron_port, port = free_port(), free_port()
-    neuron = ["neuron", "serve", "--engine", "sim", "--port", str(neuron_port)]
-    neuron += ["--served-id", MODEL, "--metrics-port", str(free_port())]
-    neuron += ["--sim-ttft-s", "0", "--sim-itl-s", "0"]
-    cortex = ["cortex", "--port", str(port), "--neuron", f"127.0.0.1:{neuron_port}"]
-    cortex += ["--model", MODEL, "--request-header-timeout-s", str(HEADER_TIMEOUT_S)]
+    cortex = ["--model", MODEL, "--request-header-timeout-s", str(HEADER_TIMEOUT_S)]
     cortex += ["--request-body-timeout-s", str(BODY_TIMEOUT_S)]
     cortex += ["--max-header-count", str(MAX_HEADERS)]
     cortex += ["--max-header-bytes", str(MAX_HEADER_BYTES)]
-    procs = [Proc(neuron, logs_dir / "slow-clients-neuron.log")]
-    try:
-        procs.append(Proc(cortex, logs_dir / "slow-clients-cortex.log"))
-        base = f"http://127.0.0.1:{port}"
-        wait_http_ready(procs[-1], f"{base}/readyz", 60)
-        yield Gateway(base, port, psutil.Process(procs[-1].popen.pid))
-    finally:
-        for proc in reversed(procs):
-            proc.stop()
+    neuron = ["--sim-ttft-s", "0", "--sim-itl-s", "0"]
+    with sim_gateway(
+        logs_dir, "slow-clients", *cortex, served_id=MODEL, neuron_flags=neuron
+    ) as running:
+        process = psutil.Process(running.cortex.proc.popen.pid)
+        yield Gateway(running.base_url, running.cortex.port, process)
 
 
 def _connect(gateway: Gateway) -> socket.socket:

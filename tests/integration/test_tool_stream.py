@@ -5,7 +5,7 @@ the argument fragments arrive over several steps and add up to the call's
 arguments, for chat completions and for the Responses API.
 
 Each case is driven by a conversation that makes the greedy SmolLM2 answer
-with it (tests/toolcalls.py, shared with bench/tool_stream.py). The same
+with it (harness/toolcalls.py, shared with bench/tool_stream.py). The same
 cases with scripted output, model-independent, are in
 tests/unit/neuron/engine/vllm/test_tool_parsers.py.
 """
@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from tests.stacks import MODEL, Stack
-from tests.toolcalls import (
+from harness.stacks import MODEL, Stack
+from harness.toolcalls import (
     CALLS_TWICE,
     CHAT_ASKED_AGAIN,
     CHAT_TOOLS,

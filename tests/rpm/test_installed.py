@@ -15,7 +15,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_nvml import fake_nvml_env
-from tests.notify import NotifySocket
+from harness.fake_nvml import fake_nvml_env
+from harness.notify import NotifySocket
+from harness.ports import free_port
 from tests.rpm.conftest import VERSION, Packages, as_installed
 from tests.rpm.test_units import unit_settings
 
@@ -239,13 +239,6 @@ def test_the_ray_token_is_made_at_install(scratch_root: Path) -> None:
     token = scratch_root / "etc/neuraxis/ray-auth-token"
     assert re.fullmatch(r"[0-9a-f]{64}", token.read_text())
     assert token.stat().st_mode & 0o777 == 0o640
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def processes_mentioning(text: str) -> list[int]:

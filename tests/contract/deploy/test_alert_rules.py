@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.procs import REPO
+from harness.procs import REPO
 
 RULES = REPO / "deploy/prometheus/rules.yml"
 

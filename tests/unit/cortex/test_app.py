@@ -11,8 +11,8 @@ from cortex.app import create_app, make_pool
 from cortex.config import ControllerSettings, CortexSettings, RaySettings, StoreSettings
 from cortex.routing.factory import PolicyName, RoutingSettings
 from cortex.routing.pool import NeuronPool
+from harness.tls import files, tls_neuron
 from neuraxis.app.tls import init_cluster_tls
-from tests.tls import files, tls_neuron
 
 
 def _tls_settings(directory: Path, neurons: list[str]) -> CortexSettings:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from cortex.config import CortexSettings, StoreSettings
 from cortex.main import Server
 from cortex.routing.policy import RouteHints
 from cortex.shutdown import Cutoff
+from harness.ports import free_port
 from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import ScriptedPool
 
@@ -41,18 +41,12 @@ class EndlessPool(ScriptedPool):
         yield pb.GenerateResponse()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_a_stream_open_at_shutdown_ends_with_its_terminal_events(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     cutoff = Cutoff()
     monkeypatch.setattr("cortex.api.lifecycle.CUTOFF", cutoff)
-    port = _free_port()
+    port = free_port()
     pool = EndlessPool()
     settings = CortexSettings(port=port, store=StoreSettings(state_dir=tmp_path))
     app = create_app(settings, pool=pool)

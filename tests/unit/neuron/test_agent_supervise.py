@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.notify import NotifySocket
 from neuron.agent import exit_status, supervise
-from tests.notify import NotifySocket
 
 
 @pytest.fixture

@@ -6,49 +6,17 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness.fake_nvml import FakeNvml
 from neuraxis.app.cli import main
 from neuraxis.core.generations import EXIT_WRONG_GPU, Generation
 from neuraxis.core.neuron_settings import NeuronSettings
 from neuron.engine.vllm.args import VllmOptions, engine_launch
 from neuron.engineargs import print_engine_args
-
-
-@dataclass
-class FakeNvml:
-    """pynvml's calls detect() makes, on one kind of device; records calls."""
-
-    name: str
-    capability: tuple[int, int]
-    count: int = 1
-    calls: list[str] = field(default_factory=list)
-
-    def nvmlInit(self) -> None:  # noqa: N802 (NVML's names)
-        self.calls.append("init")
-
-    def nvmlShutdown(self) -> None:  # noqa: N802
-        self.calls.append("shutdown")
-
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
-        return self.count
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
-        return index
-
-    def nvmlDeviceGetName(self, handle: int) -> str:  # noqa: N802
-        return self.name
-
-    def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:  # noqa: N802
-        return self.capability
-
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:  # noqa: N802
-        return type("Memory", (), {"total": 80 << 30})()
-
 
 A100 = ("NVIDIA A100-SXM4-80GB", (8, 0))
 H100 = ("NVIDIA H100 80GB HBM3", (9, 0))
@@ -70,7 +38,7 @@ def printed(settings: NeuronSettings, nvml: Any | None) -> dict[str, Any]:
 
 
 def test_the_configured_generation_is_printed_without_detection(model_dir: Path) -> None:
-    nvml = FakeNvml(*A100)
+    nvml = FakeNvml([A100])
     settings = NeuronSettings(model=str(model_dir), generation=Generation.ADA, kv_cache_dtype="fp8")
     result = printed(settings, nvml)
     assert nvml.calls == []  # the host's Ampere GPU was never looked at
@@ -81,7 +49,7 @@ def test_the_configured_generation_is_printed_without_detection(model_dir: Path)
 
 
 def test_auto_prints_for_the_detected_generation(model_dir: Path) -> None:
-    result = printed(NeuronSettings(model=str(model_dir)), FakeNvml(*H100))
+    result = printed(NeuronSettings(model=str(model_dir)), FakeNvml([H100]))
     assert result["generation"] == "hopper"
     assert result["engine_args"]["enforce_eager"] is False
 

@@ -7,12 +7,11 @@ import importlib.util
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from harness.fake_nvml import FakeNvml
 from neuraxis.core.generations import Generation, UnsupportedGpuError, check_model_options
 from neuraxis.core.neuron_settings import NeuronSettings
 from neuron.gpu import (
@@ -40,37 +39,6 @@ REAL_DEVICES = [
     ("NVIDIA GeForce RTX 5090", (12, 0), Generation.BLACKWELL),
     ("NVIDIA DGX Spark GB10", (12, 1), Generation.BLACKWELL),
 ]
-
-
-@dataclass
-class FakeNvml:
-    """Stands in for pynvml: the calls detect() makes, on a list of devices."""
-
-    devices: list[tuple[str, tuple[int, int]]]
-    fail_init: bool = False
-    shut_down: bool = False
-
-    def nvmlInit(self) -> None:  # noqa: N802 (NVML's names)
-        if self.fail_init:
-            raise RuntimeError("NVML Shared Library Not Found")
-
-    def nvmlShutdown(self) -> None:  # noqa: N802
-        self.shut_down = True
-
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
-        return len(self.devices)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
-        return index
-
-    def nvmlDeviceGetName(self, handle: int) -> bytes:  # noqa: N802
-        return self.devices[handle][0].encode()
-
-    def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:  # noqa: N802
-        return self.devices[handle][1]
-
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:  # noqa: N802
-        return type("Memory", (), {"total": 80 * 2**30})()
 
 
 @pytest.mark.parametrize(("name", "capability", "generation"), REAL_DEVICES)

@@ -14,6 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cortex.routing.client import NeuronClient
+from harness.ports import free_port
 from neuraxis.core.errors import (
     ContextLengthExceededError,
     DeadlineExceededError,
@@ -32,7 +33,6 @@ from neuron.server import (
     new_server,
     serve,
 )
-from tests.procs import free_port
 
 
 @contextlib.asynccontextmanager

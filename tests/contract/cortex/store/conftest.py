@@ -1,5 +1,5 @@
 """What the store contract tests share: one throwaway PostgreSQL server per
-package run (each test makes a fresh database in it: tests/postgres.py)."""
+package run (each test makes a fresh database in it: harness/postgres.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.postgres import postgres_server
+from harness.postgres import postgres_server
 
 
 @pytest.fixture(scope="package")

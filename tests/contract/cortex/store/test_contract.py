@@ -19,7 +19,7 @@ import pytest
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
-from tests.postgres import fresh_database
+from harness.postgres import fresh_database
 
 # A factory opening the backend under test; calling it again opens the same
 # data (a restarted cortex).

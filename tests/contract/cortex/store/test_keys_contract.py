@@ -15,7 +15,7 @@ import pytest
 from cortex.store.keys import ApiKey, KeyStore, Usage
 from cortex.store.postgres_keys import PostgresKeyStore
 from cortex.store.sqlite_keys import SqliteKeyStore
-from tests.postgres import fresh_database
+from harness.postgres import fresh_database
 
 Opener = Callable[[], KeyStore]
 

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from cortex.api.chat import _Chunker, _chunks, to_generate_request
 from cortex.routing.policy import RouteHints
 from cortex.schemas.chat import ChatCompletionRequest
+from harness import sse
 from neuraxis.core.errors import InvalidRequestError, UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import Script, ScriptedPool
@@ -109,7 +110,7 @@ def test_non_streamed_answer(client: TestClient) -> None:
 
 
 def _events(text: str) -> list[str]:
-    return [line[len("data: ") :] for line in text.split("\n\n") if line.startswith("data: ")]
+    return list(sse.data(text.splitlines()))
 
 
 def test_stream_shape_with_usage(client: TestClient) -> None:

@@ -14,15 +14,8 @@ from cortex.auth.keys import KeyRequest, hash_key, make_key, matches
 from cortex.auth.limits import Limits
 from cortex.store.keys import KeyStore
 from cortex.store.sqlite_keys import SqliteKeyStore
+from harness.clock import ManualClock as Clock
 from neuraxis.core.errors import AuthenticationError
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

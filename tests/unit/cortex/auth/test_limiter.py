@@ -20,18 +20,11 @@ from cortex.auth.principal import Principal
 from cortex.recording import NoRecorder
 from cortex.store.keys import KeyStore
 from cortex.store.sqlite_keys import SqliteKeyStore
+from harness.clock import ManualClock as Clock
 from neuraxis.core.errors import InternalError, RateLimitError, TokenRateLimitError
 from neuraxis.core.v1 import neuron_pb2 as pb
 
 T0 = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(params=["shared", "local"])

@@ -1,5 +1,5 @@
 """Honest fakes for driving the controller: a cluster backend that keeps its
-replicas in dicts and a clock moved by hand."""
+replicas in dicts (the clock is harness.clock.ManualClock)."""
 
 from __future__ import annotations
 
@@ -17,43 +17,8 @@ from cortex.cluster.backend import (
 )
 from cortex.cluster.nodes import NodeMark
 from cortex.cluster.placement import NodeView
+from harness.clock import ManualClock
 from neuraxis.core.generations import Generation
-
-EPOCH = 1_800_000_000.0
-
-
-class FakeClock:
-    """Time moves only in `advance`; sleepers wake when their time comes."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return EPOCH + self.now
-
-    async def sleep(self, seconds: float) -> None:
-        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._sleepers.append((self.now + seconds, woken))
-        await woken
-
-    async def advance(self, seconds: float) -> None:
-        self.now += seconds
-        for wake_at, woken in list(self._sleepers):
-            if wake_at <= self.now + 1e-9:
-                self._sleepers.remove((wake_at, woken))
-                if not woken.done():
-                    woken.set_result(None)
-        await settle()
-
-
-async def settle() -> None:
-    """Let every task that can run without time passing run to its next wait."""
-    for _ in range(50):
-        await asyncio.sleep(0)
 
 
 def node(node_id: str, generation: Generation, gpus: int = 1, alive: bool = True) -> NodeView:
@@ -75,9 +40,9 @@ class FakeReplica:
 
 
 class FakeBackend:
-    def __init__(self, nodes: list[NodeView], clock: FakeClock | None = None) -> None:
+    def __init__(self, nodes: list[NodeView], clock: ManualClock | None = None) -> None:
         self.node_list = nodes
-        self.clock = clock or FakeClock()
+        self.clock = clock or ManualClock()
         # How long a neuron takes to start, on the clock.
         self.start_s = 0.0
         self.actors: dict[str, FakeReplica] = {}

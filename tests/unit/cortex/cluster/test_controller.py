@@ -16,8 +16,9 @@ from cortex.cluster.placement import NodeView
 from cortex.cluster.reports import REPORT_TTL_S
 from cortex.cluster.spec import DeploymentSpec
 from cortex.cluster.status import ClusterStatus, CortexReport, ModelStatus, ReplicaState
+from harness.clock import ManualClock, settle
 from neuraxis.core.generations import Generation
-from tests.unit.cortex.cluster.fakes import FakeBackend, FakeClock, node, settle
+from tests.unit.cortex.cluster.fakes import FakeBackend, node
 
 ADA = node("n-ada", Generation.ADA, gpus=2)
 BLACKWELL = node("n-bw", Generation.BLACKWELL, gpus=2)
@@ -41,8 +42,8 @@ def spec(*models: dict[str, Any]) -> DeploymentSpec:
 
 async def started(
     nodes: list[NodeView], deployment: DeploymentSpec
-) -> tuple[Controller, FakeBackend, FakeClock]:
-    clock = FakeClock()
+) -> tuple[Controller, FakeBackend, ManualClock]:
+    clock = ManualClock(0.0)
     backend = FakeBackend(nodes, clock)
     controller = Controller(backend, clock, ControllerConfig(health_interval_s=1.0))
     await controller.apply(deployment, start_loop=False)
@@ -50,8 +51,8 @@ async def started(
     return controller, backend, clock
 
 
-async def tick(controller: Controller, clock: FakeClock, seconds: float = 1.0) -> None:
-    await clock.advance(seconds)
+async def tick(controller: Controller, clock: ManualClock, seconds: float = 1.0) -> None:
+    await clock.elapse(seconds)
     await controller.tick()
     await settle()
 
@@ -119,7 +120,7 @@ async def test_a_dead_node_s_replica_is_replaced_on_another_node() -> None:
     assert backend.killed == [first]
     assert backend.created[1].preferred_node == "n-bw"
     assert table(controller) == []
-    await clock.advance(3.0)
+    await clock.elapse(3.0)
     [second] = table(controller)
     status = controller.status()
     assert [r.node_id for r in model(controller).replicas] == ["n-bw"]
@@ -154,9 +155,9 @@ async def test_a_scale_down_takes_the_replica_out_of_the_table_then_stops_it() -
     # The newest one drains: out of the table at once, not stopped yet.
     assert table(controller) == ["chat-1"]
     assert state(controller, "chat-2") is ReplicaState.DRAINING
-    await clock.advance(0.5)
+    await clock.elapse(0.5)
     assert backend.drained == [] and backend.killed == []
-    await clock.advance(0.5)
+    await clock.elapse(0.5)
     assert backend.drained == ["chat-2"] and backend.killed == ["chat-2"]
     assert [r.id for r in model(controller).replicas] == ["chat-1"]
 
@@ -181,7 +182,7 @@ async def test_a_check_in_flight_when_a_replica_starts_draining_does_not_undo_th
     assert state(controller, "chat-2") is ReplicaState.DRAINING
     assert table(controller) == ["chat-1"]
     assert backend.killed == []
-    await clock.advance(1.0)
+    await clock.elapse(1.0)
     assert backend.drained == ["chat-2"] and backend.killed == ["chat-2"]
 
 
@@ -190,7 +191,7 @@ async def test_a_model_removed_from_the_spec_is_drained() -> None:
     await controller.apply(spec(), start_loop=False)
     await settle()
     assert table(controller) == []
-    await clock.advance(1.0)
+    await clock.elapse(1.0)
     assert backend.drained == ["chat-1"]
 
 
@@ -218,7 +219,7 @@ async def test_start_failures_back_off_2_4_and_so_on_up_to_60_s() -> None:
     error = "the neuron exited with code 1 during start-up: CUDA out of memory"
     backend = FakeBackend([ADA])
     backend.start_errors["chat"] = error
-    clock = FakeClock()
+    clock = ManualClock(0.0)
     controller = Controller(backend, clock, ControllerConfig())
     await controller.apply(spec(chat()), start_loop=False)
     await settle()
@@ -289,7 +290,7 @@ async def test_the_controller_s_status_survives_json() -> None:
 
 
 async def comes_back(
-    backend: FakeBackend, clock: FakeClock, deployment: DeploymentSpec
+    backend: FakeBackend, clock: ManualClock, deployment: DeploymentSpec
 ) -> Controller:
     """A new controller over the same cluster (the old one is gone; its
     detached replicas are still there)."""
@@ -348,7 +349,7 @@ async def test_adopted_replicas_past_the_desired_count_are_drained() -> None:
     # The newest goes, as in any scale-down: out of the table, then drained.
     assert table(new) == ["chat-1", "chat-2"]
     assert state(new, "chat-3") is ReplicaState.DRAINING
-    await clock.advance(1.0)
+    await clock.elapse(1.0)
     assert backend.drained == ["chat-3"] and backend.killed == ["chat-3"]
     assert backend.started == ["chat-1", "chat-2", "chat-3"]
 
@@ -356,7 +357,7 @@ async def test_adopted_replicas_past_the_desired_count_are_drained() -> None:
 async def test_replicas_of_a_model_no_longer_in_the_spec_are_adopted_then_drained() -> None:
     _old, backend, clock = await started([ADA], spec(chat()))
     await comes_back(backend, clock, spec())
-    await clock.advance(1.0)
+    await clock.elapse(1.0)
     assert backend.drained == ["chat-1"]
 
 
@@ -365,7 +366,7 @@ async def test_a_controller_that_comes_back_to_stop_drains_what_it_finds() -> No
     new = Controller(backend, clock, ControllerConfig())
     stopping = asyncio.create_task(new.shutdown())
     await settle()
-    await clock.advance(1.0)
+    await clock.elapse(1.0)
     await stopping
     assert sorted(backend.drained) == ["chat-1", "chat-2"]
     assert backend.actors == {}
@@ -376,7 +377,7 @@ async def test_the_status_shows_each_replicas_engine_load_with_its_age() -> None
     [first] = table(controller)
     backend.health[first] = Health(Liveness.SERVING, running=3, waiting=2)
     await tick(controller, clock)
-    await clock.advance(0.5)
+    await clock.elapse(0.5)
     [replica] = model(controller).replicas
     assert (replica.engine_running, replica.engine_waiting, replica.in_flight) == (3, 2, 5)
     assert replica.load_age_s == 0.5
@@ -394,7 +395,7 @@ async def test_cortex_reports_add_up_per_replica_and_age_out() -> None:
     assert replica.address is not None
     assert replica.cortex_in_flight is None  # no cortex has reported
     controller.report(_report("gw-1", 10, {replica.address: 2}))
-    await clock.advance(10.0)
+    await clock.elapse(10.0)
     controller.report(_report("gw-2", 20, {replica.address: 3, "x:1": 7}))
     status = controller.status()
     [replica] = status.models[0].replicas
@@ -404,7 +405,7 @@ async def test_cortex_reports_add_up_per_replica_and_age_out() -> None:
         ("gw-2:20", 10, 0.0),
     ]
     # gw-1 stopped reporting: past the TTL it no longer counts.
-    await clock.advance(REPORT_TTL_S - 9.0)
+    await clock.elapse(REPORT_TTL_S - 9.0)
     status = controller.status()
     assert [c.instance for c in status.cortices] == ["gw-2:20"]
     assert status.models[0].replicas[0].cortex_in_flight == 3

@@ -9,8 +9,9 @@ import pytest
 
 from cortex.cluster.controller import Controller, ControllerConfig
 from cortex.cluster.nodes import NodeError, NodeMark, resolve
+from harness.clock import ManualClock, settle
 from neuraxis.core.generations import Generation
-from tests.unit.cortex.cluster.fakes import FakeClock, node, settle
+from tests.unit.cortex.cluster.fakes import node
 from tests.unit.cortex.cluster.test_controller import chat, model, spec, started, table, tick
 
 ADA = node("n-ada-0123456789", Generation.ADA, gpus=2)
@@ -88,7 +89,7 @@ async def test_the_marks_outlive_the_controller() -> None:
     controller, backend, _ = await started([ADA, BLACKWELL], spec(chat(1)))
     await controller.mark_node(BLACKWELL.host, NodeMark.CORDONED)
     assert backend.marks == {BLACKWELL.node_id: NodeMark.CORDONED}
-    successor = Controller(backend, FakeClock(), ControllerConfig(health_interval_s=1.0))
+    successor = Controller(backend, ManualClock(0.0), ControllerConfig(health_interval_s=1.0))
     await successor.apply(spec(chat(1)), start_loop=False)
     marks = {n.node_id: n.mark for n in successor.status().nodes}
     assert marks[BLACKWELL.node_id] == "cordoned"

@@ -14,15 +14,8 @@ from prometheus_client import REGISTRY
 
 from cortex.cluster.client import Followed, follow_table
 from cortex.cluster.plane import ControlPlane, head_answers, probe_tcp, watch_head
+from harness.clock import ManualClock as Clock
 from tests.unit.cortex.cluster.test_client import A, B, FakeController, FakeLink, FakePool
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _sample(name: str, head: str) -> float | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from cortex.cluster.table import Endpoint, EndpointTable
-from tests.unit.cortex.cluster.fakes import settle
+from harness.clock import settle
 
 CHAT = Endpoint("chat-1", "chat", "127.0.0.1:50051", "ada", 9400)
 

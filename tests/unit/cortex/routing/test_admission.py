@@ -1,5 +1,5 @@
 """Admission control on its own: free slots given by the test, time moved
-by hand (FakeTime): at once while a slot is free, FIFO waiting beyond it,
+by hand (ManualClock): at once while a slot is free, FIFO waiting beyond it,
 queue full and timeout refused with 503 model_overloaded, a cancelled
 waiter gone at once, no slot handed out twice, the metrics."""
 
@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from cortex.routing.admission import AdmissionControl, AdmissionOptions
+from harness.clock import ManualClock, until
 from neuraxis.core.errors import ModelOverloadedError, UnavailableError, mapping_for
-from tests.unit.cortex.routing.timing import FakeTime, until
 
 
 class Slots:
@@ -26,12 +26,12 @@ class Slots:
 
 
 def _control(
-    slots: Slots, time: FakeTime, *, size: int = 4, timeout_s: float = 10.0, cap: int = 0
+    slots: Slots, time: ManualClock, *, size: int = 4, timeout_s: float = 10.0, cap: int = 0
 ) -> AdmissionControl:
     options = AdmissionOptions(
         replica_max_concurrency=cap, queue_size=size, queue_timeout_s=timeout_s
     )
-    return AdmissionControl(options, slots, time.clock, time.sleep)
+    return AdmissionControl(options, slots, time, time.sleep)
 
 
 def _rejections(model: str, reason: str) -> float:
@@ -52,7 +52,7 @@ def _depth(model: str) -> float | None:
 
 
 async def test_a_free_slot_admits_at_once_and_none_free_queues() -> None:
-    slots, time = Slots(1), FakeTime()
+    slots, time = Slots(1), ManualClock()
     control = _control(slots, time)
     await control.admit("m", "adm-free")  # returns without waiting
     slots.free = 0
@@ -67,7 +67,7 @@ async def test_a_free_slot_admits_at_once_and_none_free_queues() -> None:
 
 
 async def test_waiters_are_admitted_in_arrival_order() -> None:
-    slots, time = Slots(0), FakeTime()
+    slots, time = Slots(0), ManualClock()
     control = _control(slots, time)
     admitted: list[int] = []
 
@@ -89,7 +89,7 @@ async def test_waiters_are_admitted_in_arrival_order() -> None:
 
 
 async def test_a_newcomer_queues_behind_waiters_even_when_a_slot_is_free() -> None:
-    slots, time = Slots(0), FakeTime()
+    slots, time = Slots(0), ManualClock()
     control = _control(slots, time)
     first = asyncio.create_task(control.admit("m", "adm-order"))
     await until(lambda: control.depth("m") == 1)
@@ -105,7 +105,7 @@ async def test_a_newcomer_queues_behind_waiters_even_when_a_slot_is_free() -> No
 
 
 async def test_one_free_slot_is_handed_to_one_waiter_however_often_woken() -> None:
-    slots, time = Slots(0), FakeTime()
+    slots, time = Slots(0), ManualClock()
     control = _control(slots, time)
     tasks = [asyncio.create_task(control.admit("m", "adm-twice")) for _ in range(2)]
     await until(lambda: control.depth("m") == 2)
@@ -120,7 +120,7 @@ async def test_one_free_slot_is_handed_to_one_waiter_however_often_woken() -> No
 
 
 async def test_a_full_queue_refuses_at_once_with_503_model_overloaded() -> None:
-    slots, time = Slots(0), FakeTime()
+    slots, time = Slots(0), ManualClock()
     control = _control(slots, time, size=2)
     tasks = [asyncio.create_task(control.admit("m", "adm-full")) for _ in range(2)]
     await until(lambda: control.depth("m") == 2)
@@ -139,13 +139,13 @@ async def test_a_full_queue_refuses_at_once_with_503_model_overloaded() -> None:
 
 
 async def test_a_queue_of_size_zero_refuses_as_soon_as_the_replicas_are_full() -> None:
-    control = _control(Slots(0), FakeTime(), size=0)
+    control = _control(Slots(0), ManualClock(), size=0)
     with pytest.raises(ModelOverloadedError):
         await control.admit("m", "adm-zero")
 
 
 async def test_a_waiter_past_the_queue_timeout_is_refused_and_leaves() -> None:
-    slots, time = Slots(0), FakeTime()
+    slots, time = Slots(0), ManualClock()
     control = _control(slots, time, timeout_s=10.0)
     before = _rejections("adm-timeout", "timeout")
     count, total = _waits("adm-timeout")
@@ -165,7 +165,7 @@ async def test_a_waiter_past_the_queue_timeout_is_refused_and_leaves() -> None:
 
 
 async def test_a_cancelled_waiter_leaves_the_queue_at_once() -> None:
-    slots, time = Slots(0), FakeTime()
+    slots, time = Slots(0), ManualClock()
     control = _control(slots, time)
     leaving = asyncio.create_task(control.admit("m", "adm-cancel"))
     staying = asyncio.create_task(control.admit("m", "adm-cancel"))
@@ -180,7 +180,7 @@ async def test_a_cancelled_waiter_leaves_the_queue_at_once() -> None:
 
 
 async def test_a_slot_granted_to_a_waiter_cancelled_before_it_resumed_goes_on() -> None:
-    slots, time = Slots(0), FakeTime()
+    slots, time = Slots(0), ManualClock()
     control = _control(slots, time)
     first = asyncio.create_task(control.admit("m", "adm-regrant"))
     await until(lambda: control.depth("m") == 1)
@@ -194,7 +194,7 @@ async def test_a_slot_granted_to_a_waiter_cancelled_before_it_resumed_goes_on() 
 
 
 async def test_no_cap_or_admission_off_never_waits() -> None:
-    time = FakeTime()
+    time = ManualClock()
     await _control(Slots(None), time, size=0).admit("m", "adm-none")
     await _control(Slots(0), time, size=0, cap=-1).admit("m", "adm-off")
 

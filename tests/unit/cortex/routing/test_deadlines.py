@@ -1,14 +1,7 @@
 from __future__ import annotations
 
 from cortex.routing.deadlines import Deadlines, RequestDeadline
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 50.0
-
-    def __call__(self) -> float:
-        return self.now
+from harness.clock import ManualClock as Clock
 
 
 def test_the_first_wait_is_the_first_token_deadline_then_the_idle_one() -> None:

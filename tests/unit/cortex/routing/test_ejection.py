@@ -1,14 +1,7 @@
 from __future__ import annotations
 
 from cortex.routing.ejection import EjectionOptions, OutlierEjection
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from harness.clock import ManualClock as Clock
 
 
 def _ejection(clock: Clock, failures: int = 3) -> OutlierEjection:

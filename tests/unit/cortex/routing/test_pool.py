@@ -21,6 +21,7 @@ from cortex.routing.policy import (
 )
 from cortex.routing.pool import NeuronPool
 from cortex.routing.prefix import PrefixHasher
+from harness.clock import ManualClock as Clock
 from neuraxis.core.errors import (
     InternalError,
     InvalidRequestError,
@@ -421,14 +422,6 @@ async def test_a_clients_model_name_becomes_a_label_only_when_known() -> None:
 
 
 # --- engine load and prefixes -----------------------------------------------
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Recorder(InOrder):

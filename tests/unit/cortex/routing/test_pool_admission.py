@@ -13,10 +13,10 @@ import pytest
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.policy import Candidate, RouteRequest, RoutingPolicy
 from cortex.routing.pool import NeuronPool
+from harness.clock import ManualClock, until
 from neuraxis.core.errors import ModelOverloadedError
 from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, text
-from tests.unit.cortex.routing.timing import FakeTime, until
 
 
 class FirstCandidate(RoutingPolicy):
@@ -32,7 +32,7 @@ class FirstCandidate(RoutingPolicy):
 
 def _pool(
     neurons: Sequence[FakeNeuron],
-    time: FakeTime,
+    time: ManualClock,
     *,
     cap: int = 1,
     size: int = 8,
@@ -45,7 +45,7 @@ def _pool(
         poll_interval_s=60,
         request_timeout_s=60,
         max_retries=1,
-        clock=time.clock,
+        clock=time,
         admission=AdmissionOptions(
             replica_max_concurrency=cap, queue_size=size, queue_timeout_s=timeout_s
         ),
@@ -71,7 +71,7 @@ async def _drain(stream: AsyncIterator[pb.GenerateResponse]) -> list[str]:
 async def test_requests_beyond_the_caps_wait_and_proceed_when_a_slot_frees() -> None:
     a, b = FakeNeuron("adm-pool-a:1"), FakeNeuron("adm-pool-b:1")
     holds = {a.address: _held(a), b.address: _held(b)}
-    time = FakeTime()
+    time = ManualClock()
     pool = _pool([a, b], time, cap=1)
     await pool.refresh()
     first, second = pool.generate(_request(1)), pool.generate(_request(2))
@@ -94,7 +94,7 @@ async def test_the_cap_defaults_to_what_the_neuron_reports() -> None:
     neuron = FakeNeuron("adm-pool-reported:1")
     neuron.max_concurrency = 2
     hold = _held(neuron)
-    time = FakeTime()
+    time = ManualClock()
     pool = _pool([neuron], time, cap=0)
     await pool.refresh()
     streams = [pool.generate(_request(i)) for i in range(2)]
@@ -112,7 +112,7 @@ async def test_the_cap_defaults_to_what_the_neuron_reports() -> None:
 async def test_without_a_reported_batch_size_nothing_is_capped() -> None:
     neuron = FakeNeuron("adm-pool-uncapped:1")  # reports max_concurrency 0
     hold = _held(neuron)
-    pool = _pool([neuron], FakeTime(), cap=0, size=0)
+    pool = _pool([neuron], ManualClock(), cap=0, size=0)
     await pool.refresh()
     streams = [pool.generate(_request(i)) for i in range(5)]
     for stream in streams:
@@ -127,7 +127,7 @@ async def test_the_policy_sees_only_replicas_below_their_caps() -> None:
     a, b = FakeNeuron("adm-pool-full:1"), FakeNeuron("adm-pool-free:1")
     hold_a, hold_b = _held(a), _held(b)
     policy = FirstCandidate()
-    pool = _pool([a, b], FakeTime(), cap=1, policy=policy)
+    pool = _pool([a, b], ManualClock(), cap=1, policy=policy)
     await pool.refresh()
     first, second = pool.generate(_request(1)), pool.generate(_request(2))
     await anext(first)  # to a: the first candidate
@@ -143,7 +143,7 @@ async def test_the_policy_sees_only_replicas_below_their_caps() -> None:
 async def test_a_full_queue_and_a_timed_out_wait_are_503_model_overloaded() -> None:
     neuron = FakeNeuron("adm-pool-overload:1")
     hold = _held(neuron)
-    time = FakeTime()
+    time = ManualClock()
     pool = _pool([neuron], time, cap=1, size=1, timeout_s=5.0)
     await pool.refresh()
     busy = pool.generate(_request(0))
@@ -165,7 +165,7 @@ async def test_a_replica_becoming_ready_takes_the_waiters() -> None:
     a, b = FakeNeuron("adm-pool-ready-a:1"), FakeNeuron("adm-pool-ready-b:1", ready=False)
     hold = _held(a)
     b.script = [text("from b"), DONE]
-    time = FakeTime()
+    time = ManualClock()
     pool = _pool([a, b], time, cap=1)
     await pool.refresh()
     busy = pool.generate(_request(0))
@@ -182,7 +182,7 @@ async def test_a_replica_becoming_ready_takes_the_waiters() -> None:
 async def test_an_embedding_request_is_admitted_the_same_way() -> None:
     neuron = FakeNeuron("adm-pool-embed:1")
     hold = _held(neuron)
-    time = FakeTime()
+    time = ManualClock()
     pool = _pool([neuron], time, cap=1, size=0)
     await pool.refresh()
     busy = pool.generate(_request(0))

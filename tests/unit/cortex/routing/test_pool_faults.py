@@ -16,6 +16,7 @@ from cortex.routing.ejection import EjectionOptions
 from cortex.routing.policy import Candidate, RouteRequest, RoutingPolicy
 from cortex.routing.pool import NeuronPool
 from cortex.routing.retry_budget import RetryBudgetOptions
+from harness.clock import ManualClock as Clock
 from neuraxis.core import grpc_limits
 from neuraxis.core.errors import (
     ContextLengthExceededError,
@@ -34,14 +35,6 @@ class InOrder(RoutingPolicy):
 
     def select(self, candidates: Sequence[Candidate], request: RouteRequest) -> Candidate:
         return candidates[0]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _pool(

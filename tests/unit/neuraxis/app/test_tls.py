@@ -15,11 +15,11 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from cortex.routing.client import NeuronClient, channel_credentials
+from harness.tls import files, tls_neuron
 from neuraxis.app.cli import main
 from neuraxis.app.tls import FILES, TlsInitError, init_cluster_tls
 from neuraxis.core.errors import UnavailableError
 from neuraxis.core.v1 import neuron_pb2 as pb
-from tests.tls import files, tls_neuron
 
 
 def _cert(directory: Path, stem: str) -> x509.Certificate:

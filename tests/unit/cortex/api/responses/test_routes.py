@@ -3,7 +3,6 @@ store: create (streamed and not), retrieve, replay, and the 404s."""
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from cortex.config import CortexSettings, StoreSettings
 from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import RouteHints
 from cortex.routing.pool import NeuronPool
+from harness import sse
 from neuraxis.core.errors import ContextLengthExceededError
 from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import client
@@ -28,7 +28,7 @@ END = pb.GenerateResponse(
 
 
 def _events(text: str) -> list[dict[str, Any]]:
-    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    return sse.body_objects(text)
 
 
 def test_streamed_create_then_replay_gives_the_same_events() -> None:

@@ -5,7 +5,6 @@ and a deleted response is gone for every route."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +18,7 @@ from cortex.api.responses import routes
 from cortex.config import CortexSettings
 from cortex.store.base import StoredResponse
 from cortex.store.sqlite import SqliteResponseStore
+from harness import sse
 from tests.unit.cortex.api.fakes import ScriptedPool, api_request, client, gateway
 from tests.unit.cortex.api.responses.test_routes import END, HI
 
@@ -26,7 +26,7 @@ DEADLINE_S = 10
 
 
 def _events(text: str) -> list[dict[str, Any]]:
-    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    return sse.body_objects(text)
 
 
 def _orphan(rid: str, lease_until: float) -> StoredResponse:

@@ -18,8 +18,8 @@ from cortex.recording import PrometheusRecorder
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
+from harness.ports import free_port
 from neuraxis.core.v1 import neuron_pb2 as pb
-from tests.procs import free_port
 from tests.unit.cortex.api.responses.test_run import END, _parse, _stream, _text
 
 DEADLINE_S = 10

@@ -18,18 +18,11 @@ from cortex.api.responses.upkeep import Upkeep, UpkeepSettings
 from cortex.recording import PrometheusRecorder
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.sqlite import SqliteResponseStore
+from harness.clock import ManualClock as Clock
 from tests.unit.cortex.api.responses.test_run import _text
 
 ME = "host:1/7"
 DAY = 86_400
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

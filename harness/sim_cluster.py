@@ -1,0 +1,166 @@
+"""A real Ray cluster on one machine for failover tests and benchmarks: a head
+and GPU nodes labelled with their generation (logical GPUs), with cortex in
+cluster mode in front of replicas that run the simulated engine.
+
+Replicas listen on loopback (NEURAXIS_REPLICA_HOST, inherited by the nodes)
+and the Ray nodes stay on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import ray
+from ray.cluster_utils import Cluster
+
+from harness.ports import free_port
+from neuraxis.core.process import stop_process_group
+
+GENERATION_LABEL = "neuraxis.io/generation"
+NAMESPACE = "neuraxis"
+
+
+def two_replica_spec(model: str) -> str:
+    """A deployment-spec entry: two simulated replicas of `model` on ada or
+    newer (50 ms to the first token, 20 ms between tokens)."""
+    return f"""
+[[models]]
+id = "{model}"
+source = "sim"
+replicas = 2
+min_generation = "ada"
+[models.engine]
+kind = "sim"
+sim_ttft_s = 0.05
+sim_itl_s = 0.02
+"""
+
+
+@dataclass
+class SimCluster:
+    cluster: Any
+    address: str
+    base_url: str
+    nodes: dict[str, Any]  # generation -> the Ray node
+    cortex_log: Path
+
+    def add_node(self, generation: str, gpus: int = 2) -> Any:
+        node = self.cluster.add_node(
+            num_cpus=1, num_gpus=gpus, labels={GENERATION_LABEL: generation}
+        )
+        self.nodes[generation] = node
+        return node
+
+    def status(self) -> dict[str, Any]:
+        controller = ray.get_actor("neuraxis-controller", namespace=NAMESPACE)
+        return cast(dict[str, Any], ray.get(controller.status.remote(), timeout=30))
+
+    def model(self, model_id: str) -> dict[str, Any]:
+        return next(m for m in self.status()["models"] if m["id"] == model_id)
+
+    def ready(self, model_id: str) -> list[dict[str, Any]]:
+        return [r for r in self.model(model_id)["replicas"] if r["state"] == "ready"]
+
+    def wait_ready(self, model_id: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+        """Until exactly `count` replicas of the model exist and are ready."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready = self.ready(model_id)
+            if len(ready) == count and len(self.model(model_id)["replicas"]) == count:
+                return ready
+            time.sleep(0.2)
+        raise AssertionError(f"{model_id}: not {count} ready replicas: {self.model(model_id)}")
+
+    def generation_of(self, node_id: str) -> str | None:
+        node = next(n for n in self.status()["nodes"] if n["node_id"] == node_id)
+        return node["generation"]  # type: ignore[no-any-return]
+
+    def wait_for_failover(self, lost: str, timeout: float = 60) -> dict[str, Any]:
+        """The controller's record of the replacement of replica `lost`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            failovers = [f for f in self.status()["failovers"] if f["replica"] == lost]
+            if failovers:
+                return failovers[0]  # type: ignore[no-any-return]
+            time.sleep(0.1)
+        raise AssertionError(f"no replacement for {lost}: {self.status()}")
+
+
+@contextmanager
+def sim_cluster(
+    spec: str,
+    work_dir: Path,
+    generations: tuple[str, ...] = ("ampere", "ada", "blackwell"),
+    health_interval_s: float = 0.5,
+    wait_for_model: str | None = None,
+) -> Iterator[SimCluster]:
+    os.environ["NEURAXIS_REPLICA_HOST"] = "127.0.0.1"
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+    )
+    cortex: subprocess.Popen[bytes] | None = None
+    try:
+        sim = SimCluster(cluster, cluster.address, "", {}, work_dir / "cluster-cortex.log")
+        for generation in generations:
+            sim.add_node(generation)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
+        spec_path = work_dir / "cluster-deployment.toml"
+        spec_path.write_text(spec)
+        port = free_port()
+        env = dict(os.environ, NEURAXIS_CORTEX_HEALTH_INTERVAL_S=str(health_interval_s))
+        with open(sim.cortex_log, "wb") as log:
+            cortex = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "neuraxis.app.cli",
+                    "cortex",
+                    "--port",
+                    str(port),
+                    # Nothing here reads it: a free port, never the default's.
+                    "--admin-port",
+                    "0",
+                    "--ray-address",
+                    cluster.address,
+                    "--deployment",
+                    str(spec_path),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        sim.base_url = f"http://127.0.0.1:{port}"
+        if wait_for_model:
+            _wait_listed(sim, cortex, wait_for_model)
+        yield sim
+    finally:
+        os.environ.pop("NEURAXIS_REPLICA_HOST", None)
+        if cortex is not None:
+            stop_process_group(cortex, timeout_s=30)
+        ray.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
+
+
+def _wait_listed(sim: SimCluster, cortex: subprocess.Popen[bytes], model: str) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if cortex.poll() is not None:
+            raise RuntimeError(f"cortex exited:\n{sim.cortex_log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{sim.base_url}/v1/models/{model}", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{model} not served after 90 s:\n{sim.cortex_log.read_text()[-3000:]}")

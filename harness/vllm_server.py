@@ -1,0 +1,145 @@
+"""vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`),
+started from the project's venv with the same engine settings as our neuron:
+what a user would run instead of neuraxis.
+
+`neuron_engine_args` asks the neuron what it starts its engine with
+(`neuraxis neuron serve --print-engine-args`), `serve_args` turns vLLM's
+resolved settings of those arguments into the server's flags, and
+`running_vllm` starts the server and stops it (its whole process group: the
+API process and its EngineCore) at the end.
+
+What does not live here: the comparison (vs_vllm.py).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from harness.bench_stack import CHAT_MODEL
+from harness.ports import free_port
+from harness.procs import REPO, child_env
+from harness.vllm_config import resolve
+from neuraxis.core.process import stop_process_group
+
+READY_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """What the neuron passes to AsyncEngineArgs, and the environment it sets."""
+
+    kwargs: dict[str, Any]
+    env: dict[str, str]
+
+
+def neuron_engine_args(model: str = CHAT_MODEL) -> EngineArgs:
+    command = ["neuron", "serve", "--print-engine-args", "--model", model]
+    done = subprocess.run(
+        [sys.executable, "-m", "neuraxis.app.cli", *command],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    printed = json.loads(done.stdout)
+    return EngineArgs(kwargs=printed["engine_args"], env=printed["env"])
+
+
+def serve_args(model_path: str, served_id: str, settings: dict[str, Any]) -> list[str]:
+    """vLLM server flags that reproduce the neuron's resolved `settings`
+    (harness/vllm_config.py's keys), each stated even where it is the server's
+    default, so that a change of vLLM's defaults cannot skew the comparison."""
+
+    def switch(name: str, on: bool) -> str:
+        return f"--{name}" if on else f"--no-{name}"
+
+    return [
+        "--model",
+        model_path,
+        "--served-model-name",
+        served_id,
+        "--dtype",
+        str(settings["dtype"]),
+        "--kv-cache-dtype",
+        str(settings["kv_cache_dtype"]),
+        "--max-model-len",
+        str(settings["max_model_len"]),
+        "--max-num-batched-tokens",
+        str(settings["max_num_batched_tokens"]),
+        "--max-num-seqs",
+        str(settings["max_num_seqs"]),
+        switch("enable-prefix-caching", bool(settings["enable_prefix_caching"])),
+        switch("enable-chunked-prefill", bool(settings["enable_chunked_prefill"])),
+        switch("async-scheduling", bool(settings["async_scheduling"])),
+        *(["--enforce-eager"] if settings["enforce_eager"] else []),
+    ]
+
+
+@dataclass(frozen=True)
+class VllmServer:
+    popen: subprocess.Popen[bytes]
+    base_url: str
+
+
+@contextmanager
+def running_vllm(args: list[str], env: dict[str, str], log_path: Path) -> Iterator[VllmServer]:
+    """vLLM's server on a free 127.0.0.1 port with `args` and `env` added to
+    the environment, until the block ends."""
+    port = free_port()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    command += [*args, "--host", "127.0.0.1", "--port", str(port)]
+    with open(log_path, "wb") as log:
+        popen = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**child_env(), **env},
+            cwd=REPO,
+            start_new_session=True,
+        )
+    server = VllmServer(popen, f"http://127.0.0.1:{port}")
+    try:
+        print(f"starting vLLM's server (log: {log_path}) ...", flush=True)
+        _wait_ready(server, log_path)
+        yield server
+    finally:
+        stop_process_group(popen, signal.SIGTERM, 60)
+
+
+def _wait_ready(server: VllmServer, log_path: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.popen.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"vLLM's server exited early:\n{tail}")
+        try:
+            if httpx.get(f"{server.base_url}/v1/models", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"vLLM's server not ready after {READY_TIMEOUT_S} s (log: {log_path})")
+
+
+def matched_settings() -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
+    """The neuron's engine settings, vLLM's server flags that reproduce them,
+    and both sides' settings as vLLM resolves them (which must agree)."""
+    engine = neuron_engine_args()
+    ours = resolve("kwargs", engine.kwargs, engine.env)
+    flags = serve_args(str(engine.kwargs["model"]), CHAT_MODEL, ours)
+    theirs = resolve("serve", flags, engine.env)
+    return flags, engine.env, ours, theirs

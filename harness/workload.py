@@ -1,0 +1,179 @@
+"""The streamed-chat workload the benchmarks share: the same greedy requests
+sent through cortex's HTTP API or straight to a neuron's gRPC Generate, with
+time to first token and output tokens counted per request."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import httpx
+
+from harness import sse
+from harness.procs import neuron_stub
+from neuraxis.core.v1 import neuron_pb2 as pb
+from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+
+MODEL = "smollm2-135m-instruct"
+PROMPTS = [
+    "Write a story about a lighthouse keeper.",
+    "Explain how rain forms, step by step.",
+    "Describe a walk through a busy market.",
+    "Write a letter to a friend about a trip to the mountains.",
+]
+
+
+def chat_body(model: str, prompt: str, max_tokens: int, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """A greedy streamed chat request, with usage in its last chunk."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
+
+
+@dataclass
+class Run:
+    ttfts: list[float]
+    tokens: int
+    wall_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall_s
+
+
+async def via_cortex(
+    client: httpx.AsyncClient, base: str, prompt: str, max_tokens: int
+) -> tuple[float, int]:
+    body = chat_body(MODEL, prompt, max_tokens, {})
+    started = time.perf_counter()
+    ttft = None
+    tokens = 0
+    async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
+        r.raise_for_status()
+        async for chunk in sse.aobjects(r.aiter_lines()):
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            elif ttft is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                ttft = time.perf_counter() - started
+    assert ttft is not None
+    return ttft, tokens
+
+
+async def via_responses(
+    client: httpx.AsyncClient, base: str, prompt: str, max_tokens: int
+) -> tuple[float, int]:
+    body = {
+        "model": MODEL,
+        "input": prompt,
+        "temperature": 0,
+        "max_output_tokens": max_tokens,
+        "stream": True,
+    }
+    started = time.perf_counter()
+    ttft = None
+    tokens = 0
+    async with client.stream("POST", f"{base}/v1/responses", json=body) as r:
+        r.raise_for_status()
+        async for event in sse.aobjects(r.aiter_lines()):
+            if ttft is None and event["type"] == "response.output_text.delta":
+                ttft = time.perf_counter() - started
+            elif event["type"] in ("response.completed", "response.incomplete"):
+                tokens = event["response"]["usage"]["output_tokens"]
+    assert ttft is not None
+    return ttft, tokens
+
+
+async def via_grpc(stub: pb_grpc.NeuronStub, prompt: str, max_tokens: int) -> tuple[float, int]:
+    request = pb.GenerateRequest(
+        request_id=f"bench-{uuid.uuid4().hex}",
+        model=MODEL,
+        messages=[pb.ChatMessage(role="user", content=prompt)],
+        sampling=pb.SamplingParams(max_tokens=max_tokens, temperature=0),
+    )
+    started = time.perf_counter()
+    ttft = None
+    tokens = 0
+    async for response in stub.Generate(request, timeout=600):
+        if ttft is None and any(c.text for c in response.choices):
+            ttft = time.perf_counter() - started
+        if response.HasField("usage"):
+            tokens = response.usage.completion_tokens
+    assert ttft is not None
+    return ttft, tokens
+
+
+async def run(
+    path: str, concurrency: int, requests: int, max_tokens: int, base: str, neuron: str
+) -> Run:
+    semaphore = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as http:
+        channel = grpc.aio.insecure_channel(neuron)
+        stub = neuron_stub(channel)
+
+        async def one(i: int) -> tuple[float, int]:
+            prompt = PROMPTS[i % len(PROMPTS)]
+            async with semaphore:
+                if path == "cortex":
+                    return await via_cortex(http, base, prompt, max_tokens)
+                if path == "responses":
+                    return await via_responses(http, base, prompt, max_tokens)
+                return await via_grpc(stub, prompt, max_tokens)
+
+        started = time.perf_counter()
+        results = await asyncio.gather(*(one(i) for i in range(requests)))
+        wall = time.perf_counter() - started
+        await channel.close()
+    return Run([r[0] for r in results], sum(r[1] for r in results), wall)
+
+
+Summary = dict[str, dict[str, float]]
+
+
+def compare(
+    paths: tuple[str, str],
+    base: str,
+    neuron: str,
+    concurrency: list[int],
+    rounds: int,
+    max_tokens: int,
+) -> Summary:
+    """The same workload over two paths, after a warm-up of each, in
+    alternating order (A B B A, then B A A B, ...) so that drift on a shared
+    machine falls on both alike; per concurrency, each path's median TTFT and
+    output tokens/s over its runs (keys "c<concurrency>_<path>")."""
+    for path in paths:  # first-request costs are not what is measured
+        asyncio.run(run(path, 2, 2, 8, base, neuron))
+    summary: Summary = {}
+    for c in concurrency:
+        requests = 5 if c == 1 else 2 * c
+        runs: dict[str, list[Run]] = {path: [] for path in paths}
+        for r in range(rounds):
+            order = list(paths) if r % 2 == 0 else list(paths[::-1])
+            for path in order + order[::-1]:
+                result = asyncio.run(run(path, c, requests, max_tokens, base, neuron))
+                runs[path].append(result)
+                ttft_ms = statistics.median(result.ttfts) * 1000
+                print(
+                    f"  c={c:<2} {path:<9} ttft p50 {ttft_ms:7.1f} ms  "
+                    f"{result.tokens_per_s:6.1f} tok/s  "
+                    f"({result.tokens} tokens, {result.wall_s:.1f} s)",
+                    flush=True,
+                )
+        for path, rs in runs.items():
+            summary[f"c{c}_{path}"] = {
+                "ttft_p50_ms": statistics.median(statistics.median(x.ttfts) for x in rs) * 1000,
+                "tokens_per_s": statistics.median(x.tokens_per_s for x in rs),
+            }
+    return summary
