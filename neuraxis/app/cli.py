@@ -1,6 +1,6 @@
 """The `neuraxis` command: up, cortex, head, neuron serve|agent, status,
 config check, model prepare, tls init, keys create|list|revoke, node
-cordon|drain|uncordon.
+cordon|drain|uncordon, doctor.
 
 The options of `cortex`, `neuron serve` and `neuron agent` are generated from
 their settings classes, and those of `up` from EmbeddedOptions
@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from cortex.cluster.spec import SpecError
 from cortex.config import CortexSettings
+from neuraxis.app.doctor import command as doctor
 from neuraxis.app.embedded import EmbeddedOptions
 from neuraxis.app.head import HeadSettings
 from neuraxis.app.keys import add_keys_parser
@@ -175,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_keys_parser(sub)
     add_node_parser(sub)
+    doctor.add_parser(sub)
     return parser
 
 
@@ -240,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_keys(args)
         if args.command == "node":
             return run_node(args)
+        if args.command == "doctor":
+            return doctor.run(args)
     except (SettingsError, SpecError) as e:
         print(f"neuraxis: {e}", file=sys.stderr)
         return 2
