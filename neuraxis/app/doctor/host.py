@@ -19,6 +19,7 @@ from typing import Any
 from neuraxis.app.doctor.finding import Finding, Status
 from neuraxis.core.generations import Generation, UnsupportedGpuError
 from neuraxis.core.neuron_settings import NeuronSettings
+from neuraxis.core.settings import S, SettingsError, load_settings
 from neuraxis.core.tls import TlsFiles
 
 CONFIG_DIR = Path("/etc/neuraxis")
@@ -173,8 +174,7 @@ class Host:
         except UnsupportedGpuError as e:
             return GpuScan(nvml, error=str(e))
 
-    def _load(self, name: str, path: Path, cls: type[Any]) -> Any:
-        from neuraxis.core.settings import SettingsError, load_settings
+    def _load(self, name: str, path: Path | None, cls: type[S]) -> S | None:
 
         try:
             return load_settings(cls, path, {})
@@ -182,13 +182,13 @@ class Host:
             self._problem(name, path, str(e))
             return None
 
-    def _problem(self, name: str, path: Path, message: str) -> None:
+    def _problem(self, name: str, path: Path | None, message: str) -> None:
         self.problems.append(
             Finding(
                 "config",
                 name,
                 Status.FAIL,
-                f"{path}: {message}",
+                f"{path or f'{name} settings'}: {message}",
                 f"fix it (`neuraxis config check --{name} {path}` says the same)",
             )
         )
