@@ -105,7 +105,7 @@ def _flavour(host: Host, detected: Generation) -> Finding:
     package = f"neuraxis-neuron-{detected.value}"
     if host.neuron_file is None or host.neuron is None:
         return Finding(
-            AREA, "flavour", Status.OK, f"a {detected.value} host: its package is {package}"
+            AREA, "flavour", Status.OK, f"{detected.value} GPUs: this host's package is {package}"
         )
     installed = host.neuron.generation
     if installed == "auto" or installed is detected:

@@ -86,7 +86,7 @@ def test_an_a100_host_without_a_neuron_is_told_its_package(tmp_path: Path) -> No
     status, found = doctor(tmp_path, [A100] * 2, "--area", "gpus")
     assert status == 0
     assert found[("gpus", "flavour")]["found"] == (
-        "a ampere host: its package is neuraxis-neuron-ampere"
+        "ampere GPUs: this host's package is neuraxis-neuron-ampere"
     )
 
 
