@@ -174,7 +174,7 @@ def _cache(host: Host) -> Finding:
 
     assert host.neuron is not None
     cache = host.neuron.cache_dir or default_cache_dir()
-    models = [host.neuron.model] if host.neuron_file else list(BUNDLED_MODELS)
+    models = _models(host, list(BUNDLED_MODELS))
     to_prepare = [
         m for m in models if m in BUNDLED_MODELS and not is_prepared(cache, BUNDLED_MODELS[m])
     ]
@@ -191,9 +191,13 @@ def _cache(host: Host) -> Finding:
         )
     free = shutil.disk_usage(existing).free
     need = BUNDLED_NEED_BYTES * len(to_prepare)
-    found = f"{cache}: writable, {free / 2**30:.1f} GiB free; " + (
-        f"to prepare: {', '.join(to_prepare)}" if to_prepare else "its models are prepared"
-    )
+    if to_prepare:
+        models_found = f"to prepare: {', '.join(to_prepare)}"
+    elif models:
+        models_found = "its models are prepared"
+    else:
+        models_found = "the replicas' models come from the spec (--deployment counts them)"
+    found = f"{cache}: writable, {free / 2**30:.1f} GiB free; {models_found}"
     if free < need:
         return Finding(
             AREA,
@@ -203,3 +207,22 @@ def _cache(host: Host) -> Finding:
             "free disk space there, or point cache_dir at a larger disk",
         )
     return Finding(AREA, "cache", Status.OK, found)
+
+
+def _models(host: Host, bundled: list[str]) -> list[str]:
+    """The models this host may have to hold: the deployment spec's where one
+    is known (a cluster's replicas come from it), the neuron's own model, or
+    `neuraxis up`'s bundled pair on a development host."""
+    spec = host.deployment_file or (host.cortex.deployment if host.cortex else None)
+    if spec is not None and spec.is_file():
+        from cortex.cluster.spec import SpecError, load_spec
+
+        try:
+            return [m.source for m in load_spec(spec).models]
+        except SpecError:
+            return []  # the state area reports it
+    if host.neuron_file is None:
+        return bundled
+    assert host.neuron is not None
+    # An agent's replicas get their models from the spec, on the head host.
+    return [] if host.neuron.ray_address else [host.neuron.model]

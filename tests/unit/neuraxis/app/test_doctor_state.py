@@ -1,5 +1,5 @@
 """doctor's state checks: the directories against a tmpfiles.d file, the
-SQLite store's directory, the deployment spec; and the engine's model cache."""
+SQLite store's directory, the deployment spec."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 import pwd
 from pathlib import Path
 
-from neuraxis.app.doctor.engine import covers, expected_vllm
 from neuraxis.app.doctor.finding import Finding, Status
 from neuraxis.app.doctor.host import Host
 from neuraxis.app.doctor.state import check, directories
@@ -62,16 +61,3 @@ def test_the_store_and_the_deployment_spec(tmp_path: Path) -> None:
     found = by_check(check(Host(config_dir=tmp_path, tmpfiles=tmp_path / "none.conf")))
     assert found["deployment"].status is Status.FAIL
     assert found["deployment"].advice == f"fix {spec}"
-
-
-def test_the_kernels_a_cuda_build_covers() -> None:
-    arches = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
-    assert covers(arches, (9, 0))  # H100, H200
-    assert covers(arches, (8, 7))  # runs sm_80's/sm_86's
-    assert covers(arches, (12, 1))
-    assert not covers(["sm_80", "sm_86"], (9, 0))
-    assert covers(["compute_80"], (9, 0))  # PTX, compiled at load
-
-
-def test_the_expected_vllm_is_the_pinned_one() -> None:
-    assert expected_vllm() == "0.32.0"
