@@ -168,10 +168,10 @@ rpm: rpm-tools
 	$(RPM_BUILD) binary cortex cpu
 
 rpm-srpm: rpm-tools
-	$(RPM_BUILD) srpm cortex cpu ampere ada blackwell
+	$(RPM_BUILD) srpm cortex cpu ampere ada hopper blackwell
 
 rpm-gpu: rpm-tools
-	$(RPM_BUILD) binary ampere ada blackwell
+	$(RPM_BUILD) binary ampere ada hopper blackwell
 
 # Regenerate the lock files from pyproject.toml and rpm/lock.py; check that
 # the GPU ones still resolve for the target (rpm-test does it too).
@@ -179,7 +179,7 @@ rpm-locks: $(STAMP)
 	$(PY) rpm/lock.py
 
 rpm-lock-check: $(STAMP)
-	$(PY) rpm/lock.py --check ampere ada blackwell
+	$(PY) rpm/lock.py --check ampere ada hopper blackwell
 
 rpm-test: $(STAMP) rpm rpm-srpm
 	NEURAXIS_RPM_TESTS=1 NEURAXIS_RPM_DIR=$(RPM_DIR) $(PY) -m pytest -q -p no:cacheprovider -s tests/rpm

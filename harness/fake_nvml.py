@@ -63,6 +63,13 @@ static int load(void) {
 int nvmlInitWithFlags(unsigned int flags) { (void)flags; return load(); }
 int nvmlInit_v2(void) { return load(); }
 int nvmlShutdown(void) { return 0; }
+/* FAKE_NVML_DRIVER="580.95.05" (that one when unset) */
+int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    const char *v = getenv("FAKE_NVML_DRIVER");
+    strncpy(version, v ? v : "580.95.05", length);
+    version[length - 1] = 0;
+    return 0;
+}
 const char *nvmlErrorString(int result) { (void)result; return "fake NVML error"; }
 int nvmlDeviceGetCount_v2(unsigned int *n) { *n = count; return 0; }
 int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **device) {

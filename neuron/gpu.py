@@ -93,13 +93,9 @@ def host_generation(devices: list[Device]) -> Generation:
 
 
 # The generations a neuraxis-neuron-<flavour> package is built for: rpm/lock.py's
-# FLAVOURS (a unit test keeps the two equal). Hopper has none yet.
-PACKAGED_GENERATIONS: tuple[Generation, ...] = (
-    Generation.CPU,
-    Generation.AMPERE,
-    Generation.ADA,
-    Generation.BLACKWELL,
-)
+# FLAVOURS (a unit test keeps the two equal). Every generation has one, so the
+# refusal below can always name the package to install.
+PACKAGED_GENERATIONS: tuple[Generation, ...] = tuple(Generation)
 
 
 def check_installed_for(expected: Generation, detected: Generation) -> None:
@@ -107,19 +103,5 @@ def check_installed_for(expected: Generation, detected: Generation) -> None:
     if expected is not detected:
         raise UnsupportedGpuError(
             f"this neuron is installed for {expected.value} GPUs, but the host has "
-            f"{detected.value}; {_what_to_install(detected)}"
+            f"{detected.value}; install the neuraxis-neuron-{detected.value} flavour"
         )
-
-
-def _what_to_install(detected: Generation) -> str:
-    """Advice that names only packages that exist."""
-    if detected in PACKAGED_GENERATIONS:
-        return f"install the neuraxis-neuron-{detected.value} flavour"
-    packages = ", ".join(f"neuraxis-neuron-{g.value}" for g in PACKAGED_GENERATIONS)
-    # The GPU flavours carry one vLLM build whose kernels cover sm_90 too
-    # (rpm/lock.py): only the generation their neuron.toml names differs.
-    return (
-        f"there is no neuraxis-neuron-{detected.value} package (there are {packages}); "
-        f'a GPU one runs on {detected.value} with generation = "auto" in '
-        "/etc/neuraxis/neuron.toml (or --generation auto), untried on such GPUs"
-    )

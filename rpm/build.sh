@@ -5,7 +5,7 @@
 #   rpm/build.sh binary TARGET...   source RPMs, then binary RPMs rebuilt from them
 #
 # TARGET: cortex (neuraxis-common and neuraxis-cortex) or a neuron flavour (cpu,
-# ampere, ada, blackwell). Output in $NEURAXIS_RPM_DIR (default build/rpm):
+# ampere, ada, hopper, blackwell). Output in $NEURAXIS_RPM_DIR (default build/rpm):
 # SRPMS/, RPMS/{x86_64,noarch}/, and build-times.txt with each build's seconds.
 # The binary build needs the package index (PyPI) for the locked wheels; a GPU
 # flavour needs ~20 GB free under $NEURAXIS_RPM_DIR while it builds. Debian's
@@ -46,9 +46,9 @@ rpmbuild_() {
 name_for() { # TARGET -> the source package's name
     case $1 in
     cortex) echo neuraxis ;;
-    cpu | ampere | ada | blackwell) echo "neuraxis-neuron-$1" ;;
+    cpu | ampere | ada | hopper | blackwell) echo "neuraxis-neuron-$1" ;;
     *)
-        echo "rpm/build.sh: unknown target $1 (cortex, cpu, ampere, ada, blackwell)" >&2
+        echo "rpm/build.sh: unknown target $1 (cortex, cpu, ampere, ada, hopper, blackwell)" >&2
         exit 1
         ;;
     esac

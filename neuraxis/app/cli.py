@@ -3,7 +3,7 @@
 Each command is one module of neuraxis/app/commands/ with `add_parser` and
 `run`: up, cortex, head, neuron serve|agent, status, cluster stop|apply,
 config check, model prepare, tls init, keys create|list|revoke, node
-cordon|drain|uncordon. The options of `cortex`, `neuron serve`, `neuron
+cordon|drain|uncordon, doctor. The options of `cortex`, `neuron serve`, `neuron
 agent`, `head` and `up` are generated from their settings classes
 (neuraxis/app/options.py): a new setting needs no edit here nor there."""
 
@@ -18,6 +18,7 @@ from neuraxis.app.commands import (
     cluster,
     config,
     cortex,
+    doctor,
     head,
     keys,
     model,
@@ -30,7 +31,7 @@ from neuraxis.app.commands import (
 from neuraxis.core.settings import SettingsError
 
 # In the order `neuraxis --help` lists them.
-COMMANDS = (up, cortex, head, neuron, status, cluster, config, model, tls, keys, node)
+COMMANDS = (up, cortex, head, neuron, status, cluster, config, model, tls, keys, node, doctor)
 
 
 def _version() -> str:

@@ -26,8 +26,8 @@ RPM_DIR = Path(os.environ.get("NEURAXIS_RPM_DIR", ROOT / "build" / "rpm")).resol
 ENABLED = os.environ.get("NEURAXIS_RPM_TESTS") == "1"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 RELEASE = os.environ.get("NEURAXIS_RPM_RELEASE", "1")
-FLAVOURS = ("cpu", "ampere", "ada", "blackwell")
-GPU_FLAVOURS = ("ampere", "ada", "blackwell")
+FLAVOURS = ("cpu", "ampere", "ada", "hopper", "blackwell")
+GPU_FLAVOURS = ("ampere", "ada", "hopper", "blackwell")
 
 
 def lock_module() -> ModuleType:

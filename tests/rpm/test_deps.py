@@ -46,6 +46,7 @@ def test_the_cpu_neuron(packages: Packages) -> None:
     assert relations(rpm_query(packages.neuron_cpu, "--conflicts")) == {
         "neuraxis-neuron-ampere",
         "neuraxis-neuron-ada",
+        "neuraxis-neuron-hopper",
         "neuraxis-neuron-blackwell",
     }
 

