@@ -57,10 +57,10 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 proto: $(STAMP)
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. proto/neuraxis/core/v1/neuron.proto
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. proto/axon/v1/neuron.proto
 
 proto-check: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit/neuraxis/core/test_proto_stubs.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/axon/test_proto_stubs.py
 
 # Each benchmark starts what it measures (`neuraxis up`, or a simulated Ray
 # cluster) and writes its summary to bench/results/. `make bench-smoke` runs

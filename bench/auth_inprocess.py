@@ -30,6 +30,7 @@ from pathlib import Path
 
 from starlette.types import Message, Receive, Scope, Send
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.lifecycle import Tracker, tracked
 from cortex.auth.authenticator import Authenticator
 from cortex.auth.keys import KeyRequest, make_key
@@ -38,7 +39,6 @@ from cortex.auth.local_usage import counters_for
 from cortex.http.ratelimit_headers import RateLimitHeaders
 from cortex.recording import NoRecorder
 from cortex.store.sqlite_keys import SqliteKeyStore
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 MESSAGES = 34  # a 32-token answer: the role chunk, 32 tokens, the usage
 

@@ -20,9 +20,9 @@ import uuid
 import grpc
 import httpx
 
+from axon.v1 import neuron_pb2 as pb
 from harness.bench_stack import RESULTS, Target, output_path, parser, running_stack, write_summary
 from harness.procs import neuron_stub
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 MODEL = "all-minilm-l6-v2"
 WORDS = [

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from fastapi import Depends, FastAPI
 
+from axon.sdnotify import notify
 from cortex import metrics
 from cortex.api import (
     chat,
@@ -45,7 +46,6 @@ from cortex.routing.pool import NeuronPool
 from cortex.store.base import ResponseStore
 from cortex.store.keys import KeyStore, open_key_store
 from cortex.store.sqlite import SqliteResponseStore
-from neuraxis.core.sdnotify import notify
 
 log = logging.getLogger("neuraxis.cortex")
 

@@ -22,6 +22,10 @@ from typing import Annotated, ClassVar
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from axon.grpc_limits import MAX_MESSAGE_BYTES
+from axon.logs import LogSettings
+from axon.settings import Flag, SettingsGroup, sources
+from axon.tls import TlsFiles, tls_files
 from cortex.api.caps import RequestCaps
 from cortex.api.responses.upkeep import UpkeepSettings
 from cortex.auth.settings import AuthSettings
@@ -31,10 +35,6 @@ from cortex.routing.ejection import EjectionOptions
 from cortex.routing.factory import RoutingSettings
 from cortex.routing.pool_settings import PoolSettings
 from cortex.routing.retry_budget import RetryBudgetOptions
-from neuraxis.core.grpc_limits import MAX_MESSAGE_BYTES
-from neuraxis.core.logs import LogSettings
-from neuraxis.core.settings import Flag, SettingsGroup, sources
-from neuraxis.core.tls import TlsFiles, tls_files
 
 
 def default_state_dir() -> Path:
@@ -154,7 +154,7 @@ class ControllerSettings(SettingsGroup):
 
 class CortexSettings(LogSettings):
     """Each plain field is a setting everywhere: TOML key, NEURAXIS_CORTEX_<NAME>
-    and `neuraxis cortex --name-with-dashes` (neuraxis/app/options.py; `Flag`
+    and `neuraxis cortex --name-with-dashes` (neuraxis/options.py; `Flag`
     where the option is spelled otherwise), with its description as the help.
     Each group field is a TOML table, NEURAXIS_CORTEX_<GROUP>__<NAME> and
     `--group-name`. Adding a setting is adding a field, in its component's group."""

@@ -27,6 +27,7 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
+from axon.logs import configure_logging
 from cortex.admin import with_admin
 from cortex.auth.exposure import exposure_problem
 from cortex.config import CortexSettings
@@ -34,7 +35,6 @@ from cortex.http.guard import ClientLimits, GuardedHttpProtocol
 from cortex.http.listeners import bind, bound_port
 from cortex.notify_relay import NotifyRelay
 from cortex.shutdown import CUTOFF, Cutoff
-from neuraxis.core.logs import configure_logging
 
 log = logging.getLogger("neuraxis.cortex")
 
@@ -62,8 +62,8 @@ def run(settings: CortexSettings) -> int:
     if not settings.ray.head:
         return _serve(settings)
     # The head host's service: a Ray head beside cortex, stopped with it.
+    from axon.process import stop_process_group
     from cortex.cluster.head import start_head, wait_for_head
-    from neuraxis.core.process import stop_process_group
 
     ray = settings.ray
     address = f"{ray.node_ip}:{ray.port}"

@@ -18,7 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from neuraxis.core.sdnotify import send
+from axon.sdnotify import send
 
 log = logging.getLogger("neuraxis.cortex")
 

@@ -8,7 +8,7 @@ loop pings systemd every half period; a loop blocked for longer gets the
 service killed and restarted instead of hanging with its port open.
 
 Under `neuraxis up`, in tests and with no NOTIFY_SOCKET, every notification
-is a no-op (neuraxis/core/sdnotify.py).
+is a no-op (axon/sdnotify.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from neuraxis.core.sdnotify import notify, watchdog_interval_s
+from axon.sdnotify import notify, watchdog_interval_s
 
 log = logging.getLogger("neuraxis.cortex")
 

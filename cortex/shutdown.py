@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
-from neuraxis.core.errors import UnavailableError
+from axon.errors import UnavailableError
 
 T = TypeVar("T")
 

@@ -31,7 +31,7 @@ from harness.workload import PROMPTS, chat_body
 ROLES = (
     ("EngineCor", "engine core"),  # retitled "VLLM::EngineCore", cut to 15 by the kernel
     ("neuron serve", "neuron"),
-    ("neuraxis.app.cli neuron", "neuron"),
+    ("neuraxis.cli neuron", "neuron"),
     ("cortex", "cortex"),
     ("vllm.entrypoints", "vLLM API server"),
     ("ray", "ray"),

@@ -16,11 +16,11 @@ from typing import Any
 import grpc
 import httpx
 
+from axon.generations import GENERATION_LABEL
+from axon.process import QUIET_RAY_ARGS, ray_binary, stop_process_group
+from axon.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2_grpc as pb_grpc
 from harness.ports import free_port
-from neuraxis.core.generations import GENERATION_LABEL
-from neuraxis.core.process import QUIET_RAY_ARGS, ray_binary, stop_process_group
-from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,7 +38,7 @@ def child_env() -> dict[str, str]:
 
 def neuraxis_keys(*args: str) -> subprocess.CompletedProcess[str]:
     """`neuraxis keys ARGS`, as an operator runs it, its output captured."""
-    command = [sys.executable, "-m", "neuraxis.app.cli", "keys", *args]
+    command = [sys.executable, "-m", "neuraxis.cli", "keys", *args]
     return subprocess.run(
         command, capture_output=True, text=True, env=child_env(), cwd=REPO, timeout=60
     )
@@ -82,7 +82,7 @@ class Proc:
         # closed at once, so no open file outlives a Proc that is never stopped.
         with open(log_path, "wb") as log:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "neuraxis.app.cli", *args],
+                [sys.executable, "-m", "neuraxis.cli", *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**child_env(), **(extra_env or {})},

@@ -9,9 +9,9 @@ from pathlib import Path
 
 # (stage, file patterns): the first stage, innermost frame first, that matches.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("logging", ("logging/", "neuraxis/core/logs.py")),
+    ("logging", ("logging/", "axon/logs.py")),
     ("metrics", ("prometheus_client", "cortex/metrics.py", "neuron/metrics.py")),
-    ("protobuf", ("google/protobuf", "_pb2.py", "neuron/convert.py", "neuraxis/core/protomaps")),
+    ("protobuf", ("google/protobuf", "_pb2.py", "neuron/convert.py", "axon/protomaps")),
     ("detokenise", ("detokenizer", "tokenizers", "transformers/", "output_processor.py")),
     ("JSON / pydantic", ("pydantic", "json/", "orjson")),
     ("SSE framing", ("cortex/http/sse.py", "sse_starlette", "streaming.py")),

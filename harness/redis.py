@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from axon.process import stop_process_group
 from harness.ports import free_port
 from harness.services import redis_server_binary
-from neuraxis.core.process import stop_process_group
 
 
 def _answers(port: int) -> bool:

@@ -22,8 +22,8 @@ import httpx
 import ray
 from ray.cluster_utils import Cluster
 
+from axon.process import stop_process_group
 from harness.ports import free_port
-from neuraxis.core.process import stop_process_group
 
 GENERATION_LABEL = "neuraxis.io/generation"
 NAMESPACE = "neuraxis"
@@ -123,7 +123,7 @@ def sim_cluster(
                 [
                     sys.executable,
                     "-m",
-                    "neuraxis.app.cli",
+                    "neuraxis.cli",
                     "cortex",
                     "--port",
                     str(port),

@@ -31,9 +31,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from neuraxis.core.process import stop_process_group
-from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+from axon.process import stop_process_group
+from axon.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2_grpc as pb_grpc
 from neuron.engine.sim import SimEngine, SimOptions
 from neuron.engine.sim_cache import PrefixCacheOptions
 from neuron.server import NeuronServicer

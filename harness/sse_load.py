@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import grpc
 
-from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+from axon.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2_grpc as pb_grpc
 
 CONTENT = b'"content":"'
 EMPTY = b'"content":""'

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import grpc
 
-from neuraxis.core.tls import TlsFiles
-from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+from axon.tls import TlsFiles
+from axon.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2_grpc as pb_grpc
 from neuron.engine.sim import SimEngine, SimOptions
 from neuron.server import NeuronServicer, server_credentials
 

@@ -26,11 +26,11 @@ from typing import Any
 
 import httpx
 
+from axon.process import stop_process_group
 from harness.bench_stack import CHAT_MODEL
 from harness.ports import free_port
 from harness.procs import REPO, child_env
 from harness.vllm_config import resolve
-from neuraxis.core.process import stop_process_group
 
 READY_TIMEOUT_S = 600.0
 
@@ -46,7 +46,7 @@ class EngineArgs:
 def neuron_engine_args(model: str = CHAT_MODEL) -> EngineArgs:
     command = ["neuron", "serve", "--print-engine-args", "--model", model]
     done = subprocess.run(
-        [sys.executable, "-m", "neuraxis.app.cli", *command],
+        [sys.executable, "-m", "neuraxis.cli", *command],
         cwd=REPO,
         env=child_env(),
         capture_output=True,

@@ -15,10 +15,10 @@ from typing import Any
 import grpc
 import httpx
 
+from axon.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2_grpc as pb_grpc
 from harness import sse
 from harness.procs import neuron_stub
-from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
 
 MODEL = "smollm2-135m-instruct"
 PROMPTS = [

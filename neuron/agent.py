@@ -26,15 +26,15 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from neuraxis.core.generations import (
+from axon.generations import (
     EXIT_WRONG_GPU,
     GENERATION_LABEL,
     Generation,
     UnsupportedGpuError,
 )
-from neuraxis.core.logs import configure_logging
-from neuraxis.core.neuron_settings import NeuronSettings
-from neuraxis.core.process import (
+from axon.logs import configure_logging
+from axon.neuron_settings import NeuronSettings
+from axon.process import (
     FIXED_RAY_PORT_ARGS,
     FIXED_REPLICA_PORTS,
     QUIET_RAY_ARGS,
@@ -42,8 +42,8 @@ from neuraxis.core.process import (
     ray_binary,
     stop_process_group,
 )
-from neuraxis.core.sdnotify import notify
-from neuraxis.core.tls import NEURON_TLS_ENV
+from axon.sdnotify import notify
+from axon.tls import NEURON_TLS_ENV
 from neuron.gpu import Device, check_installed_for, detect, host_generation, load_nvml
 from neuron.joined import node_alive, raylet_node_id
 

@@ -1,4 +1,4 @@
-"""Translation between the neuraxis.core.v1 protobuf messages and the engine's own
+"""Translation between the axon.v1 protobuf messages and the engine's own
 types, in both directions. Pure functions, no I/O."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from neuraxis.core.errors import InvalidRequestError
-from neuraxis.core.protomaps import TASK_TO_PB
-from neuraxis.core.v1 import neuron_pb2 as pb
+from axon.errors import InvalidRequestError
+from axon.protomaps import TASK_TO_PB
+from axon.v1 import neuron_pb2 as pb
 from neuron.engine.base import (
     EmbedRequest,
     EngineRequest,

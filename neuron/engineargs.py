@@ -15,8 +15,8 @@ import json
 import sys
 from typing import Any, TextIO
 
-from neuraxis.core.generations import EXIT_WRONG_GPU, Generation, UnsupportedGpuError
-from neuraxis.core.neuron_settings import NeuronSettings
+from axon.generations import EXIT_WRONG_GPU, Generation, UnsupportedGpuError
+from axon.neuron_settings import NeuronSettings
 from neuron.engine.vllm.args import engine_launch
 from neuron.gpu import detect, host_generation
 from neuron.main import resolve_model, vllm_options

@@ -2,7 +2,7 @@
 
 The compute capability decides it: 8.0/8.6/8.7 Ampere, 8.9 Ada, 9.0 Hopper,
 10.x/12.x Blackwell; no GPU (or no NVML) is `cpu`. The generations and their
-profiles are the cluster's vocabulary, in neuraxis/core/generations.py.
+profiles are the cluster's vocabulary, in axon/generations.py.
 
 NVML is reached through the `nvidia-ml-py` package when it is installed; the
 detection takes the NVML module as a parameter so that tests can pass a fake
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from neuraxis.core.generations import Generation, UnsupportedGpuError
+from axon.generations import Generation, UnsupportedGpuError
 
 
 def generation_of(major: int, minor: int) -> Generation:

@@ -11,16 +11,16 @@ from typing import Any
 
 import uvloop
 
-from neuraxis.core.generations import (
+from axon.generations import (
     EXIT_WRONG_GPU,
     Generation,
     UnsupportedGpuError,
     check_model_options,
 )
-from neuraxis.core.logs import configure_logging
-from neuraxis.core.neuron_settings import NeuronSettings
-from neuraxis.core.protomaps import GENERATION_TO_PB
-from neuraxis.core.tasks import ModelTask
+from axon.logs import configure_logging
+from axon.neuron_settings import NeuronSettings
+from axon.protomaps import GENERATION_TO_PB
+from axon.tasks import ModelTask
 from neuron.engine.base import Engine
 from neuron.engine.vllm.args import VllmOptions
 from neuron.gpu import check_installed_for, detect, host_generation, load_nvml

@@ -1,5 +1,5 @@
 """The neuron's gRPC server: a thin servicer that translates between the
-neuraxis.core.v1 protobuf messages and the engine interface, plus the standard
+axon.v1 protobuf messages and the engine interface, plus the standard
 grpc.health.v1 service.
 
 The server starts listening before the engine has loaded, reporting
@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from neuraxis.core.errors import (
+from axon.errors import (
     ERROR_METADATA_KEY,
     PARAM_METADATA_KEY,
     EngineDiedError,
@@ -28,16 +28,16 @@ from neuraxis.core.errors import (
     UnavailableError,
     mapping_for,
 )
-from neuraxis.core.grpc_limits import MESSAGE_OPTIONS
-from neuraxis.core.tls import TlsFiles
-from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+from axon.grpc_limits import MESSAGE_OPTIONS
+from axon.tls import TlsFiles
+from axon.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2_grpc as pb_grpc
 from neuron import convert, metrics
 from neuron.engine.base import Engine
 
 log = logging.getLogger("neuraxis.neuron")
 
-SERVICE_NAME = "neuraxis.core.v1.Neuron"
+SERVICE_NAME = "axon.v1.Neuron"
 
 
 class InFlight:
@@ -253,7 +253,7 @@ async def _set_health(health_servicer: health.aio.HealthServicer, serving: bool)
 
 def new_server() -> grpc.aio.Server:
     """The gRPC server, taking messages as large as cortex may send
-    (neuraxis/core/grpc_limits.py says why)."""
+    (axon/grpc_limits.py says why)."""
     return grpc.aio.server(options=MESSAGE_OPTIONS)
 
 

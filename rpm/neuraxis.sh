@@ -21,7 +21,7 @@ for env in $order; do
     if [ -x "$opt/$env/bin/python" ]; then
         # -P: not the working directory first on sys.path (a checkout of
         # neuraxis there would shadow the installed one), as a console script.
-        exec "$opt/$env/bin/python" -P -m neuraxis.app.cli "$@"
+        exec "$opt/$env/bin/python" -P -m neuraxis.cli "$@"
     fi
 done
 echo "neuraxis: no environment under /opt/neuraxis: install neuraxis-cortex or a neuraxis-neuron-<flavour> package" >&2

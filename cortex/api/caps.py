@@ -21,10 +21,10 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import Field
 
+from axon.errors import InvalidRequestError
+from axon.settings import SettingsGroup
+from axon.v1 import neuron_pb2 as pb
 from cortex.schemas.surfaces import ParamNames, Surface
-from neuraxis.core.errors import InvalidRequestError
-from neuraxis.core.settings import SettingsGroup
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 
 class RequestCaps(SettingsGroup):

@@ -1,5 +1,5 @@
 """POST /v1/chat/completions: validate, translate to the internal request
-(neuraxis.core.v1.GenerateRequest), route, and render the neuron's stream as a
+(axon.v1.GenerateRequest), route, and render the neuron's stream as a
 chat completion or as chat.completion.chunk events."""
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from axon.errors import InvalidRequestError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api import dispatch, params, tools
 from cortex.api.choices import (
     CallState,
@@ -42,8 +44,6 @@ from cortex.schemas.chat import (
 from cortex.schemas.common import ChoiceLogprobs
 from cortex.schemas.surfaces import CHAT
 from cortex.schemas.tools import ChatNamedCustomChoice, ChatNamedToolChoice
-from neuraxis.core.errors import InvalidRequestError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 

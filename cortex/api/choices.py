@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from axon.errors import UnavailableError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.streams import next_message
 from cortex.schemas.common import (
     CompletionUsage,
@@ -14,8 +16,6 @@ from cortex.schemas.common import (
     TokenLogprobOut,
     TopLogprobOut,
 )
-from neuraxis.core.errors import UnavailableError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 _FINISH = {
     pb.FINISH_REASON_STOP: "stop",

@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from axon.errors import InternalError, InvalidRequestError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api import dispatch, params
 from cortex.api.choices import ChoiceState, collect, finish_reason, usage_of
 from cortex.api.streams import merge
@@ -24,8 +26,6 @@ from cortex.schemas.completions import (
     CompletionRequest,
 )
 from cortex.schemas.surfaces import COMPLETIONS
-from neuraxis.core.errors import InternalError, InvalidRequestError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.api import caps
 from cortex.api.gateway import gateway_of
 from cortex.api.lifecycle import Tracker, outcome_of, tracked
@@ -33,7 +34,6 @@ from cortex.http.context import RequestContext, context_of
 from cortex.http.disconnect import ClientDisconnectedError, cancel_on_disconnect
 from cortex.routing.policy import RouteHints
 from cortex.schemas.surfaces import Surface
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 Stream = AsyncIterator[pb.GenerateResponse]
 

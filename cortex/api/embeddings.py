@@ -8,12 +8,12 @@ import struct
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from axon.errors import InvalidRequestError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api import caps, dispatch
 from cortex.api.gateway import gateway_of
 from cortex.schemas.embeddings import EmbeddingData, EmbeddingList, EmbeddingRequest, EmbeddingUsage
 from cortex.schemas.surfaces import EMBEDDINGS
-from neuraxis.core.errors import InvalidRequestError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 

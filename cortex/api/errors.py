@@ -1,7 +1,7 @@
 """The handlers that turn every error of a request, cortex's own and
 FastAPI's and Starlette's (validation, unknown routes, bad JSON), into the
 OpenAI error envelope (rendered by cortex/http/errors.py from
-neuraxis.core.errors.ERROR_TABLE), and count the API requests that failed
+axon.errors.ERROR_TABLE), and count the API requests that failed
 before they were routed. Nothing here ever puts a stack trace in a body.
 """
 
@@ -16,18 +16,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from axon.errors import (
+    InternalError,
+    InvalidRequestError,
+    NeuraxisError,
+    NotFoundError,
+)
 from cortex import metrics
 from cortex.api.lifecycle import outcome_of
 from cortex.http.context import context_of
 from cortex.http.errors import error_envelope, error_response, unexpected_message
 from cortex.recording import Recorder
 from cortex.schemas.surfaces import surface_at
-from neuraxis.core.errors import (
-    InternalError,
-    InvalidRequestError,
-    NeuraxisError,
-    NotFoundError,
-)
 
 log = logging.getLogger("neuraxis.cortex")
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from fastapi import FastAPI, Request
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.caps import RequestCaps
 from cortex.auth.authenticator import Authenticator
 from cortex.auth.limiter import Limiter
@@ -21,7 +22,6 @@ from cortex.http.context import context_of
 from cortex.recording import Recorder
 from cortex.routing.policy import RouteHints
 from cortex.store.base import ResponseStore
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 if TYPE_CHECKING:
     from cortex.api.responses.run import Registry

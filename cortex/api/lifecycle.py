@@ -13,10 +13,10 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from axon.errors import NeuraxisError, mapping_for
+from axon.v1 import neuron_pb2 as pb
 from cortex.recording import Ended, Observe, Recorder
 from cortex.shutdown import CUTOFF
-from neuraxis.core.errors import NeuraxisError, mapping_for
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex.requests")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from axon.errors import ModelNotFoundError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.gateway import gateway_of
 from cortex.http.context import context_of
 from cortex.schemas.models import ModelCard, ModelList
-from neuraxis.core.errors import ModelNotFoundError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 router = APIRouter()
 

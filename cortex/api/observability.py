@@ -8,9 +8,9 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
+from axon.protomaps import generation_name
 from cortex import metrics
 from cortex.api.gateway import Neurons
-from neuraxis.core.protomaps import generation_name
 
 
 def router_for(neurons: Neurons) -> APIRouter:

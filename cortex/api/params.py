@@ -1,5 +1,5 @@
 """The parameters every generation API shares, checked once and turned into
-the internal request (neuraxis.core.v1.GenerateRequest) once.
+the internal request (axon.v1.GenerateRequest) once.
 
 Chat completions, legacy completions and the Responses API spell sampling,
 tools, tool choice and output format differently on the wire; each endpoint
@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from axon.errors import InvalidRequestError
+from axon.v1 import neuron_pb2 as pb
 from cortex.schemas.common import RefusesUnsupported, SamplingFields, stop_list
 from cortex.schemas.vllm_sampling import VllmSamplingFields
-from neuraxis.core.errors import InvalidRequestError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 ToolMode = Literal["none", "auto", "required"]
 FormatKind = Literal["text", "json_object", "json_schema"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from neuraxis.core.errors import InternalError
-from neuraxis.core.v1 import neuron_pb2 as pb
+from axon.errors import InternalError
+from axon.v1 import neuron_pb2 as pb
 
 Stream = AsyncIterator[pb.GenerateResponse]
 

@@ -31,6 +31,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from axon.errors import InvalidRequestError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api import params
 from cortex.recording import Recorder
 from cortex.schemas.surfaces import RESPONSES
@@ -49,8 +51,6 @@ from cortex.schemas.tools import (
     ResponsesTool,
     ResponsesToolChoice,
 )
-from neuraxis.core.errors import InvalidRequestError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex.tools")
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from axon.errors import AuthenticationError
 from cortex.auth.keys import hash_key, hash_matches
 from cortex.auth.limits import Limits
 from cortex.auth.principal import Principal
 from cortex.store.keys import ApiKey, KeyStore
-from neuraxis.core.errors import AuthenticationError
 
 DEFAULT_CACHE_S = 2.0
 

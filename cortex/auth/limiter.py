@@ -26,13 +26,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from axon.errors import RateLimitError, TokenRateLimitError
+from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.auth import limits
 from cortex.auth.local_usage import LocalUsage
 from cortex.auth.principal import Principal
 from cortex.store.keys import Adjust, KeyStore, Usage
-from neuraxis.core.errors import RateLimitError, TokenRateLimitError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex")
 

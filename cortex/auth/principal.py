@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from axon.errors import ModelNotFoundError
 from cortex.auth.limits import Limits
-from neuraxis.core.errors import ModelNotFoundError
 
 
 @dataclass(frozen=True)

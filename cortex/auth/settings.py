@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from neuraxis.core.settings import SettingsGroup
+from axon.settings import SettingsGroup
 
 
 class AuthSettings(SettingsGroup):

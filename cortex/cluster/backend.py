@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from axon.generations import Generation
 from cortex.cluster.nodes import NodeMark
 from cortex.cluster.placement import NodeView
-from neuraxis.core.generations import Generation
 
 
 class ReplicaStartError(Exception):

@@ -22,6 +22,7 @@ import ray
 from ray.exceptions import AuthenticationError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from axon.tls import TlsFiles
 from cortex.cluster.plane import ControlPlane, watch_head
 from cortex.cluster.ray_backend import (
     CONTROLLER_NAME,
@@ -32,7 +33,6 @@ from cortex.cluster.ray_backend import (
 from cortex.cluster.spec import DeploymentSpec, spec_to_dict
 from cortex.cluster.status import ClusterStatus, CortexReport
 from cortex.routing.pool import NeuronPool
-from neuraxis.core.tls import TlsFiles
 
 log = logging.getLogger("neuraxis.cortex")
 

@@ -23,6 +23,7 @@ import itertools
 import logging
 from dataclasses import dataclass
 
+from axon.generations import Generation
 from cortex.cluster import decisions
 from cortex.cluster.adoption import adopt
 from cortex.cluster.backend import ClusterBackend, ReplicaRequest, ReplicaStartError
@@ -37,7 +38,6 @@ from cortex.cluster.spec import DeploymentSpec, ModelSpec
 from cortex.cluster.status import ClusterStatus, CortexReport, ReplicaState, cluster_status
 from cortex.cluster.table import Endpoint, EndpointTable
 from cortex.cluster.tasks import ReplicaTasks
-from neuraxis.core.generations import Generation
 
 log = logging.getLogger("neuraxis.controller")
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from axon.generations import Generation
 from cortex.cluster.backend import Health, Liveness, Placed, RunningReplica, Started
 from cortex.cluster.placement import NodeView, eligibility, preferred_node
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
 from cortex.cluster.status import Failure, ReplicaState
-from neuraxis.core.generations import Generation
 
 # Consecutive failed health checks before a replica leaves the table, and
 # before it is replaced.

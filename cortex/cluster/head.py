@@ -3,7 +3,7 @@
 `ray start --head --block` stays in the foreground and stops every Ray
 process it started when it gets SIGTERM, so the head is supervised like any
 other child: its own process group, the parent's death signal, and
-neuraxis.core.process.stop_process_group to stop it.
+axon.process.stop_process_group to stop it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 
-from neuraxis.core.process import (
+from axon.process import (
     FIXED_RAY_PORT_ARGS,
     QUIET_RAY_ARGS,
     die_with_parent,

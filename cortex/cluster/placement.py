@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cortex.cluster.spec import ModelSpec
-from neuraxis.core.generations import (
+from axon.generations import (
     GENERATION_LABEL,
     Generation,
     UnsupportedGpuError,
     check_model_options,
 )
+from cortex.cluster.spec import ModelSpec
 
 
 @dataclass(frozen=True)

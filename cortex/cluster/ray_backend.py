@@ -25,6 +25,9 @@ from ray.exceptions import RayError
 from ray.experimental import internal_kv
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from axon.errors import NeuraxisError
+from axon.generations import GENERATION_LABEL, Generation
+from axon.tls import TlsFiles
 from cortex.cluster.backend import (
     Health,
     Liveness,
@@ -42,9 +45,6 @@ from cortex.cluster.replica import ReplicaActor
 from cortex.cluster.spec import DeploymentSpec
 from cortex.cluster.status import CortexReport
 from cortex.routing.client import NeuronClient, channel_credentials
-from neuraxis.core.errors import NeuraxisError
-from neuraxis.core.generations import GENERATION_LABEL, Generation
-from neuraxis.core.tls import TlsFiles
 
 log = logging.getLogger("neuraxis.controller")
 

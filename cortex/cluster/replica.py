@@ -28,10 +28,10 @@ from typing import Any
 
 import ray
 
+from axon.process import die_with_parent, kill_group_when_exits, stop_process_group
+from axon.tls import tls_from_env
 from cortex.cluster.backend import ReplicaStartError
 from cortex.routing.client import NeuronClient, channel_credentials
-from neuraxis.core.process import die_with_parent, kill_group_when_exits, stop_process_group
-from neuraxis.core.tls import tls_from_env
 
 LOG_TAIL_BYTES = 4000
 
@@ -120,7 +120,7 @@ class Replica:
         cmd = [
             sys.executable,
             "-m",
-            "neuraxis.app.cli",
+            "neuraxis.cli",
             "neuron",
             "serve",
             "--host",

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
+from axon.generations import PROFILES, Generation
+from axon.neuron_settings import NeuronSettings
 from cortex.cluster.spec import ModelSpec
-from neuraxis.core.generations import PROFILES, Generation
-from neuraxis.core.neuron_settings import NeuronSettings
 
 
 class _Explicit(NeuronSettings):

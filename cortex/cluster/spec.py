@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from axon.generations import GPU_GENERATIONS, Generation
 from cortex.routing.factory import PolicyName
-from neuraxis.core.generations import GPU_GENERATIONS, Generation
 
 
 class SpecError(Exception):

@@ -6,7 +6,7 @@ Ray's wire and is printed with `--json`).
 The types are frozen pydantic models: `model_dump(mode="json")` is their
 wire form and `read` its inverse, which refuses a missing or unknown field
 (TypeError) rather than guessing (a peer of another version). No Ray here,
-and no rendering (neuraxis/app/status.py renders).
+and no rendering (neuraxis/status.py renders).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
+from axon.generations import Generation
 from cortex.cluster.nodes import NodeMark
 from cortex.cluster.placement import NodeView, eligibility
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
-from neuraxis.core.generations import Generation
 
 if TYPE_CHECKING:
     from cortex.cluster.decisions import ReplicaRecord

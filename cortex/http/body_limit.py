@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from axon.errors import RequestTooLargeError, mapping_for
 from cortex.http.asgi import HttpMiddleware
 from cortex.http.errors import error_envelope
-from neuraxis.core.errors import RequestTooLargeError, mapping_for
 
 
 class BodyLimit(HttpMiddleware):

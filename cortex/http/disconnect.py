@@ -24,8 +24,8 @@ from typing import TypeVar
 from fastapi import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from axon.errors import InternalError
 from cortex.http.asgi import HttpMiddleware
-from neuraxis.core.errors import InternalError
 
 T = TypeVar("T")
 

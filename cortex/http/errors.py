@@ -1,4 +1,4 @@
-"""The OpenAI error envelope, rendered from neuraxis.core.errors.ERROR_TABLE:
+"""The OpenAI error envelope, rendered from axon.errors.ERROR_TABLE:
 the one place an error becomes a body, for the API's handlers, the edge's
 middleware and protocol, and the streams' terminal events alike. Nothing
 here ever puts a stack trace in a body.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 
+from axon.errors import NeuraxisError, RateLimitError, UnavailableError, mapping_for
 from cortex.schemas.errors import ErrorBody, ErrorEnvelope
-from neuraxis.core.errors import NeuraxisError, RateLimitError, UnavailableError, mapping_for
 
 
 def unexpected_message(request_id: str) -> str:

@@ -36,13 +36,13 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from cortex.http.errors import error_envelope
-from neuraxis.core.errors import (
+from axon.errors import (
     HeadersTooLargeError,
     NeuraxisError,
     RequestTimeoutError,
     mapping_for,
 )
+from cortex.http.errors import error_envelope
 
 log = logging.getLogger("neuraxis.cortex")
 

@@ -6,7 +6,7 @@ What it gets wrong is the errors: it advertises a 422 `HTTPValidationError`
 that cortex never sends (api/errors.py answers a failed validation with a
 400 in the OpenAI envelope). This module replaces that with the statuses
 cortex does answer, each with the `ErrorEnvelope` schema, derived from the
-one error table (neuraxis.core.errors.ERROR_TABLE) so that a new error kind
+one error table (axon.errors.ERROR_TABLE) so that a new error kind
 shows up here by itself; it declares the bearer key on the /v1 routes when
 `auth = required`, the event stream beside JSON where a route can stream,
 and the links from a created Response to the routes that take its id (what
@@ -23,8 +23,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from axon.errors import ERROR_TABLE, AuthenticationError, RateLimitError
 from cortex.schemas.errors import ErrorEnvelope
-from neuraxis.core.errors import ERROR_TABLE, AuthenticationError, RateLimitError
 
 API_PREFIX = "/v1/"
 BEARER = "bearerAuth"

@@ -33,8 +33,8 @@ from typing import Generic, TypeVar
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from axon.errors import InternalError, NeuraxisError
 from cortex.http.errors import error_envelope, unexpected_message
-from neuraxis.core.errors import InternalError, NeuraxisError
 
 log = logging.getLogger("neuraxis.cortex")
 

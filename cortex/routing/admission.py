@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
+from axon.errors import ModelOverloadedError
+from axon.settings import SettingsGroup
 from cortex import metrics
-from neuraxis.core.errors import ModelOverloadedError
-from neuraxis.core.settings import SettingsGroup
 
 # The model's free slots over its ready replicas, or None: no cap applies.
 FreeSlots = Callable[[str], "int | None"]

@@ -27,14 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cortex import metrics
-from cortex.routing.admission import AdmissionControl
-from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
-from cortex.routing.ejection import OutlierEjection
-from cortex.routing.policy import Decision, Outcome, RouteHints, RouteRequest, RoutingPolicy
-from cortex.routing.retry_budget import RetryBudget, Ticket
-from cortex.routing.roster import NeuronState, Roster
-from neuraxis.core.errors import (
+from axon.errors import (
     EngineDiedError,
     InternalError,
     ModelNotFoundError,
@@ -43,8 +36,15 @@ from neuraxis.core.errors import (
     UnavailableError,
     caused_by_request,
 )
-from neuraxis.core.grpc_limits import check_size
-from neuraxis.core.v1 import neuron_pb2 as pb
+from axon.grpc_limits import check_size
+from axon.v1 import neuron_pb2 as pb
+from cortex import metrics
+from cortex.routing.admission import AdmissionControl
+from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
+from cortex.routing.ejection import OutlierEjection
+from cortex.routing.policy import Decision, Outcome, RouteHints, RouteRequest, RoutingPolicy
+from cortex.routing.retry_budget import RetryBudget, Ticket
+from cortex.routing.roster import NeuronState, Roster
 
 log = logging.getLogger("neuraxis.cortex")
 # What a client is told when its neuron went silent mid-request (the address

@@ -18,17 +18,17 @@ from typing import Protocol, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from neuraxis.core.errors import (
+from axon.errors import (
     ERROR_METADATA_KEY,
     PARAM_METADATA_KEY,
     NeuraxisError,
     UnavailableError,
     from_grpc,
 )
-from neuraxis.core.grpc_limits import MESSAGE_OPTIONS
-from neuraxis.core.tls import NEURON_SERVER_NAME, TlsFiles
-from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+from axon.grpc_limits import MESSAGE_OPTIONS
+from axon.tls import NEURON_SERVER_NAME, TlsFiles
+from axon.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2_grpc as pb_grpc
 
 R = TypeVar("R")
 
@@ -46,7 +46,7 @@ _CHANNEL_OPTIONS = [
 ]
 
 # Over TLS the neuron's certificate is checked for this name, not for the
-# address dialled (neuraxis/core/tls.py says why).
+# address dialled (axon/tls.py says why).
 _TLS_OPTIONS = [("grpc.ssl_target_name_override", NEURON_SERVER_NAME)]
 
 log = logging.getLogger("neuraxis.cortex")

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from pydantic import Field
 
-from neuraxis.core.errors import DeadlineExceededError
-from neuraxis.core.settings import SettingsGroup
+from axon.errors import DeadlineExceededError
+from axon.settings import SettingsGroup
 
 
 class Deadlines(SettingsGroup):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from neuraxis.core.settings import SettingsGroup
+from axon.settings import SettingsGroup
 
 
 class EjectionOptions(SettingsGroup):

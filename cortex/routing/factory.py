@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
+from axon.settings import SettingsGroup
 from cortex.routing.least_outstanding import LeastOutstanding
 from cortex.routing.policy import RoutingPolicy
 from cortex.routing.power_of_two import PowerOfTwo
 from cortex.routing.prefix import PrefixHasher
 from cortex.routing.prefix_affinity import PrefixAffinity
-from neuraxis.core.settings import SettingsGroup
 
 
 class PolicyName(enum.StrEnum):

@@ -16,6 +16,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from axon.errors import InvalidRequestError
+from axon.v1 import neuron_pb2 as pb
 from cortex.routing.admission import AdmissionControl, AdmissionOptions, Sleep
 from cortex.routing.attempts import Attempts
 from cortex.routing.client import NeuronClient, NeuronConnection
@@ -25,8 +27,6 @@ from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import RouteHints, RoutingPolicy
 from cortex.routing.retry_budget import RetryBudget, RetryBudgetOptions
 from cortex.routing.roster import ClientFactory, Roster
-from neuraxis.core.errors import InvalidRequestError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 
 class NeuronPool:

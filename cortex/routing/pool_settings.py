@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from neuraxis.core.settings import SettingsGroup
+from axon.settings import SettingsGroup
 
 
 class PoolSettings(SettingsGroup):

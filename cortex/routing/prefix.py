@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from neuraxis.core.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2 as pb
 
 # Roles whose turns lead the serialized prefix: chat templates put them (and
 # the tools) before the conversation.

@@ -25,7 +25,7 @@ from types import TracebackType
 
 from pydantic import Field
 
-from neuraxis.core.settings import SettingsGroup
+from axon.settings import SettingsGroup
 
 
 class RetryBudgetOptions(SettingsGroup):

@@ -23,13 +23,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from axon.errors import DeadlineExceededError, NeuraxisError
+from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.client import NeuronConnection
 from cortex.routing.deadlines import Watchdog
 from cortex.routing.policy import Candidate, EngineLoad, RoutingPolicy
-from neuraxis.core.errors import DeadlineExceededError, NeuraxisError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex")
 

@@ -3,7 +3,7 @@ engine, in neuraxis's own types.
 
 Only neuron/engine/vllm.py imports vLLM; the simulated engine (sim.py)
 implements the same interface for routing, failover and gateway tests. Engines
-raise the errors of neuraxis.core.errors, never their library's own.
+raise the errors of axon.errors, never their library's own.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from neuraxis.core.errors import ContextLengthExceededError, InvalidRequestError
-from neuraxis.core.tasks import ModelTask
+from axon.errors import ContextLengthExceededError, InvalidRequestError
+from axon.tasks import ModelTask
 
 
 class FinishReason(Enum):

@@ -18,8 +18,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from neuraxis.core.errors import EngineDiedError, InternalError, ModelNotFoundError
-from neuraxis.core.tasks import ModelTask
+from axon.errors import EngineDiedError, InternalError, ModelNotFoundError
+from axon.tasks import ModelTask
 from neuron.engine.base import (
     ChoiceDelta,
     Engine,

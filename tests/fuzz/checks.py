@@ -3,7 +3,7 @@ headers and body (unit-tested in test_checks.py without a server).
 
 Pass means: no 5xx; every 4xx in the OpenAI envelope
 `{"error": {"message", "type", "param", "code"}}` whose type and code
-belong to that status in the error table (neuraxis.core.errors); a 2xx
+belong to that status in the error table (axon.errors); a 2xx
 stream made of JSON events (an error inside one in the same envelope).
 Each check returns the problems it found, empty when the answer passes.
 """
@@ -15,7 +15,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from neuraxis.core.errors import ERROR_TABLE
+from axon.errors import ERROR_TABLE
 
 ENVELOPE_KEYS = {"message", "type", "param", "code"}
 _SSE_LINES = re.compile(r"\r\n|\r|\n")

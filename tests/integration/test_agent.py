@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from axon.process import stop_process_group
 from cortex.cluster.head import start_head, wait_for_head
 from harness.fake_nvml import fake_nvml_env
 from harness.notify import NotifySocket
 from harness.ports import free_port
 from harness.procs import REPO
-from neuraxis.core.process import stop_process_group
 
 # The head, the agent and the test's driver share a token: the cluster does
 # not depend on whatever ~/.ray/auth_token this machine holds.
@@ -38,7 +38,7 @@ print(json.dumps([{"alive": n["Alive"], "labels": n["Labels"], "gpus": n["Resour
 
 def _agent(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "neuraxis.app.cli", "neuron", "agent", *args],
+        [sys.executable, "-m", "neuraxis.cli", "neuron", "agent", *args],
         env=env,
         cwd=REPO,
         start_new_session=True,

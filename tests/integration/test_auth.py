@@ -32,7 +32,7 @@ from cortex.store.sqlite_keys import SqliteKeyStore
 from harness.gateway import Sim, sim_gateway
 from harness.ports import free_port
 from harness.procs import REPO, child_env
-from neuraxis.app.cli import main
+from neuraxis.cli import main
 
 FAST, SLOW = "sim-fast", "sim-slow"
 # The slow neuron's time to first token: long enough that 50 requests sent
@@ -359,7 +359,7 @@ def test_a_limited_keys_responses_carry_the_rate_limit_headers(auth_stack: AuthS
 
 
 def test_cortex_will_not_serve_an_open_gateway_on_a_public_address(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "neuraxis.app.cli", "cortex", "--host", "0.0.0.0"]
+    command = [sys.executable, "-m", "neuraxis.cli", "cortex", "--host", "0.0.0.0"]
     command += ["--port", str(free_port()), "--neuron", "127.0.0.1:1"]
     command += ["--state-dir", str(tmp_path)]
     refused = subprocess.run(

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from axon.v1 import neuron_pb2 as pb
 from harness.procs import engine_load, neuron_stub
 from harness.stacks import EMBEDDING_MODEL, MODEL, Stack
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 QUESTION: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is the capital of France?"}

@@ -130,7 +130,7 @@ def test_status_command_shows_nodes_models_replicas_and_reasons(
 ) -> None:
     env = dict(os.environ)
     out = subprocess.run(
-        [sys.executable, "-m", "neuraxis.app.cli", "status", "--address", ray_cluster.address],
+        [sys.executable, "-m", "neuraxis.cli", "status", "--address", ray_cluster.address],
         capture_output=True,
         text=True,
         timeout=60,
@@ -148,7 +148,7 @@ def test_status_command_shows_nodes_models_replicas_and_reasons(
         [
             sys.executable,
             "-m",
-            "neuraxis.app.cli",
+            "neuraxis.cli",
             "status",
             "--address",
             ray_cluster.address,
@@ -165,7 +165,7 @@ def test_status_command_shows_nodes_models_replicas_and_reasons(
 
 _CLI_WITH_SIGINT = (
     "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "from neuraxis.app.cli import main; sys.exit(main(sys.argv[1:]))"
+    "from neuraxis.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
 
@@ -325,7 +325,7 @@ def _apply(cluster: SimCluster, spec: str, path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "neuraxis.app.cli",
+            "neuraxis.cli",
             "cluster",
             "apply",
             str(path),

@@ -45,7 +45,7 @@ def ray_cluster(logs_dir: Path) -> Iterator[SimCluster]:
 
 
 def _node_cli(cluster: SimCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "neuraxis.app.cli", "node", *args]
+    command = [sys.executable, "-m", "neuraxis.cli", "node", *args]
     return subprocess.run(
         [*command, "--address", cluster.address],
         capture_output=True,

@@ -29,10 +29,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from axon.process import stop_process_group
 from harness.ports import free_port
 from harness.procs import REPO, child_env, new_key
 from harness.stacks import ENGINE_START_TIMEOUT_S, MODEL
-from neuraxis.core.process import stop_process_group
 
 GRACE_S = 2
 
@@ -88,7 +88,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     args = ["up", "--port", str(port), "--ray-port", str(free_port()), "--state-dir", str(state)]
     args += ["--admin-port", str(free_port()), "--auth", "required"]
     popen = subprocess.Popen(
-        [sys.executable, "-m", "neuraxis.app.cli", *args],
+        [sys.executable, "-m", "neuraxis.cli", *args],
         stdin=subprocess.DEVNULL,
         stdout=slave,
         stderr=slave,

@@ -16,7 +16,7 @@ from harness.stacks import EMBEDDING_MODEL, MODEL, Stack
 def _status(address: str | None, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     where = ["--address", address] if address else []
     return subprocess.run(
-        [sys.executable, "-m", "neuraxis.app.cli", "status", *where, "--json"],
+        [sys.executable, "-m", "neuraxis.cli", "status", *where, "--json"],
         capture_output=True,
         text=True,
         timeout=120,

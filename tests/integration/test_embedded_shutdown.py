@@ -13,9 +13,9 @@ import httpx
 import psutil
 import pytest
 
+from axon.v1 import neuron_pb2 as pb
 from harness.procs import neuron_addresses, neuron_stub, start_up, wait_http_ready
 from harness.stacks import ENGINE_START_TIMEOUT_S, MODEL
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT])

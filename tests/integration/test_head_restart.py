@@ -33,12 +33,12 @@ from typing import Any
 import httpx
 import pytest
 
+from axon.process import stop_process_group
 from harness.notify import NotifySocket
 from harness.ports import free_port
 from harness.procs import Proc, start_gpu_node
 from harness.redis import redis_server
 from harness.streaming_load import Load
-from neuraxis.core.process import stop_process_group
 
 MODEL = "sim-head-restart"
 # The run without GCS fault tolerance has a model of its own: its neurons are

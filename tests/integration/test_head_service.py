@@ -24,10 +24,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from axon.process import stop_process_group
 from harness.notify import NotifySocket
 from harness.ports import free_port
 from harness.procs import Proc, child_env, start_gpu_node
-from neuraxis.core.process import stop_process_group
 
 MODEL = "sim-head-service"
 SPEC = f"""
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.integration
 
 def _status(ray_address: str) -> dict[str, object]:
     out = subprocess.run(
-        [sys.executable, "-m", "neuraxis.app.cli", "status", "--json", "--address", ray_address],
+        [sys.executable, "-m", "neuraxis.cli", "status", "--json", "--address", ray_address],
         capture_output=True,
         text=True,
         timeout=60,

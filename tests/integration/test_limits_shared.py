@@ -48,7 +48,7 @@ class Shared:
 
     def new_key(self, tpm: int) -> str:
         """A key written into the store these cortexes share, as `neuraxis
-        keys create` writes it (tests/unit/neuraxis/app/test_keys.py tests
+        keys create` writes it (tests/unit/neuraxis/test_keys.py tests
         the command), without a process start for each."""
         flag, value = self.store
         dsn = value if flag == "--postgres-dsn" else None

@@ -16,12 +16,12 @@ import grpc
 import httpx
 import pytest
 
+from axon.tls import NEURON_SERVER_NAME
+from axon.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2_grpc as pb_grpc
 from harness.ports import free_port
 from harness.procs import Proc, wait_http_ready
-from neuraxis.app.cli import main
-from neuraxis.core.tls import NEURON_SERVER_NAME
-from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+from neuraxis.cli import main
 
 pytestmark = pytest.mark.integration
 

@@ -28,10 +28,10 @@ import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from axon.errors import UnavailableError
+from axon.v1 import neuron_pb2 as pb
 from cortex.cluster.replica import Replica
 from cortex.routing.client import NeuronClient
-from neuraxis.core.errors import UnavailableError
-from neuraxis.core.v1 import neuron_pb2 as pb
 from neuron.server import EXIT_ENGINE_DIED
 
 MODEL = "smollm2-135m-instruct"

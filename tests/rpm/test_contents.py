@@ -42,11 +42,11 @@ def venv_files(env: str) -> set[str]:
         f"{base}/bin/python3.11",
         f"{base}/bin/neuraxis",
         f"{base}/bin/ray",
-        f"{base}/{SITE}/neuraxis/app/cli.py",
-        f"{base}/{SITE}/neuraxis/app/__pycache__/cli.cpython-311.pyc",
+        f"{base}/{SITE}/neuraxis/cli.py",
+        f"{base}/{SITE}/neuraxis/__pycache__/cli.cpython-311.pyc",
         f"{base}/{SITE}/cortex/app.py",
         f"{base}/{SITE}/neuron/agent.py",
-        f"{base}/{SITE}/neuraxis/core/v1/neuron_pb2.py",
+        f"{base}/{SITE}/axon/v1/neuron_pb2.py",
     }
 
 

@@ -104,8 +104,8 @@ def test_the_environments_are_relocated_and_precompiled(scratch_root: Path) -> N
         for script in ("neuraxis", "ray"):
             shebang, *_ = (base / "bin" / script).read_text().splitlines()
             assert shebang == f"#!/opt/neuraxis/{env}/bin/python"
-        assert "from neuraxis.app.cli import main" in (base / "bin/neuraxis").read_text()
-        pyc = base / "lib/python3.11/site-packages/neuraxis/app/__pycache__/cli.cpython-311.pyc"
+        assert "from neuraxis.cli import main" in (base / "bin/neuraxis").read_text()
+        pyc = base / "lib/python3.11/site-packages/neuraxis/__pycache__/cli.cpython-311.pyc"
         data = pyc.read_bytes()
         # flags 0b01: hash-based, not checked against the source (PEP 552).
         assert int.from_bytes(data[4:8], "little") == 0b01
@@ -406,7 +406,7 @@ def test_the_head_and_cortex_run_as_their_units_say(
     # ...and the head turns away a client without it.
     python = scratch_root / "opt/neuraxis/cortex/bin/python"
     refused = subprocess.run(
-        [str(python), "-P", "-m", "neuraxis.app.cli", "status", "--json", "--address", address],
+        [str(python), "-P", "-m", "neuraxis.cli", "status", "--json", "--address", address],
         capture_output=True,
         text=True,
         env=clean,

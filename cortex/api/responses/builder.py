@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.choices import logprobs_out
 from cortex.api.responses import calls
 from cortex.api.responses.events import (
@@ -37,7 +38,6 @@ from cortex.api.responses.events import (
 )
 from cortex.api.responses.items import new_id
 from cortex.api.tools import CallNaming
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 # The keys of the response object the builder owns; the rest echo the request.
 _OWN = (

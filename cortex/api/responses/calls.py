@@ -12,6 +12,7 @@ one delta and the done event. A forced one streams as it comes.
 
 from __future__ import annotations
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.responses.events import (
     CustomToolCallInputDelta,
     CustomToolCallInputDone,
@@ -22,7 +23,6 @@ from cortex.api.responses.events import (
 )
 from cortex.api.responses.items import new_id
 from cortex.api.tools import CallNaming, model_name
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 CUSTOM = "custom_tool_call"
 

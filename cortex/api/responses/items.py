@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.tools import model_name
 from cortex.schemas.responses import (
     AnyItem,
@@ -20,7 +21,6 @@ from cortex.schemas.responses import (
     InputItem,
     MessageItem,
 )
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 Item = AnyItem
 # The id prefixes of the items OpenAI's API gives ids to.

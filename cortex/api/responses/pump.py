@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
-from neuraxis.core.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2 as pb
 
 _END = object()
 _STOPPED = object()

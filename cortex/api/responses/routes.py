@@ -22,6 +22,7 @@ from typing import Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from axon.errors import InvalidRequestError, NotFoundError
 from cortex.api import caps, dispatch
 from cortex.api.gateway import gateway_of
 from cortex.api.responses import run as runs
@@ -37,7 +38,6 @@ from cortex.routing.policy import RouteHints
 from cortex.schemas.responses import ResponsesRequest
 from cortex.schemas.surfaces import RESPONSES
 from cortex.store.base import RUNNING, ResponseStore, StoredResponse
-from neuraxis.core.errors import InvalidRequestError, NotFoundError
 
 router = APIRouter()
 

@@ -26,6 +26,8 @@ from typing import Any
 
 from fastapi import Request
 
+from axon.errors import InternalError, NeuraxisError, UnavailableError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import ErrorEvent, ResponseEvent, parse_event
 from cortex.api.responses.pump import Pump
@@ -34,8 +36,6 @@ from cortex.http.errors import response_error_code, unexpected_message
 from cortex.http.sse import Framing, event_frame, sse
 from cortex.recording import Recorder
 from cortex.store.base import RUNNING, ResponseStore, StoredResponse
-from neuraxis.core.errors import InternalError, NeuraxisError, UnavailableError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 log = logging.getLogger("neuraxis.cortex")
 

@@ -4,6 +4,8 @@ only this API has, the conversation rebuilt from the stored chain
 
 from __future__ import annotations
 
+from axon.errors import InvalidRequestError, NotFoundError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api import params, tools
 from cortex.api.responses.items import Item, parse_items, to_messages
 from cortex.recording import Recorder
@@ -15,8 +17,6 @@ from cortex.schemas.responses import (
     ResponsesRequest,
 )
 from cortex.store.base import ResponseStore, StoredResponse
-from neuraxis.core.errors import InvalidRequestError, NotFoundError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 _MAX_CHAIN = 1000
 # The `include` value asking for token logprobs on output_text.

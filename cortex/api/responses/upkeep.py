@@ -29,10 +29,10 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from pydantic import Field
 
+from axon.settings import SettingsGroup
 from cortex.api.responses import run as runs
 from cortex.recording import Recorder
 from cortex.store.base import ResponseStore, StoredResponse
-from neuraxis.core.settings import SettingsGroup
 
 log = logging.getLogger("neuraxis.cortex")
 

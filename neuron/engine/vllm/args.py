@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuraxis.core.generations import PROFILES, Generation, check_model_options
-from neuraxis.core.tasks import ModelTask
+from axon.generations import PROFILES, Generation, check_model_options
+from axon.tasks import ModelTask
 
 # vLLM's compilation on a GPU: its Inductor-based compiler and CUDA graphs for
 # decode batches (FULL) and for mixed batches (PIECEWISE, between attention).

@@ -23,10 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar
 
-from neuraxis.core.errors import InvalidRequestError, ModelNotFoundError, UnavailableError
-from neuraxis.core.generations import Generation
-from neuraxis.core.process import forked_children_die_with_this_process
-from neuraxis.core.tasks import ModelTask
+from axon.errors import InvalidRequestError, ModelNotFoundError, UnavailableError
+from axon.generations import Generation
+from axon.process import forked_children_die_with_this_process
+from axon.tasks import ModelTask
 from neuron.engine.base import (
     ChoiceDelta,
     EmbedRequest,

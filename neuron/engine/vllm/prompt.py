@@ -17,7 +17,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from neuraxis.core.errors import InvalidRequestError
+from axon.errors import InvalidRequestError
 from neuron.engine.base import (
     EngineRequest,
     GrammarSyntax,

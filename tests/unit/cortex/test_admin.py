@@ -13,14 +13,14 @@ import pytest
 from fastapi import FastAPI
 from pydantic import ValidationError
 
+from axon.settings import load_settings
+from axon.v1 import neuron_pb2 as pb
 from cortex.admin import create_admin_app
 from cortex.app import create_app
 from cortex.config import AdminSettings, CortexSettings, StoreSettings
 from cortex.http.listeners import Listeners, bind, bound_port
-from neuraxis.app.cli import build_parser
-from neuraxis.app.options import overrides
-from neuraxis.core.settings import load_settings
-from neuraxis.core.v1 import neuron_pb2 as pb
+from neuraxis.cli import build_parser
+from neuraxis.options import overrides
 from tests.unit.cortex.api.fakes import ScriptedPool
 
 ADMIN_PORT = 9180

@@ -12,7 +12,7 @@ from cortex.config import ControllerSettings, CortexSettings, RaySettings, Store
 from cortex.routing.factory import PolicyName, RoutingSettings
 from cortex.routing.pool import NeuronPool
 from harness.tls import files, tls_neuron
-from neuraxis.app.tls import init_cluster_tls
+from neuraxis.tls import init_cluster_tls
 
 
 def _tls_settings(directory: Path, neurons: list[str]) -> CortexSettings:

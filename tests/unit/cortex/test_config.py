@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from axon.settings import SettingsError, group_of, load_settings
 from cortex.api.caps import RequestCaps
 from cortex.api.responses.upkeep import UpkeepSettings
 from cortex.auth.settings import AuthSettings
@@ -19,9 +20,8 @@ from cortex.routing.least_outstanding import LeastOutstanding
 from cortex.routing.power_of_two import PowerOfTwo
 from cortex.routing.prefix import PrefixHasher
 from cortex.routing.prefix_affinity import PrefixAffinity
-from neuraxis.app.cli import build_parser
-from neuraxis.app.options import overrides
-from neuraxis.core.settings import SettingsError, group_of, load_settings
+from neuraxis.cli import build_parser
+from neuraxis.options import overrides
 
 
 def _from_flags(*argv: str) -> CortexSettings:

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from axon.settings import load_settings
 from cortex.config import CortexSettings
-from neuraxis.app.options import add_settings_options, overrides
-from neuraxis.core.settings import load_settings
+from neuraxis.options import add_settings_options, overrides
 
 # (field, flag without the dashes, a value other than the default). Fields
 # that only validate together are given together (a row per field, the

@@ -15,13 +15,13 @@ import httpx
 import pytest
 import uvicorn
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.app import create_app
 from cortex.config import CortexSettings, StoreSettings
 from cortex.main import Server
 from cortex.routing.policy import RouteHints
 from cortex.shutdown import Cutoff
 from harness.ports import free_port
-from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import ScriptedPool
 
 

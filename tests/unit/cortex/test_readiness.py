@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from axon.sdnotify import notify
 from cortex.notify_relay import NotifyRelay
 from cortex.readiness import Readiness, watchdog
-from neuraxis.core.sdnotify import notify
 
 
 @pytest.fixture

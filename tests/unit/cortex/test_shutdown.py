@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from axon.errors import UnavailableError
 from cortex.shutdown import Cutoff
-from neuraxis.core.errors import UnavailableError
 
 
 class Endless:

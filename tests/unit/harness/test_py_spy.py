@@ -31,7 +31,7 @@ def test_raw_samples_add_up_by_stage(tmp_path: Path) -> None:
 
 
 def test_roles_from_command_line_or_kernel_name() -> None:
-    assert role("python -m neuraxis.app.cli neuron serve --port 1", "python") == "neuron"
+    assert role("python -m neuraxis.cli neuron serve --port 1", "python") == "neuron"
     assert role("", "VLLM::EngineCor") == "engine core"
     assert role("python -m vllm.entrypoints.openai.api_server", "python") == "vLLM API server"
     assert role("/usr/bin/sleep 1", "sleep") == "other (sleep)"

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from neuraxis.core.generations import GENERATION_LABEL, Generation
-from neuraxis.core.neuron_settings import NeuronSettings
-from neuraxis.core.tls import TlsFiles
+from axon.generations import GENERATION_LABEL, Generation
+from axon.neuron_settings import NeuronSettings
+from axon.tls import TlsFiles
 from neuron.agent import join_command, replica_tls_env
 from neuron.gpu import Device
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from neuraxis.core.errors import InvalidRequestError
-from neuraxis.core.v1 import neuron_pb2 as pb
+from axon.errors import InvalidRequestError
+from axon.v1 import neuron_pb2 as pb
 from neuron.convert import engine_request
 from neuron.engine.base import Grammar, GrammarSyntax, Sampling, ToolKind
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from axon.generations import EXIT_WRONG_GPU, Generation
+from axon.neuron_settings import NeuronSettings
 from harness.fake_nvml import FakeNvml
-from neuraxis.app.cli import main
-from neuraxis.core.generations import EXIT_WRONG_GPU, Generation
-from neuraxis.core.neuron_settings import NeuronSettings
+from neuraxis.cli import main
 from neuron.engine.vllm.args import VllmOptions, engine_launch
 from neuron.engineargs import print_engine_args
 

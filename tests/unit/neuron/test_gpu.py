@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from axon.generations import Generation, UnsupportedGpuError, check_model_options
+from axon.neuron_settings import NeuronSettings
 from harness.fake_nvml import FakeNvml
-from neuraxis.core.generations import Generation, UnsupportedGpuError, check_model_options
-from neuraxis.core.neuron_settings import NeuronSettings
 from neuron.gpu import (
     PACKAGED_GENERATIONS,
     check_installed_for,
@@ -130,7 +130,7 @@ def test_neuron_command_refuses_a_mismatched_generation_here() -> None:
         [
             sys.executable,
             "-m",
-            "neuraxis.app.cli",
+            "neuraxis.cli",
             "neuron",
             "serve",
             "--engine",

@@ -8,8 +8,8 @@ import asyncio
 import grpc
 import uvloop
 
-from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+from axon.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2_grpc as pb_grpc
 from neuron.engine.sim import SimEngine, SimOptions
 from neuron.main import run_event_loop
 from neuron.server import NeuronServicer

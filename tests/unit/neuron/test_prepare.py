@@ -80,7 +80,7 @@ def test_cli_reports_errors_without_traceback(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "neuraxis.app.cli",
+            "neuraxis.cli",
             "model",
             "prepare",
             "--cache-dir",

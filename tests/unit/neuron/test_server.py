@@ -13,9 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cortex.routing.client import NeuronClient
-from harness.ports import free_port
-from neuraxis.core.errors import (
+from axon.errors import (
     ContextLengthExceededError,
     DeadlineExceededError,
     EngineDiedError,
@@ -23,8 +21,10 @@ from neuraxis.core.errors import (
     ModelNotFoundError,
     UnavailableError,
 )
-from neuraxis.core.v1 import neuron_pb2 as pb
-from neuraxis.core.v1 import neuron_pb2_grpc as pb_grpc
+from axon.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2_grpc as pb_grpc
+from cortex.routing.client import NeuronClient
+from harness.ports import free_port
 from neuron.engine.sim import SimEngine, SimOptions
 from neuron.server import (
     ENGINE_DEATH_GRACE_S,

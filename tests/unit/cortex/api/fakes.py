@@ -14,6 +14,8 @@ from fastapi.testclient import TestClient
 from starlette.requests import Request
 from starlette.types import Receive, Scope
 
+from axon.errors import NeuraxisError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.caps import RequestCaps
 from cortex.api.gateway import Gateway, Neurons, Runs
 from cortex.app import create_app
@@ -26,8 +28,6 @@ from cortex.store.base import ResponseStore
 from cortex.store.keys import SQLITE_FILE
 from cortex.store.sqlite import SqliteResponseStore
 from cortex.store.sqlite_keys import SqliteKeyStore
-from neuraxis.core.errors import NeuraxisError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 Script = list[pb.GenerateResponse | NeuraxisError]
 

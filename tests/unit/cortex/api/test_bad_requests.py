@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from neuraxis.core.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import ScriptedPool
 from tests.unit.cortex.api.fakes import client as client_for
 

@@ -5,7 +5,7 @@ request is served; background responses are capped per tenant; embeddings
 at their defaults, against the 16 MiB body limit.
 
 Each cap is a settings field, so its flag and env name come from the one
-generator (tests/unit/neuraxis/app/test_cli.py); nothing here needs a
+generator (tests/unit/neuraxis/test_cli.py); nothing here needs a
 process, which tests/integration/test_caps.py started for the same checks."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.caps import RequestCaps
 from cortex.app import create_app
 from cortex.config import CortexSettings, StoreSettings
 from cortex.routing.policy import RouteHints
-from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import ScriptedPool
 from tests.unit.cortex.api.fakes import client as default_client
 

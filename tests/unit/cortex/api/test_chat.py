@@ -10,12 +10,12 @@ import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
+from axon.errors import InvalidRequestError, UnavailableError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.chat import _Chunker, _chunks, to_generate_request
 from cortex.routing.policy import RouteHints
 from cortex.schemas.chat import ChatCompletionRequest
 from harness import sse
-from neuraxis.core.errors import InvalidRequestError, UnavailableError
-from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import Script, ScriptedPool
 from tests.unit.cortex.api.fakes import client as client_for
 

@@ -10,6 +10,8 @@ from prometheus_client import REGISTRY
 from starlette.requests import Request
 from starlette.types import Message
 
+from axon.errors import UnavailableError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api import dispatch
 from cortex.http.context import context_of
 from cortex.http.disconnect import ClientDisconnectedError
@@ -17,8 +19,6 @@ from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import RouteHints
 from cortex.routing.pool import NeuronPool
 from cortex.schemas.surfaces import CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, Surface
-from neuraxis.core.errors import UnavailableError
-from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import Script, ScriptedPool, api_request, gateway
 from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
 

@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from neuraxis.core.errors import InternalError
-from neuraxis.core.v1 import neuron_pb2 as pb
+from axon.errors import InternalError
+from axon.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import client
 
 

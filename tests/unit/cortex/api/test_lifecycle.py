@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from axon.errors import InvalidRequestError, UnavailableError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.lifecycle import Tracker, outcome_of, tracked
 from cortex.recording import Ended, NoRecorder, Observe
-from neuraxis.core.errors import InvalidRequestError, UnavailableError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 
 class Calls(NoRecorder):

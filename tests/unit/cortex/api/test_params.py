@@ -7,12 +7,12 @@ import json
 
 import pytest
 
+from axon.errors import InvalidRequestError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api import params
 from cortex.schemas.chat import ChatCompletionRequest
 from cortex.schemas.completions import CompletionRequest
 from cortex.schemas.responses import ResponsesRequest
-from neuraxis.core.errors import InvalidRequestError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 
 def _gen(**fields: object) -> params.Generation:

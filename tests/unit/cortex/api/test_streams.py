@@ -9,9 +9,9 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import pytest
 
+from axon.errors import InternalError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.streams import merge
-from neuraxis.core.errors import InternalError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 
 class Source:

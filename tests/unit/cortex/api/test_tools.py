@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from axon.errors import InvalidRequestError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api import tools
 from cortex.recording import PrometheusRecorder
 from cortex.schemas.chat import ChatCompletionRequest
 from cortex.schemas.responses import ResponsesRequest
-from neuraxis.core.errors import InvalidRequestError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 CRM = {
     "type": "namespace",

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from axon.errors import AuthenticationError
 from cortex.auth.authenticator import Authenticator, bearer
 from cortex.auth.keys import KeyRequest, hash_key, make_key, matches
 from cortex.auth.limits import Limits
 from cortex.store.keys import KeyStore
 from cortex.store.sqlite_keys import SqliteKeyStore
 from harness.clock import ManualClock as Clock
-from neuraxis.core.errors import AuthenticationError
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from typing import cast
 
 import pytest
 
+from axon.errors import InternalError, RateLimitError, TokenRateLimitError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.lifecycle import Tracker, tracked
 from cortex.auth.limiter import Admission, Limiter, estimate_generate
 from cortex.auth.limits import Limits
@@ -21,8 +23,6 @@ from cortex.recording import NoRecorder
 from cortex.store.keys import KeyStore
 from cortex.store.sqlite_keys import SqliteKeyStore
 from harness.clock import ManualClock as Clock
-from neuraxis.core.errors import InternalError, RateLimitError, TokenRateLimitError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 T0 = 1_800_000_000.0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from axon.generations import Generation
 from cortex.cluster.backend import (
     Health,
     Liveness,
@@ -18,7 +19,6 @@ from cortex.cluster.backend import (
 from cortex.cluster.nodes import NodeMark
 from cortex.cluster.placement import NodeView
 from harness.clock import ManualClock
-from neuraxis.core.generations import Generation
 
 
 def node(node_id: str, generation: Generation, gpus: int = 1, alive: bool = True) -> NodeView:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from axon.generations import Generation
 from cortex.cluster.backend import Health, Liveness, ReplicaRequest
 from cortex.cluster.controller import Controller, ControllerConfig
 from cortex.cluster.placement import NodeView
@@ -17,7 +18,6 @@ from cortex.cluster.reports import REPORT_TTL_S
 from cortex.cluster.spec import DeploymentSpec
 from cortex.cluster.status import ClusterStatus, CortexReport, ModelStatus, ReplicaState
 from harness.clock import ManualClock, settle
-from neuraxis.core.generations import Generation
 from tests.unit.cortex.cluster.fakes import FakeBackend, node
 
 ADA = node("n-ada", Generation.ADA, gpus=2)

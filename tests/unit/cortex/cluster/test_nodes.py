@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from axon.generations import Generation
 from cortex.cluster.controller import Controller, ControllerConfig
 from cortex.cluster.nodes import NodeError, NodeMark, resolve
 from harness.clock import ManualClock, settle
-from neuraxis.core.generations import Generation
 from tests.unit.cortex.cluster.fakes import node
 from tests.unit.cortex.cluster.test_controller import chat, model, spec, started, table, tick
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from axon.generations import GENERATION_LABEL, Generation
 from cortex.cluster.placement import (
     NodeView,
     eligibility,
@@ -8,7 +9,6 @@ from cortex.cluster.placement import (
     unplaceable_reason,
 )
 from cortex.cluster.spec import ModelSpec
-from neuraxis.core.generations import GENERATION_LABEL, Generation
 
 
 def _model(**fields: object) -> ModelSpec:

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
+from axon.generations import Generation
+from axon.neuron_settings import NeuronSettings
+from axon.tasks import ModelTask
 from cortex.cluster.replica_settings import replica_settings, settings_env
 from cortex.cluster.spec import ModelSpec
-from neuraxis.core.generations import Generation
-from neuraxis.core.neuron_settings import NeuronSettings
-from neuraxis.core.tasks import ModelTask
 
 
 def _model(**fields: object) -> ModelSpec:

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from axon.generations import Generation
 from cortex.cluster.spec import SpecError, parse_spec
 from cortex.routing.factory import PolicyName
-from neuraxis.core.generations import Generation
 
 GOOD = """
 [[models]]

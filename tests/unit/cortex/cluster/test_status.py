@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from axon.generations import Generation
 from cortex.cluster.decisions import ReplicaRecord
 from cortex.cluster.status import (
     ClusterStatus,
@@ -21,8 +22,7 @@ from cortex.cluster.status import (
     ReplicaStatus,
     waiting_reason,
 )
-from neuraxis.app.status import render_json
-from neuraxis.core.generations import Generation
+from neuraxis.status import render_json
 
 ADA = Generation.ADA
 # Every field set at least once, and left to its default at least once.

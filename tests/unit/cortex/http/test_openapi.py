@@ -13,11 +13,11 @@ from typing import Any, Literal
 import pytest
 from fastapi.routing import APIRoute
 
+from axon.errors import ERROR_TABLE
 from cortex.app import create_app
 from cortex.auth.settings import AuthSettings
 from cortex.config import CortexSettings, StoreSettings
 from cortex.http.openapi import error_responses
-from neuraxis.core.errors import ERROR_TABLE
 from tests.unit.cortex.api.fakes import ScriptedPool
 
 # The routes that read a JSON body, and the model each is validated by.

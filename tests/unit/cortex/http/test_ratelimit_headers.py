@@ -8,8 +8,8 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.auth.keys import KeyRequest
-from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import auth_client
 
 HI = pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text="Hi")])

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import BaseModel
 
+from axon.errors import ContextLengthExceededError, NeuraxisError
 from cortex.http.sse import DONE, ChunkFraming, Framing, data_frame, event_frame, sse
-from neuraxis.core.errors import ContextLengthExceededError, NeuraxisError
 
 
 class Chunk(BaseModel):

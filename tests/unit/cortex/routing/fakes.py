@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
-from neuraxis.core.errors import DeadlineExceededError, NeuraxisError, UnavailableError
-from neuraxis.core.v1 import neuron_pb2 as pb
+from axon.errors import DeadlineExceededError, NeuraxisError, UnavailableError
+from axon.v1 import neuron_pb2 as pb
 
 # A stream script: messages to send, errors to raise, events to wait for
 # (the stream is held open, as a neuron still generating, until one is set).

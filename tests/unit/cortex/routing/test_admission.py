@@ -10,9 +10,9 @@ import asyncio
 import pytest
 from prometheus_client import REGISTRY
 
+from axon.errors import ModelOverloadedError, UnavailableError, mapping_for
 from cortex.routing.admission import AdmissionControl, AdmissionOptions
 from harness.clock import ManualClock, until
-from neuraxis.core.errors import ModelOverloadedError, UnavailableError, mapping_for
 
 
 class Slots:

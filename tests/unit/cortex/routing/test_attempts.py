@@ -10,6 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from axon.errors import InvalidRequestError, RequestTooLargeError, UnavailableError
+from axon.grpc_limits import MAX_MESSAGE_BYTES
+from axon.v1 import neuron_pb2 as pb
 from cortex.routing.admission import AdmissionControl, AdmissionOptions
 from cortex.routing.attempts import Attempts
 from cortex.routing.deadlines import Deadlines, RequestDeadline
@@ -17,9 +20,6 @@ from cortex.routing.ejection import EjectionOptions, OutlierEjection
 from cortex.routing.least_outstanding import LeastOutstanding
 from cortex.routing.retry_budget import RetryBudget
 from cortex.routing.roster import NeuronState, Roster
-from neuraxis.core.errors import InvalidRequestError, RequestTooLargeError, UnavailableError
-from neuraxis.core.grpc_limits import MAX_MESSAGE_BYTES
-from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
 
 

@@ -10,6 +10,13 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 from prometheus_client import REGISTRY
 
+from axon.errors import (
+    InternalError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    UnavailableError,
+)
+from axon.v1 import neuron_pb2 as pb
 from cortex.routing.factory import PolicyOptions, PolicyTable
 from cortex.routing.policy import (
     Candidate,
@@ -22,13 +29,6 @@ from cortex.routing.policy import (
 from cortex.routing.pool import NeuronPool
 from cortex.routing.prefix import PrefixHasher
 from harness.clock import ManualClock as Clock
-from neuraxis.core.errors import (
-    InternalError,
-    InvalidRequestError,
-    ModelNotFoundError,
-    UnavailableError,
-)
-from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, Fleet, text
 
 

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
+from axon.errors import ModelOverloadedError
+from axon.v1 import neuron_pb2 as pb
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.policy import Candidate, RouteRequest, RoutingPolicy
 from cortex.routing.pool import NeuronPool
 from harness.clock import ManualClock, until
-from neuraxis.core.errors import ModelOverloadedError
-from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, text
 
 

@@ -11,14 +11,8 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from cortex.routing.deadlines import Deadlines
-from cortex.routing.ejection import EjectionOptions
-from cortex.routing.policy import Candidate, RouteRequest, RoutingPolicy
-from cortex.routing.pool import NeuronPool
-from cortex.routing.retry_budget import RetryBudgetOptions
-from harness.clock import ManualClock as Clock
-from neuraxis.core import grpc_limits
-from neuraxis.core.errors import (
+from axon import grpc_limits
+from axon.errors import (
     ContextLengthExceededError,
     DeadlineExceededError,
     EngineDiedError,
@@ -26,7 +20,13 @@ from neuraxis.core.errors import (
     RequestTooLargeError,
     UnavailableError,
 )
-from neuraxis.core.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2 as pb
+from cortex.routing.deadlines import Deadlines
+from cortex.routing.ejection import EjectionOptions
+from cortex.routing.policy import Candidate, RouteRequest, RoutingPolicy
+from cortex.routing.pool import NeuronPool
+from cortex.routing.retry_budget import RetryBudgetOptions
+from harness.clock import ManualClock as Clock
 from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, text
 
 

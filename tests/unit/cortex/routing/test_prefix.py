@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.routing.prefix import PrefixHasher, serialize
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 HASHER = PrefixHasher(block_bytes=32, max_blocks=64)
 SYSTEM = "You are a careful assistant. Answer briefly and cite sources."

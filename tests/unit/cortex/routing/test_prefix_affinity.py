@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.routing.policy import (
     Candidate,
     Decision,
@@ -24,7 +25,6 @@ from cortex.routing.policy import (
 from cortex.routing.prefix import PrefixHasher
 from cortex.routing.prefix_affinity import PrefixAffinity, bound
 from cortex.routing.ring import HashRing
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 ADDRESSES = [f"aff-{i}:1" for i in range(4)]
 HASHER = PrefixHasher(block_bytes=16, max_blocks=8)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from neuraxis.core.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import client
 
 HUGE = 2**70  # past int64 and uint32 alike

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.store import compact
 from cortex.store.base import StoredResponse
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 Json = dict[str, Any]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import (
     OutputItem,
@@ -14,7 +15,6 @@ from cortex.api.responses.events import (
     ResponseLifecycle,
     parse_event,
 )
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 
 def _msg(**delta: object) -> pb.GenerateResponse:

@@ -9,9 +9,9 @@ from typing import Any
 
 from openai.types.responses import ResponseCustomToolCall, ResponseFunctionToolCall
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import ResponseEvent
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 CRM = {
     "type": "namespace",

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from openai.types.responses import Response
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import ResponseLifecycle
 from cortex.api.responses.fields import request_fields
 from cortex.schemas.responses import ResponsesRequest
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 SDK_FIELDS = {field.alias or name for name, field in Response.model_fields.items()}
 # Beyond the SDK: the Open Responses specification's sampling penalties, and

@@ -9,14 +9,14 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from axon.errors import ContextLengthExceededError
+from axon.v1 import neuron_pb2 as pb
 from cortex.app import create_app
 from cortex.config import CortexSettings, StoreSettings
 from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import RouteHints
 from cortex.routing.pool import NeuronPool
 from harness import sse
-from neuraxis.core.errors import ContextLengthExceededError
-from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import client
 from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
 

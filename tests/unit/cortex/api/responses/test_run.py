@@ -15,13 +15,13 @@ import pytest
 from starlette.requests import Request
 from starlette.types import Message, Scope
 
+from axon.errors import ContextLengthExceededError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.responses import run as runs
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.recording import PrometheusRecorder
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.sqlite import SqliteResponseStore
-from neuraxis.core.errors import ContextLengthExceededError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 DEADLINE_S = 10
 

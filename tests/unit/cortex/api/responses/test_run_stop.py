@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.api.responses import run as runs
 from cortex.api.responses.builder import ResponseBuilder
@@ -19,7 +20,6 @@ from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
 from harness.ports import free_port
-from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.responses.test_run import END, _parse, _stream, _text
 
 DEADLINE_S = 10

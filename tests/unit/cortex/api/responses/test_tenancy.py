@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from axon.v1 import neuron_pb2 as pb
 from cortex.auth.keys import KeyRequest
-from neuraxis.core.v1 import neuron_pb2 as pb
 from tests.unit.cortex.api.fakes import auth_client
 
 HI = pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text="Hi")])

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from axon.errors import InvalidRequestError, NotFoundError
+from axon.v1 import neuron_pb2 as pb
 from cortex.api.responses.items import normalise, parse_items
 from cortex.api.responses.translate import generation_params, history, to_generate_request
 from cortex.recording import NoRecorder
 from cortex.schemas.responses import ResponsesRequest
 from cortex.store.base import StoredResponse
 from cortex.store.sqlite import SqliteResponseStore
-from neuraxis.core.errors import InvalidRequestError, NotFoundError
-from neuraxis.core.v1 import neuron_pb2 as pb
 
 
 def _body(**fields: Any) -> ResponsesRequest:

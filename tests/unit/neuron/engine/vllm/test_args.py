@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from neuraxis.core.generations import GPU_GENERATIONS, Generation, UnsupportedGpuError
-from neuraxis.core.tasks import ModelTask
+from axon.generations import GPU_GENERATIONS, Generation, UnsupportedGpuError
+from axon.tasks import ModelTask
 from neuron.engine.vllm.args import GPU_COMPILATION, VllmOptions, engine_launch
 
 CPU, AMPERE, ADA, HOPPER, BLACKWELL = (

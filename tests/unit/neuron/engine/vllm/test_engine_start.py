@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from neuraxis.core.generations import Generation
+from axon.generations import Generation
 from neuron.engine.vllm import VllmEngine, VllmOptions
 from neuron.engine.vllm.args import engine_launch
 

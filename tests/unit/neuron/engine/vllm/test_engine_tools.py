@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from neuraxis.core.generations import Generation
+from axon.generations import Generation
 from neuron.engine.base import (
     EngineRequest,
     FinishReason,

@@ -1,0 +1,167 @@
+"""The neuron's settings (TOML file, NEURAXIS_NEURON_* environment, flags).
+
+They live in core because both sides use them: the neuron runs from them, and
+the cluster controller (in cortex) builds a replica's settings and hands them
+to the neuron it starts, serialised, rather than as hand-written flags.
+
+Each field is one setting everywhere: its name is the TOML key, the
+environment variable (NEURAXIS_NEURON_<NAME>) and the `neuraxis neuron serve`
+option (`--name-with-dashes`, neuraxis/options.py); its description is the
+option's help. Adding a setting is adding a field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from axon.generations import Generation
+from axon.logs import LogSettings
+from axon.tasks import ModelTask
+from axon.tls import TlsFiles, tls_files
+
+# The bundled models' ids (neuron/models/bundled.py says where they come from).
+DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
+DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
+
+
+class NeuronSettings(LogSettings):
+    model_config = SettingsConfigDict(env_prefix="NEURAXIS_NEURON_", extra="forbid")
+
+    host: str = Field("127.0.0.1", description="gRPC listen address")
+    port: int = Field(50051, ge=0, le=65535, description="gRPC port")
+    engine: Literal["vllm", "sim"] = Field("vllm", description="engine")
+    model: str = Field(
+        DEFAULT_CHAT_MODEL,
+        description="bundled model id (prepared into the cache on start) or model directory",
+    )
+    task: ModelTask = Field(
+        ModelTask.GENERATE,
+        description="what a model directory does (bundled models know their task)",
+    )
+    served_id: str | None = Field(
+        None,
+        description="the model id clients ask for (default: the bundled id or the "
+        "directory's name)",
+    )
+    cache_dir: Path | None = Field(
+        None, description="model cache directory (default ~/.cache/neuraxis)"
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, description="context length (default: the model's)"
+    )
+    # The CPU backend takes whole GiB (VLLM_CPU_KVCACHE_SPACE).
+    kv_cache_gib: int = Field(1, ge=1, description="KV cache size in whole GiB")
+    dtype: str | None = Field(
+        None, description="weights dtype (default: the GPU generation's; float32 on the CPU)"
+    )
+    # Refused at start where the generation lacks them (axon/generations.py).
+    quantization: str | None = Field(None, description="vLLM quantisation method")
+    kv_cache_dtype: str | None = Field(None, description="KV-cache dtype (e.g. fp8)")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica")
+    generation: Literal["auto"] | Generation = Field(
+        "auto",
+        description="the GPU generation this neuron is installed for; it refuses to start "
+        "on another (auto: whatever the host has)",
+    )
+    ray_address: str | None = Field(
+        None, description="cluster mode (neuron agent): the Ray head to join (host:port)"
+    )
+    node_ip: str | None = Field(
+        None,
+        description="neuron agent: this host's address as the others reach it "
+        "(default: Ray's guess)",
+    )
+    ray_fixed_ports: bool = Field(
+        False,
+        description="fixed Ray ports and replica port ranges (neurons 50051-50099, metrics "
+        "9400-9449), as the firewalld services open them; otherwise free ones",
+    )
+    tool_parser: str | None = Field(
+        None,
+        description='vLLM tool parser for tool_choice "auto" (default: the bundled model\'s)',
+    )
+    reasoning_parser: str | None = Field(
+        None,
+        description="vLLM reasoning parser (e.g. deepseek_r1) for models that think aloud",
+    )
+    metrics_port: int = Field(
+        9400, ge=0, le=65535, description="Prometheus metrics (vLLM's and the neuron's); 0: none"
+    )
+    drain_timeout_s: float = Field(
+        30.0, ge=0, description="seconds in-flight requests get to finish when stopped"
+    )
+    prepare_threads: int = Field(
+        1,
+        ge=1,
+        description="threads that render chat templates, tokenise and truncate prompts, "
+        "off the event loop (vLLM engine)",
+    )
+    # Mutual TLS (all three or none): the neuron then takes only clients with a
+    # certificate from tls_ca, and no plaintext. docs/deploy.md, "Mutual TLS".
+    tls_ca: Path | None = Field(
+        None, description="mutual TLS: the CA certificate clients' certificates must chain to"
+    )
+    tls_cert: Path | None = Field(
+        None, description="mutual TLS: the neuron's certificate (PEM, signed by tls_ca)"
+    )
+    tls_key: Path | None = Field(None, description="mutual TLS: tls_cert's private key (PEM)")
+    # The simulated engine (tests and benchmarks).
+    sim_ttft_s: float = Field(0.01, ge=0, description="sim engine: time to first token (s)")
+    sim_itl_s: float = Field(0.005, ge=0, description="sim engine: time between tokens (s)")
+    sim_fail_after_tokens: int | None = Field(
+        None, ge=0, description="sim engine: fail after this many tokens"
+    )
+    sim_prefix_cache_blocks: int = Field(
+        0,
+        ge=0,
+        description="sim engine: capacity of its modelled prefix cache in blocks (0: none)",
+    )
+    sim_block_tokens: int = Field(16, gt=0, description="sim engine: tokens per cache block")
+    sim_chars_per_token: int = Field(
+        4, gt=0, description="sim engine: prompt characters per token (it has no tokenizer)"
+    )
+    sim_prefill_s_per_token: float = Field(
+        0.0, ge=0, description="sim engine: prefill time per uncached prompt token (s)"
+    )
+    sim_generation: Generation | None = Field(
+        None,
+        description="sim engine: the GPU generation it stands in for (no detection)",
+    )
+
+    @model_validator(mode="after")
+    def _tls_complete(self) -> NeuronSettings:
+        tls_files(self.tls_ca, self.tls_cert, self.tls_key)
+        return self
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        """The mutual-TLS files, or None: plaintext gRPC."""
+        return tls_files(self.tls_ca, self.tls_cert, self.tls_key)
+
+    @model_validator(mode="after")
+    def _old_json_logs(self) -> NeuronSettings:
+        if self.json_logs is not None and "log_format" not in self.model_fields_set:
+            self.log_format = "json" if self.json_logs else "text"
+        return self
+
+
+# The settings `neuraxis neuron agent` reads (and so offers as options); the
+# rest are the replicas' business.
+AGENT_SETTINGS: tuple[str, ...] = (
+    "ray_address",
+    "generation",
+    "node_ip",
+    "ray_fixed_ports",
+    "cache_dir",
+    "log_format",
+    "log_level",
+    "json_logs",
+    # Handed to the replicas started on the host (their neurons' TLS).
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+)

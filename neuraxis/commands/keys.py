@@ -1,0 +1,175 @@
+"""`neuraxis keys create | list | revoke`: API keys in the store cortex uses
+(the state directory's SQLite file, or PostgreSQL with --postgres-dsn;
+--config reads both from cortex's TOML, as cortex does). A key made here
+works on cortex's next request, no restart; a revocation within cortex's
+auth_cache_s.
+
+The secret is printed once, alone on stdout (`KEY=$(neuraxis keys create
+…)`); only its hash is stored, so it cannot be shown again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from axon.settings import load_settings
+from cortex.auth.keys import KeyRequest, make_key
+from cortex.config import CortexSettings
+from cortex.store.keys import ApiKey, KeyStore, open_key_store
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    keys = sub.add_parser("keys", help="manage API keys", description="API key commands.")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
+    create = keys_sub.add_parser(
+        "create",
+        help="make an API key (printed once)",
+        description="Make an API key for a tenant and print it (once: only its hash is kept).",
+    )
+    create.add_argument("--tenant", required=True, help="the tenant the key acts for")
+    create.add_argument(
+        "--models", help="comma-separated model ids the key may use (default: every model)"
+    )
+    create.add_argument("--rpm", type=_positive, help="requests per minute")
+    create.add_argument("--tpm", type=_positive, help="tokens per minute (prompt + output)")
+    create.add_argument("--max-concurrent", type=_positive, help="requests in flight at once")
+    create.add_argument("--expires-days", type=_positive, help="the key expires after N days")
+    listing = keys_sub.add_parser(
+        "list", help="list API keys", description="One line per key (never the secret)."
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    revoke = keys_sub.add_parser(
+        "revoke", help="revoke an API key", description="Revoke a key by its id (key_…)."
+    )
+    revoke.add_argument("id", help="the key's id, as `keys list` shows it")
+    for command in (create, listing, revoke):
+        command.add_argument("--config", type=Path, help="cortex's TOML settings file")
+        command.add_argument("--state-dir", type=Path, help="cortex's state directory")
+        command.add_argument("--postgres-dsn", help="cortex's PostgreSQL store")
+    return keys
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    given = {
+        name: value
+        for name, value in (("state_dir", args.state_dir), ("postgres_dsn", args.postgres_dsn))
+        if value is not None
+    }
+    settings = load_settings(CortexSettings, args.config, given)
+    store = open_key_store(settings.store.state_dir, settings.store.postgres_dsn)
+    return asyncio.run(_with_store(store, args))
+
+
+async def _with_store(store: KeyStore, args: argparse.Namespace) -> int:
+    try:
+        if args.keys_command == "create":
+            return await _create(store, args)
+        if args.keys_command == "list":
+            return await _list(store, args.json)
+        return await _revoke(store, args.id)
+    finally:
+        await store.close()
+
+
+async def _create(store: KeyStore, args: argparse.Namespace) -> int:
+    models = [m.strip() for m in (args.models or "").split(",") if m.strip()]
+    request = KeyRequest(
+        tenant=args.tenant,
+        models=models,
+        rpm=args.rpm,
+        tpm=args.tpm,
+        max_concurrent=args.max_concurrent,
+        expires_days=args.expires_days,
+    )
+    secret, record = make_key(request, int(time.time()))
+    await store.add(record)
+    print(secret, flush=True)
+    print(
+        f"neuraxis: {record.id} for tenant {record.tenant}; the key is shown only this once",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def key_view(key: ApiKey, now: float) -> dict[str, Any]:
+    """What `keys list` shows of a key: everything but its hash."""
+    if key.revoked_at is not None:
+        state = "revoked"
+    elif key.expires_at is not None and now >= key.expires_at:
+        state = "expired"
+    else:
+        state = "active"
+    return {
+        "id": key.id,
+        "tenant": key.tenant,
+        "models": key.models,
+        "rpm": key.rpm,
+        "tpm": key.tpm,
+        "max_concurrent": key.max_concurrent,
+        "created_at": key.created_at,
+        "expires_at": key.expires_at,
+        "last_used_at": key.last_used_at,
+        "revoked_at": key.revoked_at,
+        "state": state,
+    }
+
+
+def _when(epoch: int | None) -> str:
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _limit(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+async def _list(store: KeyStore, as_json: bool) -> int:
+    now = time.time()
+    views = [key_view(k, now) for k in await store.list()]
+    if as_json:
+        print(json.dumps(views, indent=2))
+        return 0
+    header = ["ID", "TENANT", "MODELS", "RPM", "TPM", "CONC", "CREATED", "LAST USED", "STATE"]
+    rows = [
+        [
+            v["id"],
+            v["tenant"],
+            ",".join(v["models"]) or "*",
+            _limit(v["rpm"]),
+            _limit(v["tpm"]),
+            _limit(v["max_concurrent"]),
+            _when(v["created_at"]),
+            _when(v["last_used_at"]),
+            v["state"],
+        ]
+        for v in views
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+    return 0
+
+
+async def _revoke(store: KeyStore, key_id: str) -> int:
+    if not await store.revoke(key_id, int(time.time())):
+        print(f"neuraxis: no active key {key_id}", file=sys.stderr)
+        return 1
+    print(f"{key_id}: revoked")
+    return 0
