@@ -149,7 +149,7 @@ def sim_cluster(
         if cortex is not None:
             stop_process_group(cortex, timeout_s=30)
         ray.shutdown()
-        cluster.shutdown()  # type: ignore[no-untyped-call]
+        cluster.shutdown()
 
 
 def _wait_listed(sim: SimCluster, cortex: subprocess.Popen[bytes], model: str) -> None:

@@ -45,7 +45,7 @@ def engine_args(how: str, given: Any) -> Any:
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    cli = make_arg_parser(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
+    cli = make_arg_parser(FlexibleArgumentParser())
     return AsyncEngineArgs.from_cli_args(cli.parse_args(given))
 
 

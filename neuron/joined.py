@@ -51,8 +51,8 @@ def node_alive(gcs_address: str, node_id: str, timeout_s: float = 5.0) -> bool:
     # Ray's internal GCS client: the same call `ray start` and ray.init make
     # to find their node. Lazy: importing Ray costs a second.
     from ray._raylet import GcsClient, NodeID  # type: ignore[attr-defined]
-    from ray.core.generated.gcs_pb2 import GcsNodeInfo  # type: ignore[attr-defined]
-    from ray.core.generated.gcs_service_pb2 import (  # type: ignore[attr-defined]
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo
+    from ray.core.generated.gcs_service_pb2 import (
         GetAllNodeInfoRequest,
     )
 

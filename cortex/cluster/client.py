@@ -121,7 +121,7 @@ def cut_off() -> bool:
     if _joined is None or not ray.is_initialized():
         return False
     ours = ray.get_runtime_context().get_node_id()
-    return ours not in {n["NodeID"] for n in ray.nodes() if n["Alive"]}  # type: ignore[no-untyped-call]
+    return ours not in {n["NodeID"] for n in ray.nodes() if n["Alive"]}
 
 
 def rejoin() -> None:
@@ -158,7 +158,7 @@ def _controller_actor(
 
 
 def _head_node_id() -> str | None:
-    for node in ray.nodes():  # type: ignore[no-untyped-call]
+    for node in ray.nodes():
         if node["Alive"] and "node:__internal_head__" in node.get("Resources", {}):
             return str(node["NodeID"])
     return None

@@ -77,7 +77,7 @@ class RayBackend:
         self._closing: set[asyncio.Task[None]] = set()
 
     async def nodes(self) -> list[NodeView]:
-        return [_node_view(node) for node in ray.nodes()]  # type: ignore[no-untyped-call]
+        return [_node_view(node) for node in ray.nodes()]
 
     def create(self, request: ReplicaRequest) -> None:
         # Soft: Ray still places it on another eligible node when this one is

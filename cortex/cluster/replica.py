@@ -68,10 +68,10 @@ def _node_ip() -> str:
     if os.environ.get(HOST_ENV):
         return os.environ[HOST_ENV]
     here = ray.get_runtime_context().get_node_id()
-    for node in ray.nodes():  # type: ignore[no-untyped-call]
+    for node in ray.nodes():
         if node["NodeID"] == here:
             return str(node["NodeManagerAddress"])
-    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+    return str(ray.util.get_node_ip_address())
 
 
 class Replica:

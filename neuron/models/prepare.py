@@ -164,7 +164,7 @@ def _convert_gguf(gguf_file: Path, out: Path) -> None:
     config = AutoConfig.from_pretrained(src_dir, gguf_file=name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
     # Tied embeddings show up as a missing lm_head; anything else is a real gap.
     real_missing = [k for k in missing if k != "lm_head.weight"]

@@ -345,7 +345,7 @@ class _SchedulerStatsSink:
 
         sink = self
 
-        class _Logger(StatLoggerBase):
+        class _Logger(StatLoggerBase):  # type: ignore[misc]  # vLLM is Any to mypy
             def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
                 pass
 
