@@ -27,6 +27,10 @@ from harness.procs import (
 MODEL = "smollm2-135m-instruct"
 EMBEDDING_MODEL = "all-minilm-l6-v2"
 ENGINE_START_TIMEOUT_S = 600
+# The shared stack's context length (`up --max-model-len`): a prompt at
+# SmolLM2's own 8,192 tokens takes ~125 s of prefill on 2 cores, one at 2,048
+# a few seconds, and the truncation and over-context cases ask no more.
+CONTEXT = 2048
 
 
 # Every client a test made, closed when the test ends (tests/conftest.py): a
@@ -70,7 +74,7 @@ class Stack:
 @contextmanager
 def embedded_stack(logs_dir: Path) -> Iterator[Stack]:
     log = logs_dir / "up.log"
-    up = start_up(log)
+    up = start_up(log, extra=["--max-model-len", str(CONTEXT)])
     try:
         wait_http_ready(up.proc, f"{up.base_url}/readyz", ENGINE_START_TIMEOUT_S)
         neurons = neuron_addresses(up.admin_url)

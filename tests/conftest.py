@@ -12,6 +12,12 @@ import pytest
 from harness.stacks import SimStack, Stack, close_clients, embedded_stack, simulated_stack
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that end the shared stack (`ends_stack`) run after every
+    other, in their own order: sorting is stable."""
+    items.sort(key=lambda item: item.get_closest_marker("ends_stack") is not None)
+
+
 @pytest.fixture(autouse=True)
 def _close_clients() -> Iterator[None]:
     """Each test's OpenAI clients are closed when it ends, not by the garbage

@@ -10,7 +10,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from harness.stacks import MODEL, SimStack, Stack
+from harness.stacks import CONTEXT, MODEL, SimStack, Stack
 
 HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hello"}]
 
@@ -55,11 +55,12 @@ def test_unknown_model_is_404_model_not_found(stack: Stack) -> None:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_prompt_over_context_is_400_context_length_exceeded(stack: Stack, stream: bool) -> None:
-    long_prompt: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello " * 9000}]
+    over = "hello " * (CONTEXT + 100)
+    long_prompt: list[ChatCompletionMessageParam] = [{"role": "user", "content": over}]
     with pytest.raises(openai.BadRequestError) as info:
         stack.client().chat.completions.create(model=MODEL, messages=long_prompt, stream=stream)
     assert info.value.code == "context_length_exceeded"
-    assert "8192" in info.value.message
+    assert str(CONTEXT) in info.value.message
 
 
 def test_no_ready_neuron_is_503_with_retry_after(sim_stack: SimStack) -> None:

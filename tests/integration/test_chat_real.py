@@ -12,7 +12,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from axon.v1 import neuron_pb2 as pb
 from harness.procs import engine_load, neuron_stub
-from harness.stacks import EMBEDDING_MODEL, MODEL, Stack
+from harness.stacks import CONTEXT, EMBEDDING_MODEL, MODEL, Stack
 
 QUESTION: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is the capital of France?"}
@@ -117,7 +117,7 @@ def test_client_disconnect_aborts_generation_in_engine(stack: Stack) -> None:
     body = {
         "model": MODEL,
         "stream": True,
-        "max_tokens": 2000,
+        "max_tokens": 1000,
         # Greedy: a long answer every time (sampling can end it early).
         "temperature": 0,
         "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
@@ -134,7 +134,7 @@ def test_client_disconnect_aborts_generation_in_engine(stack: Stack) -> None:
         # Mid-stream, the engine is generating for this request.
         assert engine_load(stack.neuron_address).running == 1
     # The connection is closed: the request must leave the engine, well before
-    # its 2000 tokens could have been generated.
+    # its 1000 tokens could have been generated.
     load = _wait_idle(stack.neuron_address)
     assert (load.running, load.waiting) == (0, 0)
 
@@ -143,7 +143,7 @@ def test_non_streamed_request_is_aborted_when_the_client_leaves(stack: Stack) ->
     assert _wait_idle(stack.neuron_address).running == 0
     body = {
         "model": MODEL,
-        "max_tokens": 2000,
+        "max_tokens": 1000,
         # Greedy: a long answer every time (sampling can end it early).
         "temperature": 0,
         "messages": [{"role": "user", "content": "Write a very long essay about rivers."}],
@@ -159,7 +159,7 @@ def test_grpc_deadline_is_honoured(stack: Stack) -> None:
         request_id="deadline-test",
         model=MODEL,
         messages=[pb.ChatMessage(role="user", content="Write a very long essay about mountains.")],
-        sampling=pb.SamplingParams(max_tokens=2000, temperature=1.0),
+        sampling=pb.SamplingParams(max_tokens=1000, temperature=1.0),
     )
     received = 0
     with grpc.insecure_channel(stack.neuron_address) as channel:
@@ -180,7 +180,7 @@ def test_neuron_info(stack: Stack) -> None:
     assert info.generation == pb.GPU_GENERATION_CPU
     assert info.engine.startswith("vllm")
     assert [m.id for m in info.models] == [MODEL]
-    assert info.models[0].max_context_length == 8192
+    assert info.models[0].max_context_length == CONTEXT  # as `up --max-model-len` set it
 
 
 def test_models_endpoints(stack: Stack) -> None:

@@ -21,7 +21,7 @@ from harness.gateway import Sim, sim_gateway
 from harness.ports import free_port
 from harness.postgres import postgres_server
 from harness.procs import Proc, engine_load, wait_http_ready
-from harness.stacks import MODEL, SimStack, Stack, strict_client
+from harness.stacks import CONTEXT, MODEL, SimStack, Stack, strict_client
 
 QUESTION = "What is the capital of France?"
 
@@ -355,7 +355,7 @@ def test_cancel_background_response_aborts_generation(stack: Stack) -> None:
         model=MODEL,
         input="Write a very long essay about the sea.",
         temperature=1,
-        max_output_tokens=2000,
+        max_output_tokens=1000,
         background=True,
     )
     _wait_status(client, queued.id, {"in_progress"})
@@ -383,9 +383,10 @@ def test_cancel_of_a_foreground_response_is_400(stack: Stack) -> None:
 
 
 def test_truncation_auto_drops_the_oldest_turns(stack: Stack) -> None:
+    per_turn = CONTEXT // 8  # ten turns: over the context by a fifth
+    roles = ["user", "assistant"]
     long_turns: Any = [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"Note {i}: " + "hello " * 1000}
-        for i in range(10)
+        {"role": roles[i % 2], "content": f"Note {i}: " + "hello " * per_turn} for i in range(10)
     ] + [{"role": "user", "content": QUESTION}]
     with pytest.raises(openai.BadRequestError) as info:
         stack.client().responses.create(model=MODEL, input=long_turns, max_output_tokens=10)
@@ -394,7 +395,7 @@ def test_truncation_auto_drops_the_oldest_turns(stack: Stack) -> None:
         model=MODEL, input=long_turns, max_output_tokens=10, truncation="auto", temperature=0
     )
     assert response.status in ("completed", "incomplete")
-    assert response.usage is not None and response.usage.input_tokens <= 8192 - 10
+    assert response.usage is not None and response.usage.input_tokens <= CONTEXT - 10
     assert response.truncation == "auto"
 
 
@@ -421,7 +422,7 @@ def test_client_disconnect_aborts_the_generation(stack: Stack) -> None:
         "input": "Write a very long essay about the sea.",
         "stream": True,
         "temperature": 0,
-        "max_output_tokens": 2000,
+        "max_output_tokens": 1000,
     }
     with httpx.stream("POST", f"{stack.base_url}/v1/responses", json=body, timeout=60) as r:
         deltas = 0
@@ -462,7 +463,7 @@ def test_background_response_cut_by_a_cortex_crash_ends_failed(
         queued = client.responses.create(
             model=MODEL,
             input="Write a very long essay about the sea.",
-            max_output_tokens=2000,
+            max_output_tokens=1000,
             background=True,
         )
         _wait_status(client, queued.id, {"in_progress"})
