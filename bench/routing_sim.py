@@ -31,7 +31,7 @@ from typing import Any
 
 from harness import gateway, plots
 from harness.bench_stack import RESULTS, parser, write_summary
-from harness.routed import routed
+from harness.routed import COLUMNS, routed
 from harness.sessions import Cell, Result, Shape, run
 from harness.sim_farm import FarmOptions, start_farm
 
@@ -134,12 +134,7 @@ def measure(
 
 def table(cells: dict[tuple[str, str], Cell], replicas: Sequence[str]) -> str:
     header = [
-        "workload",
-        "policy",
-        "TTFT p50 (ms)",
-        "TTFT p90 (ms)",
-        "output tokens/s",
-        "prefix-cache hit rate",
+        *COLUMNS,
         "max replica share (x avg)",
         "min replica share (x avg)",
     ]

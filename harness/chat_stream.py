@@ -14,7 +14,6 @@ What does not live here: which servers, and the A/B order (vs_vllm.py).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 import httpx
 import psutil
 
-from harness import sse
+from harness import streamed_chat
 from harness.workload import PROMPTS, chat_body
 
 # What a process is, from its command line: the roles whose CPU the report
@@ -59,20 +58,11 @@ class Batch:
 
 
 async def stream_chat(client: httpx.AsyncClient, base: str, body: dict[str, Any]) -> Stream:
-    started = time.perf_counter()
-    times: list[float] = []
-    tokens = 0
-    async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
-        r.raise_for_status()
-        async for chunk in sse.aobjects(r.aiter_lines()):
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-                times.append(time.perf_counter())
-    if not times:
+    seen = await streamed_chat.read(client, f"{base}{streamed_chat.CHAT_PATH}", body)
+    seen.raise_if_cut()
+    if seen.ttft is None:
         raise RuntimeError(f"{base}: a stream without content")
-    gaps = tuple(b - a for a, b in itertools.pairwise(times))
-    return Stream(ttft_s=times[0] - started, gaps_s=gaps, tokens=tokens)
+    return Stream(ttft_s=seen.ttft, gaps_s=seen.gaps, tokens=seen.completion_tokens)
 
 
 class CpuMeter:

@@ -17,7 +17,7 @@ import httpx
 
 from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
-from harness import sse
+from harness import sse, streamed_chat
 from harness.procs import neuron_stub
 
 MODEL = "smollm2-135m-instruct"
@@ -57,18 +57,10 @@ async def via_cortex(
     client: httpx.AsyncClient, base: str, prompt: str, max_tokens: int
 ) -> tuple[float, int]:
     body = chat_body(MODEL, prompt, max_tokens, {})
-    started = time.perf_counter()
-    ttft = None
-    tokens = 0
-    async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
-        r.raise_for_status()
-        async for chunk in sse.aobjects(r.aiter_lines()):
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            elif ttft is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                ttft = time.perf_counter() - started
-    assert ttft is not None
-    return ttft, tokens
+    seen = await streamed_chat.read(client, f"{base}{streamed_chat.CHAT_PATH}", body)
+    seen.raise_if_cut()
+    assert seen.ttft is not None
+    return seen.ttft, seen.completion_tokens
 
 
 async def via_responses(
