@@ -18,6 +18,8 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,8 +105,16 @@ class StreamedChat:
     def refused(self, body: bytes) -> None:
         self.error = body.decode(errors="replace")[:200]
 
-    def broke(self, error: httpx.HTTPError) -> None:
-        self.error = f"{type(error).__name__}: {error}"
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        """Around the request: a transport error is recorded, not raised,
+        and the end is timed however it came."""
+        try:
+            yield
+        except httpx.HTTPError as e:
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            self.ended_at = time.monotonic()
 
     def raise_if_cut(self) -> None:
         """The refusal or the transport error as an exception; an error event
@@ -116,7 +126,7 @@ class StreamedChat:
 async def read(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> StreamedChat:
     """POST `body` to `url` and read the stream to its end."""
     seen = StreamedChat(time.monotonic())
-    try:
+    with seen.recording():
         async with client.stream("POST", url, json=body) as response:
             seen.status = response.status_code
             if response.status_code != 200:
@@ -125,27 +135,19 @@ async def read(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Str
             async for data in sse.adata(response.aiter_lines()):
                 if seen.take(data):
                     break
-    except httpx.HTTPError as e:
-        seen.broke(e)
-    finally:
-        seen.ended_at = time.monotonic()
     return seen
 
 
 def read_sync(client: httpx.Client, url: str, body: dict[str, Any]) -> StreamedChat:
-    """`read` over a sync client."""
+    """`read` over a sync client (the same steps; Python has no one loop for
+    both kinds of client)."""
     seen = StreamedChat(time.monotonic())
-    try:
-        with client.stream("POST", url, json=body) as response:
-            seen.status = response.status_code
-            if response.status_code != 200:
-                seen.refused(response.read())
-                return seen
-            for data in sse.data(response.iter_lines()):
-                if seen.take(data):
-                    break
-    except httpx.HTTPError as e:
-        seen.broke(e)
-    finally:
-        seen.ended_at = time.monotonic()
+    with seen.recording(), client.stream("POST", url, json=body) as response:
+        seen.status = response.status_code
+        if response.status_code != 200:
+            seen.refused(response.read())
+            return seen
+        for data in sse.data(response.iter_lines()):
+            if seen.take(data):
+                break
     return seen
