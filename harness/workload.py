@@ -8,7 +8,7 @@ import asyncio
 import statistics
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,28 +106,41 @@ async def via_grpc(stub: pb_grpc.NeuronStub, prompt: str, max_tokens: int) -> tu
     return ttft, tokens
 
 
+async def timed(
+    requests: int, concurrency: int, one: Callable[[int], Awaitable[tuple[float, int]]]
+) -> Run:
+    """`one(i)` for each of `requests` indices (each returns its TTFT and
+    output tokens), at most `concurrency` at once, timed together."""
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def gated(i: int) -> tuple[float, int]:
+        async with semaphore:
+            return await one(i)
+
+    started = time.perf_counter()
+    results = await asyncio.gather(*(gated(i) for i in range(requests)))
+    wall = time.perf_counter() - started
+    return Run([r[0] for r in results], sum(r[1] for r in results), wall)
+
+
 async def run(
     path: str, concurrency: int, requests: int, max_tokens: int, base: str, neuron: str
 ) -> Run:
-    semaphore = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as http:
         channel = grpc.aio.insecure_channel(neuron)
         stub = neuron_stub(channel)
 
         async def one(i: int) -> tuple[float, int]:
             prompt = PROMPTS[i % len(PROMPTS)]
-            async with semaphore:
-                if path == "cortex":
-                    return await via_cortex(http, base, prompt, max_tokens)
-                if path == "responses":
-                    return await via_responses(http, base, prompt, max_tokens)
-                return await via_grpc(stub, prompt, max_tokens)
+            if path == "cortex":
+                return await via_cortex(http, base, prompt, max_tokens)
+            if path == "responses":
+                return await via_responses(http, base, prompt, max_tokens)
+            return await via_grpc(stub, prompt, max_tokens)
 
-        started = time.perf_counter()
-        results = await asyncio.gather(*(one(i) for i in range(requests)))
-        wall = time.perf_counter() - started
+        result = await timed(requests, concurrency, one)
         await channel.close()
-    return Run([r[0] for r in results], sum(r[1] for r in results), wall)
+    return result
 
 
 Summary = dict[str, dict[str, float]]
