@@ -19,6 +19,7 @@ from harness.ports import free_port
 from tests.rpm.conftest import as_installed, kill_processes_mentioning
 from tests.rpm.installed import unit_command, unit_env
 
+UNIT = "neuraxis-neuron.service"
 GPUS = [
     ("NVIDIA A100-SXM4-80GB", (8, 0), "ampere"),
     ("NVIDIA L40S", (8, 9), "ada"),
@@ -34,10 +35,9 @@ def test_the_cpu_neuron_refuses_a_gpu_host(
     """neuraxis-neuron.service's command and environment, on a host whose NVML
     reports GPUs of another generation than the flavour's: it stops at once,
     naming both and the flavour to install."""
-    unit = "neuraxis-neuron.service"
-    env = fake_nvml_env([(name, capability)] * 2, unit_env(scratch_root, unit))
+    env = fake_nvml_env([(name, capability)] * 2, unit_env(scratch_root, UNIT))
     result = subprocess.run(
-        as_installed(scratch_root, tmp_path, unit_command(scratch_root, unit)),
+        as_installed(scratch_root, tmp_path, unit_command(scratch_root, UNIT)),
         capture_output=True,
         text=True,
         env=env,
@@ -51,17 +51,23 @@ def test_the_cpu_neuron_refuses_a_gpu_host(
     ) in result.stderr
 
 
+def _agent_env(scratch_root: Path, ray_tmp: str) -> dict[str, str]:
+    """The unit's environment on a host without GPUs (NVML faked), told to
+    join a Ray head where none listens, with Ray's files under `ray_tmp`."""
+    env = fake_nvml_env([], unit_env(scratch_root, UNIT))
+    env["NEURAXIS_NEURON_RAY_ADDRESS"] = f"127.0.0.1:{free_port()}"
+    env["RAY_TMPDIR"] = ray_tmp
+    return env
+
+
 def test_the_cpu_neuron_accepts_a_host_without_gpus(
     scratch_root: Path, tmp_path: Path, ray_tmp: str
 ) -> None:
     """The control: the same command with NVML reporting no GPU passes the
     check and goes on to join Ray (here, a head that is not there)."""
-    unit = "neuraxis-neuron.service"
-    env = fake_nvml_env([], unit_env(scratch_root, unit))
-    env["NEURAXIS_NEURON_RAY_ADDRESS"] = f"127.0.0.1:{free_port()}"
-    env["RAY_TMPDIR"] = ray_tmp
+    env = _agent_env(scratch_root, ray_tmp)
     proc = subprocess.Popen(
-        as_installed(scratch_root, tmp_path, unit_command(scratch_root, unit)),
+        as_installed(scratch_root, tmp_path, unit_command(scratch_root, UNIT)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -89,14 +95,11 @@ def test_a_neuron_host_without_the_token_says_so(
     etc = tmp_path / "etc-neuraxis"
     etc.mkdir()
     shutil.copy(scratch_root / "etc/neuraxis/neuron.toml", etc)
-    unit = "neuraxis-neuron.service"
-    env = fake_nvml_env([], unit_env(scratch_root, unit))
-    env["NEURAXIS_NEURON_RAY_ADDRESS"] = f"127.0.0.1:{free_port()}"
-    env["RAY_TMPDIR"] = ray_tmp
+    env = _agent_env(scratch_root, ray_tmp)
     env["HOME"] = str(tmp_path)
     try:
         result = subprocess.run(
-            as_installed(scratch_root, tmp_path / "ns", unit_command(scratch_root, unit), etc),
+            as_installed(scratch_root, tmp_path / "ns", unit_command(scratch_root, UNIT), etc),
             capture_output=True,
             text=True,
             env=env,
