@@ -13,8 +13,6 @@ What does not live here: which servers, and the A/B order (vs_vllm.py).
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +21,7 @@ import httpx
 import psutil
 
 from harness import streamed_chat
-from harness.workload import PROMPTS, chat_body
+from harness.workload import PROMPTS, chat_body, gathered
 
 # What a process is, from its command line: the roles whose CPU the report
 # shows apart (the first that matches wins).
@@ -114,18 +112,14 @@ async def run_batch(
     extra: Mapping[str, Any],
     meter: CpuMeter,
 ) -> Batch:
-    semaphore = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
 
         async def one(i: int) -> Stream:
             body = chat_body(model, PROMPTS[i % len(PROMPTS)], max_tokens, extra)
-            async with semaphore:
-                return await stream_chat(client, base, body)
+            return await stream_chat(client, base, body)
 
         meter.start()
-        started = time.perf_counter()
-        streams = await asyncio.gather(*(one(i) for i in range(requests)))
-        wall = time.perf_counter() - started
+        streams, wall = await gathered(requests, concurrency, one)
         cpu = meter.stop()
-    return Batch(list(streams), wall, cpu)
+    return Batch(streams, wall, cpu)

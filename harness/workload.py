@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import httpx
@@ -20,6 +20,7 @@ from axon.v1 import neuron_pb2_grpc as pb_grpc
 from harness import sse, streamed_chat
 from harness.procs import neuron_stub
 
+T = TypeVar("T")
 MODEL = "smollm2-135m-instruct"
 PROMPTS = [
     "Write a story about a lighthouse keeper.",
@@ -106,20 +107,27 @@ async def via_grpc(stub: pb_grpc.NeuronStub, prompt: str, max_tokens: int) -> tu
     return ttft, tokens
 
 
-async def timed(
-    requests: int, concurrency: int, one: Callable[[int], Awaitable[tuple[float, int]]]
-) -> Run:
-    """`one(i)` for each of `requests` indices (each returns its TTFT and
-    output tokens), at most `concurrency` at once, timed together."""
+async def gathered(
+    requests: int, concurrency: int, one: Callable[[int], Awaitable[T]]
+) -> tuple[list[T], float]:
+    """`one(i)` for each of `requests` indices, at most `concurrency` at
+    once: their results in index order, and the wall time they took."""
     semaphore = asyncio.Semaphore(concurrency)
 
-    async def gated(i: int) -> tuple[float, int]:
+    async def gated(i: int) -> T:
         async with semaphore:
             return await one(i)
 
     started = time.perf_counter()
     results = await asyncio.gather(*(gated(i) for i in range(requests)))
-    wall = time.perf_counter() - started
+    return list(results), time.perf_counter() - started
+
+
+async def timed(
+    requests: int, concurrency: int, one: Callable[[int], Awaitable[tuple[float, int]]]
+) -> Run:
+    """`gathered`, where each request returns its TTFT and output tokens."""
+    results, wall = await gathered(requests, concurrency, one)
     return Run([r[0] for r in results], sum(r[1] for r in results), wall)
 
 
