@@ -20,7 +20,6 @@ import asyncio
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from harness.bench_stack import RESULTS, output_path, parser, write_summary
 from harness.gateway import Sim, running_cortex, sim_neurons
 from harness.plots import bar_plot, markdown_table, write_markdown
 from harness.procs import new_key
-from harness.workload import MODEL, PROMPTS, Run, via_cortex
+from harness.workload import MODEL, PROMPTS, Run, timed, via_cortex
 
 Summary = dict[str, dict[str, float]]
 MODES = ("off", "on")
@@ -74,18 +73,13 @@ def two_cortexes(logs: Path, counters: str = "auto") -> Iterator[tuple[dict[str,
 
 async def _run(base: str, key: str | None, concurrency: int, requests: int, tokens: int) -> Run:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    semaphore = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=64)
     async with httpx.AsyncClient(timeout=600, limits=limits, headers=headers) as http:
 
         async def one(i: int) -> tuple[float, int]:
-            async with semaphore:
-                return await via_cortex(http, base, PROMPTS[i % len(PROMPTS)], tokens)
+            return await via_cortex(http, base, PROMPTS[i % len(PROMPTS)], tokens)
 
-        started = time.perf_counter()
-        results = await asyncio.gather(*(one(i) for i in range(requests)))
-        wall = time.perf_counter() - started
-    return Run([r[0] for r in results], sum(r[1] for r in results), wall)
+        return await timed(requests, concurrency, one)
 
 
 def measure(

@@ -212,7 +212,7 @@ def main() -> None:
         out = RESULTS / "gateway_capacity"
     log_dir = (out or RESULTS / "gateway_capacity-smoke") / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    farm = FarmOptions(replicas=4, ttft_s=0, itl_s=ITL_S)
+    farm = FarmOptions(replicas=4, sim_ttft_s=0, sim_itl_s=ITL_S)
     with start_farm(farm, log_dir / "sim-farm.log") as replicas:
         if args.profile:
             with cortex(replicas.addresses, 1, log_dir) as (base, proc):

@@ -70,6 +70,7 @@ from harness.bench_stack import (
     write_summary,
 )
 from harness.gateway import running_cortex
+from harness.routed import COLUMNS
 from harness.routing_workload import MODEL, Shape, User, conversations, run_workload
 
 SHAPES = {
@@ -235,12 +236,7 @@ def report(results: list[Result], out: Path | None) -> str:
     """The table and the targets; with `out` (the JSON summary's path), the
     markdown and the plots beside it, named after it."""
     header = [
-        "workload",
-        "policy",
-        "TTFT p50 (ms)",
-        "TTFT p90 (ms)",
-        "output tokens/s",
-        "prefix-cache hit rate",
+        *COLUMNS,
         "max share / average",
         "replica shares",
         "decisions",

@@ -31,7 +31,7 @@ from typing import Any
 
 from harness import gateway, plots
 from harness.bench_stack import RESULTS, parser, write_summary
-from harness.routed import routed
+from harness.routed import COLUMNS, routed
 from harness.sessions import Cell, Result, Shape, run
 from harness.sim_farm import FarmOptions, start_farm
 
@@ -44,17 +44,17 @@ POLICIES = ("least_outstanding", "power_of_two", "prefix_affinity")
 # do not drown the difference between a hit and a miss.
 FARM = FarmOptions(
     replicas=16,
-    ttft_s=0.005,
-    itl_s=0.03,
-    cache_blocks=512,
-    block_tokens=16,
-    prefill_s_per_token=0.0003,
+    sim_ttft_s=0.005,
+    sim_itl_s=0.03,
+    sim_prefix_cache_blocks=512,
+    sim_block_tokens=16,
+    sim_prefill_s_per_token=0.0003,
 )
 WORKLOADS = {
     "groups": Shape(groups=64, users_per_group=4, concurrency=32),
     "hot": Shape(groups=1, users_per_group=256, concurrency=32),
 }
-SMOKE_FARM = FarmOptions(replicas=4, ttft_s=0, itl_s=0.001, cache_blocks=64)
+SMOKE_FARM = FarmOptions(replicas=4, sim_ttft_s=0, sim_itl_s=0.001, sim_prefix_cache_blocks=64)
 SMOKE_WORKLOADS = {
     "groups": Shape(groups=3, users_per_group=2, system_chars=400, concurrency=4),
     "hot": Shape(groups=1, users_per_group=4, system_chars=400, concurrency=4),
@@ -134,12 +134,7 @@ def measure(
 
 def table(cells: dict[tuple[str, str], Cell], replicas: Sequence[str]) -> str:
     header = [
-        "workload",
-        "policy",
-        "TTFT p50 (ms)",
-        "TTFT p90 (ms)",
-        "output tokens/s",
-        "prefix-cache hit rate",
+        *COLUMNS,
         "max replica share (x avg)",
         "min replica share (x avg)",
     ]

@@ -19,7 +19,6 @@ RSS growth under 5 %, descriptors flat).
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import threading
 import time
@@ -29,46 +28,11 @@ from pathlib import Path
 import httpx
 import psutil
 
-from harness import sse
 from harness.bench_stack import RESULTS, output_path, parser, write_summary
 from harness.fault_fleet import FAULTS, MODEL, Fault, FaultFleet, fault_fleet
 from harness.plots import markdown_table, write_markdown
-from harness.soak_record import Request, Sample, Soak, summarize
-
-
-async def _one(client: httpx.AsyncClient, max_tokens: int) -> Request:
-    request = Request(time.monotonic())
-    body = {
-        "model": MODEL,
-        "stream": True,
-        "max_tokens": max_tokens,
-        "messages": [{"role": "user", "content": "hello"}],
-    }
-    try:
-        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-            request.status = response.status_code
-            if response.status_code != 200:
-                request.error = (await response.aread()).decode(errors="replace")[:200]
-                return request
-            finish = None
-            async for data in sse.adata(response.aiter_lines()):
-                if data == sse.DONE:
-                    request.done = True
-                    break
-                chunk = json.loads(data)
-                request.events += 1
-                if "error" in chunk:
-                    request.error_event = True
-                    request.error = chunk["error"].get("message", "")
-                    continue
-                for choice in chunk["choices"]:
-                    if request.ttft is None and choice["delta"].get("content"):
-                        request.ttft = time.monotonic() - request.started_at
-                    finish = choice.get("finish_reason") or finish
-            request.finished = request.done and finish is not None and not request.error_event
-    except httpx.HTTPError as e:  # neither finished nor a terminal event: counted as such
-        request.error = f"{type(e).__name__}: {e}"
-    return request
+from harness.soak_record import Sample, Soak, summarize
+from harness.streamed_chat import CHAT_PATH, hello_chat, read
 
 
 async def _clients(base_url: str, streams: int, until: float, max_tokens: int, soak: Soak) -> None:
@@ -77,7 +41,7 @@ async def _clients(base_url: str, streams: int, until: float, max_tokens: int, s
 
         async def loop() -> None:
             while time.monotonic() < until:
-                soak.requests.append(await _one(client, max_tokens))
+                soak.requests.append(await read(client, CHAT_PATH, hello_chat(MODEL, max_tokens)))
 
         await asyncio.gather(*(loop() for _ in range(streams)))
 
@@ -142,7 +106,7 @@ def run(
 def failure_causes(soak: Soak) -> list[str]:
     """What the requests that failed before their first token saw, counted."""
     causes = Counter(
-        f"HTTP {r.status}, {r.events} events: {r.error[:100]}"
+        f"HTTP {r.status}, {r.events} events: {(r.error or '')[:100]}"
         for r in soak.requests
         if r.ttft is None and not r.finished
     )

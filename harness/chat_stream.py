@@ -13,9 +13,6 @@ What does not live here: which servers, and the A/B order (vs_vllm.py).
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +20,8 @@ from typing import Any
 import httpx
 import psutil
 
-from harness import sse
-from harness.workload import PROMPTS, chat_body
+from harness import streamed_chat
+from harness.workload import PROMPTS, chat_body, gathered
 
 # What a process is, from its command line: the roles whose CPU the report
 # shows apart (the first that matches wins).
@@ -59,20 +56,11 @@ class Batch:
 
 
 async def stream_chat(client: httpx.AsyncClient, base: str, body: dict[str, Any]) -> Stream:
-    started = time.perf_counter()
-    times: list[float] = []
-    tokens = 0
-    async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
-        r.raise_for_status()
-        async for chunk in sse.aobjects(r.aiter_lines()):
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-                times.append(time.perf_counter())
-    if not times:
+    seen = await streamed_chat.read(client, f"{base}{streamed_chat.CHAT_PATH}", body)
+    seen.raise_if_cut()
+    if seen.ttft is None:
         raise RuntimeError(f"{base}: a stream without content")
-    gaps = tuple(b - a for a, b in itertools.pairwise(times))
-    return Stream(ttft_s=times[0] - started, gaps_s=gaps, tokens=tokens)
+    return Stream(ttft_s=seen.ttft, gaps_s=seen.gaps, tokens=seen.completion_tokens)
 
 
 class CpuMeter:
@@ -124,18 +112,14 @@ async def run_batch(
     extra: Mapping[str, Any],
     meter: CpuMeter,
 ) -> Batch:
-    semaphore = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
 
         async def one(i: int) -> Stream:
             body = chat_body(model, PROMPTS[i % len(PROMPTS)], max_tokens, extra)
-            async with semaphore:
-                return await stream_chat(client, base, body)
+            return await stream_chat(client, base, body)
 
         meter.start()
-        started = time.perf_counter()
-        streams = await asyncio.gather(*(one(i) for i in range(requests)))
-        wall = time.perf_counter() - started
+        streams, wall = await gathered(requests, concurrency, one)
         cpu = meter.stop()
-    return Batch(list(streams), wall, cpu)
+    return Batch(streams, wall, cpu)

@@ -91,8 +91,7 @@ class Proc:
             )
 
     def log_tail(self, lines: int = 40) -> str:
-        text = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
+        return log_tail(self.log_path, lines)
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -101,18 +100,36 @@ class Proc:
         return stop_process_group(self.popen, sig, timeout)
 
 
-def wait_http_ready(proc: Proc, url: str, timeout: float) -> None:
+def log_tail(log_path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a child's log, for a failure message."""
+    text = log_path.read_text(errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def wait_http_ok(
+    popen: subprocess.Popen[bytes],
+    url: str,
+    timeout: float,
+    log_path: Path,
+    interval: float = 0.5,
+) -> None:
+    """Until `url` answers 200; fails early, with the tail of the child's
+    log, if the child exits first, and with it too past `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not proc.alive():
-            raise RuntimeError(f"process exited early:\n{proc.log_tail()}")
+        if popen.poll() is not None:
+            raise RuntimeError(f"process exited early:\n{log_tail(log_path)}")
         try:
             if httpx.get(url, timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{url} not ready after {timeout} s:\n{proc.log_tail()}")
+        time.sleep(interval)
+    raise RuntimeError(f"{url} not ready after {timeout} s:\n{log_tail(log_path)}")
+
+
+def wait_http_ready(proc: Proc, url: str, timeout: float) -> None:
+    wait_http_ok(proc.popen, url, timeout, proc.log_path)
 
 
 @dataclass(frozen=True)

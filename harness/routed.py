@@ -1,11 +1,23 @@
 """Requests cortex routed to each replica, read from its Prometheus text
-(neuraxis_routing_decisions_total, summed over the other labels)."""
+(neuraxis_routing_decisions_total, summed over the other labels), and the
+columns the routing benchmarks' tables share."""
 
 from __future__ import annotations
 
 import re
 
 import httpx
+
+# The columns both routing benchmarks (routing.py with vLLM, routing_sim.py
+# with sim farms) lead their tables with, so that the two read alike.
+COLUMNS = (
+    "workload",
+    "policy",
+    "TTFT p50 (ms)",
+    "TTFT p90 (ms)",
+    "output tokens/s",
+    "prefix-cache hit rate",
+)
 
 _ROUTED = re.compile(r"^neuraxis_routing_decisions_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 

@@ -15,12 +15,13 @@ What does not live here: starting cortex and reading the neurons' metrics
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from dataclasses import dataclass
 
 import httpx
+
+from harness import streamed_chat
 
 MODEL = "smollm2-135m-instruct"
 # Ordinary words, so the tokenizer sees about one token a word (SmolLM2: 1,515
@@ -95,28 +96,14 @@ async def _one(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    started = time.perf_counter()
-    ttft: float | None = None
-    tokens = 0
-    text: list[str] = []
-    async with http.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
-        r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if "error" in chunk:
-                error = chunk["error"]
-                code = str(error.get("code") or error.get("type") or "error")
-                return time.perf_counter() - started, tokens, "".join(text), code
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                ttft = ttft if ttft is not None else time.perf_counter() - started
-                text.append(chunk["choices"][0]["delta"]["content"])
-    # A first chunk without text (an empty answer) still ends the wait.
-    first = ttft if ttft is not None else time.perf_counter() - started
-    return first, tokens, "".join(text), ""
+    seen = await streamed_chat.read(http, f"{base}{streamed_chat.CHAT_PATH}", body)
+    seen.raise_if_cut()
+    error = seen.error_event
+    code = "" if error is None else str(error.get("code") or error.get("type") or "error")
+    # A first chunk without text (an empty answer) still ends the wait; a
+    # failed request is counted, not timed.
+    first = seen.ttft if seen.ttft is not None else seen.ended_at - seen.started_at
+    return first, seen.completion_tokens, seen.answer, code
 
 
 async def run_workload(base: str, users: list[User], shape: Shape) -> tuple[list[Sample], float]:

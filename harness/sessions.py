@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import random
 import statistics
 import time
@@ -23,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import httpx
+
+from harness import streamed_chat
 
 WORDS = [
     *("cache", "replica", "router", "prefix", "token", "block", "engine", "prompt"),
@@ -107,34 +108,19 @@ async def _turn(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    started = time.perf_counter()
-    ttft: float | None = None
-    text: list[str] = []
-    usage: dict[str, int] = {}
-    async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-        response.raise_for_status()
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if "error" in chunk:
-                raise RuntimeError(f"stream failed: {chunk['error']}")
-            if chunk.get("usage"):
-                u = chunk["usage"]
-                cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-                usage = {
-                    "prompt": u["prompt_tokens"],
-                    "cached": cached,
-                    "completion": u["completion_tokens"],
-                }
-            for choice in chunk["choices"]:
-                content = choice["delta"].get("content")
-                if content:
-                    ttft = ttft if ttft is not None else time.perf_counter() - started
-                    text.append(content)
-    if ttft is None or not usage:
+    seen = await streamed_chat.read(client, streamed_chat.CHAT_PATH, body)
+    seen.raise_if_cut()
+    if seen.error_event is not None:
+        raise RuntimeError(f"stream failed: {seen.error_event}")
+    if seen.ttft is None or seen.usage is None:
         raise RuntimeError("a stream ended without output or usage")
-    return ttft, "".join(text), usage
+    cached = (seen.usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    usage = {
+        "prompt": seen.usage["prompt_tokens"],
+        "cached": cached,
+        "completion": seen.completion_tokens,
+    }
+    return seen.ttft, seen.answer, usage
 
 
 async def run(base_url: str, model: str, shape: Shape, tag: str, seed: int = 0) -> Result:

@@ -9,8 +9,6 @@ and the Ray nodes stay on this machine.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,14 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import httpx
 import ray
 from ray.cluster_utils import Cluster
 
-from axon.process import stop_process_group
+from axon.generations import GENERATION_LABEL
 from harness.ports import free_port
+from harness.procs import Proc, wait_http_ready
 
-GENERATION_LABEL = "neuraxis.io/generation"
 NAMESPACE = "neuraxis"
 
 
@@ -107,7 +104,7 @@ def sim_cluster(
     cluster = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
     )
-    cortex: subprocess.Popen[bytes] | None = None
+    cortex: Proc | None = None
     try:
         sim = SimCluster(cluster, cluster.address, "", {}, work_dir / "cluster-cortex.log")
         for generation in generations:
@@ -117,50 +114,18 @@ def sim_cluster(
         spec_path = work_dir / "cluster-deployment.toml"
         spec_path.write_text(spec)
         port = free_port()
-        env = dict(os.environ, NEURAXIS_CORTEX_HEALTH_INTERVAL_S=str(health_interval_s))
-        with open(sim.cortex_log, "wb") as log:
-            cortex = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "neuraxis.cli",
-                    "cortex",
-                    "--port",
-                    str(port),
-                    # Nothing here reads it: a free port, never the default's.
-                    "--admin-port",
-                    "0",
-                    "--ray-address",
-                    cluster.address,
-                    "--deployment",
-                    str(spec_path),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+        # Nothing here reads the admin listener: a free port, never the default's.
+        args = ["cortex", "--port", str(port), "--admin-port", "0"]
+        args += ["--ray-address", cluster.address, "--deployment", str(spec_path)]
+        interval = {"NEURAXIS_CORTEX_HEALTH_INTERVAL_S": str(health_interval_s)}
+        cortex = Proc(args, sim.cortex_log, interval)
         sim.base_url = f"http://127.0.0.1:{port}"
         if wait_for_model:
-            _wait_listed(sim, cortex, wait_for_model)
+            wait_http_ready(cortex, f"{sim.base_url}/v1/models/{wait_for_model}", 90)
         yield sim
     finally:
         os.environ.pop("NEURAXIS_REPLICA_HOST", None)
         if cortex is not None:
-            stop_process_group(cortex, timeout_s=30)
+            cortex.stop(timeout=30)
         ray.shutdown()
         cluster.shutdown()
-
-
-def _wait_listed(sim: SimCluster, cortex: subprocess.Popen[bytes], model: str) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if cortex.poll() is not None:
-            raise RuntimeError(f"cortex exited:\n{sim.cortex_log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{sim.base_url}/v1/models/{model}", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{model} not served after 90 s:\n{sim.cortex_log.read_text()[-3000:]}")

@@ -9,7 +9,7 @@ in timers, not in computation: 16 neuron processes would cost 16 interpreters
 and 16 gRPC stacks for the same sleeps, and the CPU they burned would be
 taken from cortex, which is what the benchmarks measure.
 
-    python -m harness.sim_farm --replicas 16 --served-id sim-model [sim options]
+    python -m harness.sim_farm --replicas 16 --served-id sim-model [--sim-... options]
 
 prints one JSON line, {"addresses": [...]}, once every replica serves, and
 runs until SIGTERM or SIGINT. `start_farm` runs it as a child process.
@@ -31,11 +31,12 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from axon.generations import Generation
+from axon.neuron_settings import NeuronSettings
 from axon.process import stop_process_group
 from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
-from neuron.engine.sim import SimEngine, SimOptions
-from neuron.engine.sim_cache import PrefixCacheOptions
+from neuron.main import build_engine
 from neuron.server import NeuronServicer
 
 READY_TIMEOUT_S = 60
@@ -43,37 +44,34 @@ READY_TIMEOUT_S = 60
 
 @dataclass(frozen=True)
 class FarmOptions:
+    """How many replicas, and each one's settings under the names (and so
+    the flags) of `neuraxis neuron serve --engine sim`."""
+
     replicas: int = 16
     served_id: str = "sim-model"
-    ttft_s: float = 0.01
-    itl_s: float = 0.02
-    max_context_length: int = 32_768
-    cache_blocks: int = 0
-    block_tokens: int = 16
-    chars_per_token: int = 4
-    prefill_s_per_token: float = 0.0
+    sim_ttft_s: float = 0.01
+    sim_itl_s: float = 0.02
+    max_model_len: int = 32_768
+    sim_prefix_cache_blocks: int = 0
+    sim_block_tokens: int = 16
+    sim_chars_per_token: int = 4
+    sim_prefill_s_per_token: float = 0.0
 
-    def sim_options(self) -> SimOptions:
-        return SimOptions(
-            served_id=self.served_id,
-            max_context_length=self.max_context_length,
-            ttft_s=self.ttft_s,
-            itl_s=self.itl_s,
-            prefix_cache=PrefixCacheOptions(
-                capacity_blocks=self.cache_blocks,
-                block_tokens=self.block_tokens,
-                chars_per_token=self.chars_per_token,
-                prefill_s_per_token=self.prefill_s_per_token,
-            ),
-        )
+    def neuron_settings(self) -> NeuronSettings:
+        """One replica's settings."""
+        settings = asdict(self)
+        del settings["replicas"]
+        return NeuronSettings(engine="sim", **settings)
 
     def args(self) -> list[str]:
         return [f"--{k.replace('_', '-')}={v}" for k, v in asdict(self).items()]
 
 
-async def _serve_one(options: SimOptions) -> tuple[grpc.aio.Server, str]:
+async def _serve_one(settings: NeuronSettings) -> tuple[grpc.aio.Server, str]:
     server = grpc.aio.server()
-    servicer = NeuronServicer(SimEngine(options), pb.GPU_GENERATION_CPU)
+    # The neuron's own engine builder, so a replica here is what
+    # `neuron serve` would run with the same settings.
+    servicer = NeuronServicer(build_engine(settings, Generation.CPU), pb.GPU_GENERATION_CPU)
     servicer.ready = True
     health_servicer = health.aio.HealthServicer()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -85,7 +83,7 @@ async def _serve_one(options: SimOptions) -> tuple[grpc.aio.Server, str]:
 
 
 async def serve(options: FarmOptions) -> None:
-    served = [await _serve_one(options.sim_options()) for _ in range(options.replicas)]
+    served = [await _serve_one(options.neuron_settings()) for _ in range(options.replicas)]
     print(json.dumps({"addresses": [address for _, address in served]}), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -7,17 +7,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-
-@dataclass
-class Request:
-    started_at: float
-    ttft: float | None = None
-    finished: bool = False  # a finish_reason, then [DONE]
-    error_event: bool = False
-    done: bool = False  # [DONE] came
-    status: int = 0
-    events: int = 0  # data events before the end
-    error: str = ""  # the error event's message, the HTTP body, or the transport error
+from harness.streamed_chat import StreamedChat
 
 
 @dataclass
@@ -29,7 +19,7 @@ class Sample:
 
 @dataclass
 class Soak:
-    requests: list[Request] = field(default_factory=list)
+    requests: list[StreamedChat] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
 
@@ -49,8 +39,8 @@ def summarize(soak: Soak, warmup_s: float, load_s: float) -> dict[str, float | s
         "completed": sum(r.finished for r in requests),
         "failed_before_first_token": sum(1 for r in requests if r.ttft is None),
         "cut_mid_stream": len(cut),
-        "cut_with_terminal_event": sum(1 for r in cut if r.error_event and r.done),
-        "cut_without_terminal_event": sum(1 for r in cut if not (r.error_event and r.done)),
+        "cut_with_terminal_event": sum(1 for r in cut if _terminal(r)),
+        "cut_without_terminal_event": sum(1 for r in cut if not _terminal(r)),
         "ttft_p50_ms": statistics.median(ttfts) * 1000 if ttfts else 0.0,
         "ttft_p99_ms": ttfts[int(len(ttfts) * 0.99) - 1] * 1000 if ttfts else 0.0,
         "faults": len(soak.faults),
@@ -68,6 +58,11 @@ def summarize(soak: Soak, warmup_s: float, load_s: float) -> dict[str, float | s
         "fds_start": first.fds,
         "fds_end": last.fds,
     }
+
+
+def _terminal(request: StreamedChat) -> bool:
+    """Cut with its error event and [DONE], as a stream should end."""
+    return request.error_event is not None and request.done
 
 
 def rss_by_minute(samples: list[Sample]) -> list[float]:

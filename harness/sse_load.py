@@ -17,13 +17,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
 
 from axon.v1 import neuron_pb2 as pb
-from axon.v1 import neuron_pb2_grpc as pb_grpc
+from harness.procs import neuron_stub
+from harness.streamed_chat import CHAT_PATH, hello_chat
 
 CONTENT = b'"content":"'
 EMPTY = b'"content":""'
@@ -41,6 +44,13 @@ class Level:
     wall_s: float = 0.0
     client_cpu_s: float = 0.0  # this process's CPU time over the level
 
+    def content(self, now: float, last: float | None) -> float:
+        """A content frame came at `now`, the one before it at `last` (None:
+        it is the first); returns `now`, the next one's `last`."""
+        if last is not None:
+            self.gaps.append(now - last)
+        return now
+
     @property
     def events_per_s(self) -> float:
         return self.events / self.wall_s if self.wall_s else 0.0
@@ -52,16 +62,9 @@ class Level:
 
 
 def _request(host: str, model: str, max_tokens: int) -> bytes:
-    body = json.dumps(
-        {
-            "model": model,
-            "messages": [{"role": "user", "content": "hello"}],
-            "max_tokens": max_tokens,
-            "stream": True,
-        }
-    ).encode()
+    body = json.dumps(hello_chat(model, max_tokens)).encode()
     head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+        f"POST {CHAT_PATH} HTTP/1.1\r\nHost: {host}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
@@ -90,9 +93,7 @@ async def _one(
         for frame in frames:
             level.events += 1
             if CONTENT in frame and EMPTY not in frame:  # not the role chunk
-                if last is not None:
-                    level.gaps.append(now - last)
-                last = now
+                last = level.content(now, last)
     level.requests += 1
 
 
@@ -114,11 +115,7 @@ async def run_level(
         finally:
             writer.close()
 
-    cpu, started = time.process_time(), time.perf_counter()
-    outcomes = await asyncio.gather(*(connection() for _ in range(streams)), return_exceptions=True)
-    level.wall_s = time.perf_counter() - started
-    level.client_cpu_s = time.process_time() - cpu
-    level.errors += sum(isinstance(o, BaseException) for o in outcomes)
+    await _measure(level, [connection() for _ in range(streams)])
     return level
 
 
@@ -136,7 +133,7 @@ async def run_direct(
         sampling=pb.SamplingParams(max_tokens=max_tokens),
     )
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = pb_grpc.NeuronStub(channel)  # type: ignore[no-untyped-call]
+        stub = neuron_stub(channel)
 
         async def stream() -> None:
             while time.perf_counter() < deadline:
@@ -145,14 +142,18 @@ async def run_direct(
                     now = time.perf_counter()
                     level.events += 1
                     if any(c.text for c in response.choices):
-                        if last is not None:
-                            level.gaps.append(now - last)
-                        last = now
+                        last = level.content(now, last)
                 level.requests += 1
 
-        cpu, started = time.process_time(), time.perf_counter()
-        outcomes = await asyncio.gather(*(stream() for _ in range(streams)), return_exceptions=True)
-        level.wall_s = time.perf_counter() - started
-        level.client_cpu_s = time.process_time() - cpu
-    level.errors += sum(isinstance(o, BaseException) for o in outcomes)
+        await _measure(level, [stream() for _ in range(streams)])
     return level
+
+
+async def _measure(level: Level, streams: list[Coroutine[Any, Any, None]]) -> None:
+    """Run the streams to their end, timing them (wall and this process's
+    CPU) and counting the ones that failed."""
+    cpu, started = time.process_time(), time.perf_counter()
+    outcomes = await asyncio.gather(*streams, return_exceptions=True)
+    level.wall_s = time.perf_counter() - started
+    level.client_cpu_s = time.process_time() - cpu
+    level.errors += sum(isinstance(o, BaseException) for o in outcomes)

@@ -59,16 +59,22 @@ def close_clients() -> None:
 
 
 @dataclass
-class Stack:
+class Endpoints:
+    """What every stack offers a test: cortex's API and admin listeners."""
+
     base_url: str
     admin_url: str
+
+    def client(self) -> OpenAI:
+        return strict_client(self.base_url)
+
+
+@dataclass
+class Stack(Endpoints):
     neuron_address: str
     embedding_address: str
     proc: Proc
     state_dir: Path
-
-    def client(self) -> OpenAI:
-        return strict_client(self.base_url)
 
 
 @contextmanager
@@ -91,15 +97,10 @@ def embedded_stack(logs_dir: Path) -> Iterator[Stack]:
 
 
 @dataclass
-class SimStack:
-    base_url: str
-    admin_url: str
+class SimStack(Endpoints):
     healthy_model: str
     failing_model: str
     crashing_model: str
-
-    def client(self) -> OpenAI:
-        return strict_client(self.base_url)
 
 
 @contextmanager

@@ -4,59 +4,19 @@ error event: the client side of the failover tests and benchmark."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from dataclasses import dataclass
 
 import httpx
 
-from harness import sse
+from harness.streamed_chat import CHAT_PATH, StreamedChat, hello_chat, read_sync
 
-
-@dataclass
-class Outcome:
-    started_at: float
-    first_token: bool = False
-    finished: bool = False  # a finish_reason and [DONE], no error
-    done: bool = False  # the stream ended with [DONE]
-    error: str | None = None
-    ended_at: float = 0.0
+# The failover tests' name for what one request of the load saw.
+Outcome = StreamedChat
 
 
 def stream_once(client: httpx.Client, model: str, max_tokens: int) -> Outcome:
-    outcome = Outcome(started_at=time.monotonic())
-    body = {
-        "model": model,
-        "stream": True,
-        "max_tokens": max_tokens,
-        "messages": [{"role": "user", "content": "hello"}],
-    }
-    try:
-        with client.stream("POST", "/v1/chat/completions", json=body) as response:
-            if response.status_code != 200:
-                response.read()
-                outcome.error = f"HTTP {response.status_code}: {response.text[:200]}"
-                return outcome
-            finish = None
-            for data in sse.data(response.iter_lines()):
-                if data == sse.DONE:
-                    outcome.done = True
-                    outcome.finished = finish is not None and outcome.error is None
-                    break
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    outcome.error = chunk["error"]["message"]
-                    continue
-                for choice in chunk["choices"]:
-                    if choice["delta"].get("content"):
-                        outcome.first_token = True
-                    finish = choice.get("finish_reason") or finish
-    except httpx.HTTPError as e:
-        outcome.error = f"{type(e).__name__}: {e}"
-    finally:
-        outcome.ended_at = time.monotonic()
-    return outcome
+    return read_sync(client, CHAT_PATH, hello_chat(model, max_tokens))
 
 
 class Load:

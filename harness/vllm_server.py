@@ -17,19 +17,16 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from axon.process import stop_process_group
 from harness.bench_stack import CHAT_MODEL
 from harness.ports import free_port
-from harness.procs import REPO, child_env
+from harness.procs import REPO, child_env, wait_http_ok
 from harness.vllm_config import resolve
 
 READY_TIMEOUT_S = 600.0
@@ -121,18 +118,7 @@ def running_vllm(args: list[str], env: dict[str, str], log_path: Path) -> Iterat
 
 
 def _wait_ready(server: VllmServer, log_path: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.popen.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"vLLM's server exited early:\n{tail}")
-        try:
-            if httpx.get(f"{server.base_url}/v1/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"vLLM's server not ready after {READY_TIMEOUT_S} s (log: {log_path})")
+    wait_http_ok(server.popen, f"{server.base_url}/v1/models", READY_TIMEOUT_S, log_path)
 
 
 def matched_settings() -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:

@@ -8,18 +8,19 @@ import asyncio
 import statistics
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import httpx
 
 from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
-from harness import sse
+from harness import sse, streamed_chat
 from harness.procs import neuron_stub
 
+T = TypeVar("T")
 MODEL = "smollm2-135m-instruct"
 PROMPTS = [
     "Write a story about a lighthouse keeper.",
@@ -57,18 +58,10 @@ async def via_cortex(
     client: httpx.AsyncClient, base: str, prompt: str, max_tokens: int
 ) -> tuple[float, int]:
     body = chat_body(MODEL, prompt, max_tokens, {})
-    started = time.perf_counter()
-    ttft = None
-    tokens = 0
-    async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
-        r.raise_for_status()
-        async for chunk in sse.aobjects(r.aiter_lines()):
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            elif ttft is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                ttft = time.perf_counter() - started
-    assert ttft is not None
-    return ttft, tokens
+    seen = await streamed_chat.read(client, f"{base}{streamed_chat.CHAT_PATH}", body)
+    seen.raise_if_cut()
+    assert seen.ttft is not None
+    return seen.ttft, seen.completion_tokens
 
 
 async def via_responses(
@@ -114,28 +107,48 @@ async def via_grpc(stub: pb_grpc.NeuronStub, prompt: str, max_tokens: int) -> tu
     return ttft, tokens
 
 
+async def gathered(
+    requests: int, concurrency: int, one: Callable[[int], Awaitable[T]]
+) -> tuple[list[T], float]:
+    """`one(i)` for each of `requests` indices, at most `concurrency` at
+    once: their results in index order, and the wall time they took."""
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def gated(i: int) -> T:
+        async with semaphore:
+            return await one(i)
+
+    started = time.perf_counter()
+    results = await asyncio.gather(*(gated(i) for i in range(requests)))
+    return list(results), time.perf_counter() - started
+
+
+async def timed(
+    requests: int, concurrency: int, one: Callable[[int], Awaitable[tuple[float, int]]]
+) -> Run:
+    """`gathered`, where each request returns its TTFT and output tokens."""
+    results, wall = await gathered(requests, concurrency, one)
+    return Run([r[0] for r in results], sum(r[1] for r in results), wall)
+
+
 async def run(
     path: str, concurrency: int, requests: int, max_tokens: int, base: str, neuron: str
 ) -> Run:
-    semaphore = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as http:
         channel = grpc.aio.insecure_channel(neuron)
         stub = neuron_stub(channel)
 
         async def one(i: int) -> tuple[float, int]:
             prompt = PROMPTS[i % len(PROMPTS)]
-            async with semaphore:
-                if path == "cortex":
-                    return await via_cortex(http, base, prompt, max_tokens)
-                if path == "responses":
-                    return await via_responses(http, base, prompt, max_tokens)
-                return await via_grpc(stub, prompt, max_tokens)
+            if path == "cortex":
+                return await via_cortex(http, base, prompt, max_tokens)
+            if path == "responses":
+                return await via_responses(http, base, prompt, max_tokens)
+            return await via_grpc(stub, prompt, max_tokens)
 
-        started = time.perf_counter()
-        results = await asyncio.gather(*(one(i) for i in range(requests)))
-        wall = time.perf_counter() - started
+        result = await timed(requests, concurrency, one)
         await channel.close()
-    return Run([r[0] for r in results], sum(r[1] for r in results), wall)
+    return result
 
 
 Summary = dict[str, dict[str, float]]

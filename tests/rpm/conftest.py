@@ -8,11 +8,14 @@ are deselected: building the packages takes minutes and `make test` does not.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -158,3 +161,30 @@ def as_installed(
         str(etc or root / "etc/neuraxis"),
         *command,
     ]
+
+
+@pytest.fixture
+def ray_tmp() -> Iterator[str]:
+    """RAY_TMPDIR for a test: short (Ray's socket paths), removed after it."""
+    path = tempfile.mkdtemp(prefix="nx-ray-")
+    yield path
+    kill_processes_mentioning(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                pass
+    return found
+
+
+def kill_processes_mentioning(text: str) -> None:
+    for pid in processes_mentioning(text):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

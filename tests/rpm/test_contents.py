@@ -132,7 +132,7 @@ def test_configuration_is_noreplace_0640_root_neuraxis(
         assert (perms, user, group) == ("-rw-r-----", "root", "neuraxis"), name
         assert "c" in flags and "n" in flags, f"{name}: not %config(noreplace) ({flags})"
     # The token is made on the host by %post and owned by no package, so that
-    # removing and reinstalling neuraxis-cortex keeps it (test_installed).
+    # removing and reinstalling neuraxis-cortex keeps it (test_ray_token).
     assert "/etc/neuraxis/ray-auth-token" not in attributes
 
 

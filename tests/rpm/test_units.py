@@ -103,7 +103,7 @@ def test_the_service_settings(scratch_root: Path, unit: str, exec_start: str) ->
     assert s["StartLimitIntervalSec"] == ["0"] and "StartLimitBurst" not in s
     assert int(s["LimitNOFILE"][0]) >= 65536
     if unit != "neuraxis-neuron.service":
-        # READY=1 when the service can do its job (a test sees it: test_installed).
+        # READY=1 when the service can do its job (a test sees it: test_installed_services).
         assert s["Type"] == ["notify"]
         assert int(s["TasksMax"][0]) >= 1024 and s["MemoryMax"]
     if unit == "neuraxis-cortex.service":
@@ -157,7 +157,7 @@ def test_the_neuron_reaches_the_gpus_and_nothing_else(scratch_root: Path) -> Non
 
 @pytest.mark.parametrize("unit", ["neuraxis-cortex.service", "neuraxis-head.service"])
 def test_cortex_and_the_head_deny_writable_executable_memory(scratch_root: Path, unit: str) -> None:
-    # test_installed runs cortex and the Ray head under the same filter.
+    # test_installed_services runs cortex and the Ray head under the same filter.
     s = unit_settings(scratch_root, unit)
     assert s["MemoryDenyWriteExecute"] == ["yes"]
     assert s["PrivateDevices"] == ["yes"]
