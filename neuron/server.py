@@ -229,6 +229,7 @@ async def _abort(context: grpc.aio.ServicerContext, error: NeuraxisError) -> NoR
         metadata += ((PARAM_METADATA_KEY, error.param),)
     code = getattr(grpc.StatusCode, mapping_for(error).grpc_code)
     await context.abort(code, error.message, trailing_metadata=metadata)
+    raise AssertionError("unreachable: context.abort raises")
 
 
 # The exit status of a neuron whose engine died (EX_SOFTWARE): non-zero, so

@@ -61,7 +61,9 @@ def test_every_sampling_field_reaches_the_engine_under_its_name() -> None:
     }
     assert sorted(values) == sorted(f.name for f in fields(Sampling))
     request = pb.GenerateRequest(model="m", sampling=pb.SamplingParams(**values))
-    expected = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    expected: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in values.items()
+    }
     assert engine_request(request).sampling == Sampling(**expected)
 
 
