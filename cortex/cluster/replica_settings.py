@@ -17,17 +17,21 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from axon.generations import PROFILES, Generation
 from axon.neuron_settings import NeuronSettings
-from axon.settings import SourcedSettings
 from cortex.cluster.spec import ModelSpec
 
 
-class _Explicit(SourcedSettings, NeuronSettings):
+class _Explicit(NeuronSettings):
     """NeuronSettings from the given values only: the controller's own
     environment must not leak into a replica's settings."""
 
     @classmethod
-    def sources_of(
-        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings,)
 
