@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -39,12 +40,22 @@ def stop_process_group(
     return child.wait()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists (another user's counts)."""
+    return _answers(os.kill, pid)
+
+
 def _group_alive(pgid: int) -> bool:
+    return _answers(os.killpg, pgid)
+
+
+def _answers(send: Callable[[int, int], None], target: int) -> bool:
+    """Whether signal 0 finds `target`: it is not sent, only checked."""
     try:
-        os.killpg(pgid, 0)
+        send(target, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # it exists, as another user's
         return True
     return True
 

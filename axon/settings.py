@@ -239,24 +239,47 @@ def load_settings(cls: type[S], toml_path: Path | None, overrides: dict[str, Any
         _TOML_PATH.reset(reset)
 
 
-# The file `load_settings` is reading, for the class below: one subclass per
-# settings class, made once (making a pydantic class costs ~20 ms).
+# The file `load_settings` is reading (None outside it).
 _TOML_PATH: ContextVar[Path | None] = ContextVar("toml_path", default=None)
+
+
+class SourcedSettings:
+    """A mixin, listed before the settings class it adds to (its hook must
+    come before BaseSettings'), for a class whose sources are `sources_of`:
+    by default `sources` above, with the TOML file while `load_settings`
+    reads one (built in code, in tests or `neuraxis up`, the class takes the
+    former spellings too). Not a BaseSettings itself: its default
+    model_config would override the service class's."""
+
+    @classmethod
+    def sources_of(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return sources(settings_cls, init_settings, _TOML_PATH.get())
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # pydantic-settings' hook; ours pick from the given values only.
+        return cls.sources_of(settings_cls, init_settings)
 
 
 @functools.cache
 def _with_toml(cls: type[BaseSettings]) -> type[BaseSettings]:
-    class _WithToml(cls):  # type: ignore[valid-type,misc]
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return sources(settings_cls, init_settings, _TOML_PATH.get())
+    """`cls` reading `sources` and the TOML file: a SourcedSettings class
+    itself, any other through a subclass, made once (making a pydantic class
+    costs ~20 ms)."""
+    if issubclass(cls, SourcedSettings):
+        return cls
+
+    class _WithToml(SourcedSettings, cls):  # type: ignore[valid-type,misc]
+        pass
 
     _WithToml.__name__ = cls.__name__
     return _WithToml

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Annotated, ClassVar
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from axon.grpc_limits import MAX_MESSAGE_BYTES
 from axon.logs import LogSettings
-from axon.settings import Flag, SettingsGroup, sources
+from axon.settings import Flag, SettingsGroup, SourcedSettings
 from axon.tls import TlsFiles, tls_files
 from cortex.api.caps import RequestCaps
 from cortex.api.responses.upkeep import UpkeepSettings
@@ -152,7 +152,7 @@ class ControllerSettings(SettingsGroup):
     )
 
 
-class CortexSettings(LogSettings):
+class CortexSettings(SourcedSettings, LogSettings):
     """Each plain field is a setting everywhere: TOML key, NEURAXIS_CORTEX_<NAME>
     and `neuraxis cortex --name-with-dashes` (neuraxis/options.py; `Flag`
     where the option is spelled otherwise), with its description as the help.
@@ -274,18 +274,6 @@ class CortexSettings(LogSettings):
         "health_interval_s": "controller.health_interval_s",
         "replica_start_timeout_s": "controller.replica_start_timeout_s",
     }
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Built in code (tests, `neuraxis up`): the old keywords work too.
-        return sources(settings_cls, init_settings)
 
     @field_validator("neurons")
     @classmethod

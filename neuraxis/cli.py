@@ -29,6 +29,7 @@ from neuraxis.commands import (
     tls,
     up,
 )
+from neuraxis.commands.shared import UsageError, fail
 
 # In the order `neuraxis --help` lists them.
 COMMANDS = (up, cortex, head, neuron, status, cluster, config, model, tls, keys, node, doctor)
@@ -56,9 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)
-    except (SettingsError, SpecError) as e:
-        print(f"neuraxis: {e}", file=sys.stderr)
-        return 2
+    except (SettingsError, SpecError, UsageError) as e:
+        return fail(e, 2)
     return code
 
 

@@ -11,9 +11,7 @@ from pathlib import Path
 from axon.settings import load_settings
 from cortex.config import CortexSettings, default_state_dir
 
-NO_ADDRESS = (
-    "neuraxis: give --address (the Ray head's host:port) or --config; no `neuraxis up` is running"
-)
+NO_ADDRESS = "give --address (the Ray head's host:port) or --config; no `neuraxis up` is running"
 
 
 def cluster_address(address: str | None, config: Path | None) -> str | None:

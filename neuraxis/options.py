@@ -21,7 +21,7 @@ as the groups are.
     T | None                as T
 
 A field of another type is refused when the parser is built, not when a user
-first passes it. The subcommands themselves live in neuraxis/cli.py.
+first passes it. The commands themselves live in neuraxis/commands/.
 """
 
 from __future__ import annotations

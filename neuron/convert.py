@@ -4,6 +4,7 @@ types, in both directions. Pure functions, no I/O."""
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from typing import Any
 
 from axon.errors import InvalidRequestError
@@ -97,28 +98,15 @@ def _tool(t: pb.Tool) -> Tool:
 
 
 def sampling(s: pb.SamplingParams) -> Sampling:
-    return Sampling(
-        max_tokens=_optional(s, "max_tokens"),
-        temperature=_optional(s, "temperature"),
-        top_p=_optional(s, "top_p"),
-        top_k=_optional(s, "top_k"),
-        seed=_optional(s, "seed"),
-        stop=tuple(s.stop),
-        presence_penalty=_optional(s, "presence_penalty"),
-        frequency_penalty=_optional(s, "frequency_penalty"),
-        n=s.n if s.HasField("n") else 1,
-        logprobs=_optional(s, "logprobs"),
-        min_p=_optional(s, "min_p"),
-        repetition_penalty=_optional(s, "repetition_penalty"),
-        min_tokens=_optional(s, "min_tokens"),
-        ignore_eos=_optional(s, "ignore_eos"),
-        stop_token_ids=tuple(s.stop_token_ids),
-        include_stop_str_in_output=_optional(s, "include_stop_str_in_output"),
-        skip_special_tokens=_optional(s, "skip_special_tokens"),
-        spaces_between_special_tokens=_optional(s, "spaces_between_special_tokens"),
-        allowed_token_ids=tuple(s.allowed_token_ids),
-        bad_words=tuple(s.bad_words),
-    )
+    """Sampling's fields are the proto's, by name: a repeated one arrives as a
+    tuple, an optional one left unset as Sampling's default (None; n: 1)."""
+    given: dict[str, Any] = {}
+    for f in fields(Sampling):
+        if isinstance(f.default, tuple):
+            given[f.name] = tuple(getattr(s, f.name))
+        elif s.HasField(f.name):
+            given[f.name] = getattr(s, f.name)
+    return Sampling(**given)
 
 
 def engine_request(request: pb.GenerateRequest) -> EngineRequest:

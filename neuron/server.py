@@ -15,6 +15,8 @@ import logging
 import signal
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -101,6 +103,21 @@ class _Call:
         )
 
 
+@dataclass(frozen=True)
+class _Method:
+    """What differs between the Generate and Embed calls' handling."""
+
+    name: str
+    failed_line: str  # logged with the traceback of an unexpected error
+    # An UNAVAILABLE raised while the engine was dying is reported as
+    # engine_died (`_as_death`); Embed has always reported it as it came.
+    says_death: bool
+
+
+GENERATE = _Method("Generate", "request failed", says_death=True)
+EMBED = _Method("Embed", "embed request failed", says_death=False)
+
+
 class NeuronServicer(pb_grpc.NeuronServicer):
     def __init__(self, engine: Engine, generation: pb.GpuGeneration, metrics_port: int = 0) -> None:
         self._engine = engine
@@ -112,16 +129,43 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     def _model_label(self, model: str) -> str:
         return model if any(m.id == model for m in self._engine.models()) else "unknown"
 
-    async def Generate(  # noqa: N802 (gRPC method name)
-        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.GenerateResponse]:
+    @contextlib.asynccontextmanager
+    async def _serving(
+        self,
+        method: _Method,
+        request: pb.GenerateRequest | pb.EmbedRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[_Call]:
+        """One Generate or Embed call: refused while loading or once the
+        engine has died, counted and logged, its errors turned into gRPC
+        statuses."""
         call = _Call(
-            "Generate", self._model_label(request.model), request.request_id, self.in_flight
+            method.name, self._model_label(request.model), request.request_id, self.in_flight
         )
         try:
             if not self.ready:
                 raise UnavailableError("the neuron is still loading its model")
             _check_alive(self._engine)
+            yield call
+        except NeuraxisError as e:
+            call.failed(e)
+            await _abort(context, _as_death(self._engine, e) if method.says_death else e)
+        except asyncio.CancelledError as e:
+            # The caller went away or its deadline passed: the engine's
+            # generator has already aborted the request on the way out.
+            call.failed(e)
+            raise
+        except Exception as e:
+            call.failed(e)
+            log.exception(method.failed_line, extra={"request_id": request.request_id})
+            await _abort(context, InternalError("internal error in the neuron"))
+        finally:
+            call.done()
+
+    async def Generate(  # noqa: N802 (gRPC method name)
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        async with self._serving(GENERATE, request, context) as call:
             async for output in self._engine.generate(convert.engine_request(request)):
                 if output.usage is not None:
                     call.fields = {
@@ -130,45 +174,13 @@ class NeuronServicer(pb_grpc.NeuronServicer):
                         "cached_prompt_tokens": output.usage.cached_prompt_tokens,
                     }
                 yield convert.generate_response(output)
-        except NeuraxisError as e:
-            call.failed(e)
-            await _abort(context, _as_death(self._engine, e))
-        except asyncio.CancelledError as e:
-            # The caller went away or its deadline passed: the engine's
-            # generator has already aborted the request on the way out.
-            call.failed(e)
-            raise
-        except Exception as e:
-            call.failed(e)
-            log.exception("request failed", extra={"request_id": request.request_id})
-            await _abort(context, InternalError("internal error in the neuron"))
-        finally:
-            call.done()
 
     async def Embed(  # noqa: N802
         self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext
     ) -> pb.EmbedResponse:
-        call = _Call("Embed", self._model_label(request.model), request.request_id, self.in_flight)
-        try:
-            if not self.ready:
-                raise UnavailableError("the neuron is still loading its model")
-            _check_alive(self._engine)
+        async with self._serving(EMBED, request, context) as call:
             result = await self._engine.embed(convert.embed_request(request))
             call.fields = {"inputs": len(request.inputs), "prompt_tokens": result.prompt_tokens}
-        except NeuraxisError as e:
-            call.failed(e)
-            await _abort(context, e)
-            raise AssertionError("unreachable") from None
-        except asyncio.CancelledError as e:
-            call.failed(e)
-            raise
-        except Exception as e:
-            call.failed(e)
-            log.exception("embed request failed", extra={"request_id": request.request_id})
-            await _abort(context, InternalError("internal error in the neuron"))
-            raise AssertionError("unreachable") from None
-        finally:
-            call.done()
         return pb.EmbedResponse(
             embeddings=[pb.Embedding(values=v) for v in result.embeddings],
             prompt_tokens=result.prompt_tokens,
@@ -211,12 +223,13 @@ def _as_death(engine: Engine, error: NeuraxisError) -> NeuraxisError:
     return error
 
 
-async def _abort(context: grpc.aio.ServicerContext, error: NeuraxisError) -> None:
+async def _abort(context: grpc.aio.ServicerContext, error: NeuraxisError) -> NoReturn:
     metadata: tuple[tuple[str, str], ...] = ((ERROR_METADATA_KEY, error.kind),)
     if error.param:
         metadata += ((PARAM_METADATA_KEY, error.param),)
     code = getattr(grpc.StatusCode, mapping_for(error).grpc_code)
     await context.abort(code, error.message, trailing_metadata=metadata)
+    raise AssertionError("unreachable: context.abort raises")
 
 
 # The exit status of a neuron whose engine died (EX_SOFTWARE): non-zero, so

@@ -5,28 +5,31 @@ deployment spec."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from neuraxis.commands.shared import Help, Subparsers, add_group, fail
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    cluster = sub.add_parser("cluster", help="manage the cluster", description="Cluster commands.")
-    cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="COMMAND")
-    stop = cluster_sub.add_parser(
-        "stop",
-        help="drain and stop every replica and the controller",
-        description="Drain every replica (in-flight requests finish), stop them and the "
-        "controller. Ray itself keeps running.",
+COMMANDS = {
+    "stop": Help(
+        "drain and stop every replica and the controller",
+        "Drain every replica (in-flight requests finish), stop them and the controller. "
+        "Ray itself keeps running.",
+    ),
+    "apply": Help(
+        "give the controller a new deployment spec",
+        "Check a deployment spec and hand it to the running controller: new replicas are "
+        "placed, surplus ones drained, models left out of it stopped.",
+    ),
+}
+
+
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    cluster, commands = add_group(
+        sub, "cluster", Help("manage the cluster", "Cluster commands."), COMMANDS
     )
-    stop.add_argument("--address", required=True, help="the Ray head's host:port")
-    apply = cluster_sub.add_parser(
-        "apply",
-        help="give the controller a new deployment spec",
-        description="Check a deployment spec and hand it to the running controller: new "
-        "replicas are placed, surplus ones drained, models left out of it stopped.",
-    )
-    apply.add_argument("deployment", type=Path, help="the deployment spec (TOML)")
-    apply.add_argument("--address", required=True, help="the Ray head's host:port")
+    commands["apply"].add_argument("deployment", type=Path, help="the deployment spec (TOML)")
+    for command in commands.values():
+        command.add_argument("--address", required=True, help="the Ray head's host:port")
     return cluster
 
 
@@ -44,6 +47,5 @@ def run(args: argparse.Namespace) -> int:
             connect(args.address)
             shutdown_controller()
     except ClusterError as e:
-        print(f"neuraxis: {e}", file=sys.stderr)
-        return 1
+        return fail(e)
     return 0

@@ -4,24 +4,25 @@ CortexSettings (neuraxis/options.py): a new setting needs no edit here."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from axon.settings import load_settings
 from cortex.config import CortexSettings
-from neuraxis.options import add_settings_options, overrides
+from neuraxis.commands.shared import (
+    Help,
+    Subparsers,
+    add_command,
+    add_service_options,
+    service_settings,
+)
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = sub.add_parser(
-        "cortex", help="run the gateway", description="Run cortex, the OpenAI-compatible gateway."
-    )
-    parser.add_argument("--config", type=Path, help="TOML settings file")
-    add_settings_options(parser, CortexSettings)
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    text = Help("run the gateway", "Run cortex, the OpenAI-compatible gateway.")
+    parser = add_command(sub, "cortex", text)
+    add_service_options(parser, CortexSettings)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     from cortex.main import run as run_cortex
 
-    # Its options over NEURAXIS_CORTEX_* over --config's TOML.
-    return run_cortex(load_settings(CortexSettings, args.config, overrides(args, CortexSettings)))
+    return run_cortex(service_settings(args, CortexSettings))

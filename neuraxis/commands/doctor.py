@@ -7,23 +7,23 @@ import argparse
 import sys
 from pathlib import Path
 
+from neuraxis.commands.shared import Help, Subparsers, add_command
 from neuraxis.doctor.finding import Check, Finding, Status
 from neuraxis.doctor.host import CONFIG_DIR, TMPFILES, Host
 
 AREAS = ("gpus", "engine", "cluster", "network", "tls", "state")
-DESCRIPTION = (
+DOCTOR = Help(
+    "check this host end to end",
     "Check this host (head, cortex or GPU host) end to end: the GPUs through NVML and the "
     "installed flavour, the engine (vLLM, torch, the model cache), the cluster (the Ray head, "
     "the token, this node's labels), the network (ports, firewalld, cortex), TLS and the "
     "state (directories, the store, the deployment spec). Each check prints what it found "
-    "and what to do; the exit status is 0 only when every check that applies passes."
+    "and what to do; the exit status is 0 only when every check that applies passes.",
 )
 
 
-def add_parser(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> argparse.ArgumentParser:
-    parser = sub.add_parser("doctor", help="check this host end to end", description=DESCRIPTION)
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    parser = add_command(sub, "doctor", DOCTOR)
     configure(parser)
     return parser
 

@@ -23,16 +23,22 @@ from axon.settings import load_settings
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.config import CortexSettings
 from cortex.store.keys import ApiKey, KeyStore, open_key_store
+from neuraxis.commands.shared import Help, Subparsers, add_group, fail
+
+COMMANDS = {
+    "create": Help(
+        "make an API key (printed once)",
+        "Make an API key for a tenant and print it (once: only its hash is kept).",
+    ),
+    "list": Help("list API keys", "One line per key (never the secret)."),
+    "revoke": Help("revoke an API key", "Revoke a key by its id (key_…)."),
+}
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    keys = sub.add_parser("keys", help="manage API keys", description="API key commands.")
-    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
-    create = keys_sub.add_parser(
-        "create",
-        help="make an API key (printed once)",
-        description="Make an API key for a tenant and print it (once: only its hash is kept).",
-    )
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    text = Help("manage API keys", "API key commands.")
+    keys, commands = add_group(sub, "keys", text, COMMANDS)
+    create = commands["create"]
     create.add_argument("--tenant", required=True, help="the tenant the key acts for")
     create.add_argument(
         "--models", help="comma-separated model ids the key may use (default: every model)"
@@ -41,15 +47,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     create.add_argument("--tpm", type=_positive, help="tokens per minute (prompt + output)")
     create.add_argument("--max-concurrent", type=_positive, help="requests in flight at once")
     create.add_argument("--expires-days", type=_positive, help="the key expires after N days")
-    listing = keys_sub.add_parser(
-        "list", help="list API keys", description="One line per key (never the secret)."
-    )
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    revoke = keys_sub.add_parser(
-        "revoke", help="revoke an API key", description="Revoke a key by its id (key_…)."
-    )
-    revoke.add_argument("id", help="the key's id, as `keys list` shows it")
-    for command in (create, listing, revoke):
+    commands["list"].add_argument("--json", action="store_true", help="print JSON")
+    commands["revoke"].add_argument("id", help="the key's id, as `keys list` shows it")
+    for command in commands.values():
         command.add_argument("--config", type=Path, help="cortex's TOML settings file")
         command.add_argument("--state-dir", type=Path, help="cortex's state directory")
         command.add_argument("--postgres-dsn", help="cortex's PostgreSQL store")
@@ -169,7 +169,6 @@ async def _list(store: KeyStore, as_json: bool) -> int:
 
 async def _revoke(store: KeyStore, key_id: str) -> int:
     if not await store.revoke(key_id, int(time.time())):
-        print(f"neuraxis: no active key {key_id}", file=sys.stderr)
-        return 1
+        return fail(f"no active key {key_id}")
     print(f"{key_id}: revoked")
     return 0

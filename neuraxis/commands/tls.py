@@ -4,20 +4,21 @@ are made by neuraxis/tls.py."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from neuraxis.commands.shared import Help, Subparsers, add_group, fail
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    tls = sub.add_parser("tls", help="mutual TLS files", description="TLS commands.")
-    tls_sub = tls.add_subparsers(dest="tls_command", required=True, metavar="COMMAND")
-    init = tls_sub.add_parser(
-        "init",
-        help="make a CA and cortex's and the neurons' certificates",
-        description="Write a cluster's mutual-TLS files into DIR: ca.crt and ca.key, "
-        "cortex.crt and cortex.key, neuron.crt and neuron.key (keys mode 0600). "
-        "Existing files are not overwritten.",
-    )
+INIT = Help(
+    "make a CA and cortex's and the neurons' certificates",
+    "Write a cluster's mutual-TLS files into DIR: ca.crt and ca.key, cortex.crt and "
+    "cortex.key, neuron.crt and neuron.key (keys mode 0600). Existing files are not "
+    "overwritten.",
+)
+
+
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    tls, commands = add_group(sub, "tls", Help("mutual TLS files", "TLS commands."), {"init": INIT})
+    init = commands["init"]
     init.add_argument("directory", type=Path, metavar="DIR")
     init.add_argument(
         "--san",
@@ -36,8 +37,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         written = init_cluster_tls(args.directory, args.san)
     except (TlsInitError, OSError) as e:
-        print(f"neuraxis: {e}", file=sys.stderr)
-        return 1
+        return fail(e)
     for path in written:
         print(path)
     return 0

@@ -6,22 +6,23 @@ options are generated from EmbeddedOptions (neuraxis/embedded.py)."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from pydantic import ValidationError
 
+from neuraxis.commands.shared import Help, Subparsers, UsageError, add_command, fail
 from neuraxis.embedded import EmbeddedOptions
 from neuraxis.options import add_settings_options, overrides
 
+UP = Help(
+    "start the embedded default: a neuron with the bundled model and cortex",
+    "Prepare the bundled model, start a neuron (vLLM on the CPU) and cortex, and serve an "
+    "OpenAI-compatible API until Ctrl-C or SIGTERM.",
+)
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    up = sub.add_parser(
-        "up",
-        help="start the embedded default: a neuron with the bundled model and cortex",
-        description="Prepare the bundled model, start a neuron (vLLM on the CPU) and cortex, "
-        "and serve an OpenAI-compatible API until Ctrl-C or SIGTERM.",
-    )
+
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    up = add_command(sub, "up", UP)
     add_settings_options(up, EmbeddedOptions)
     return up
 
@@ -30,9 +31,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = EmbeddedOptions(**overrides(args, EmbeddedOptions))
     except ValidationError as e:
-        message = str(e.errors()[0]["msg"]).removeprefix("Value error, ")
-        print(f"neuraxis: {message}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e.errors()[0]["msg"]).removeprefix("Value error, ")) from e
     from axon.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
     from neuraxis.console import quiet, say
     from neuraxis.supervisor import stop_on_signals
@@ -47,8 +46,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         prepare_all(cache_dir, models, say if work or options.verbose else quiet)
     except PrepareError as e:
-        print(f"neuraxis: {e}", file=sys.stderr)
-        return 1
+        return fail(e)
     say(f"models prepared in {time.monotonic() - started:.1f} s ({', '.join(models)})")
     stop_on_signals()
     if options.static:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from neuraxis.commands.doctor import DESCRIPTION, configure, run
+from neuraxis.commands.doctor import DOCTOR, configure, run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="neuraxis doctor", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="neuraxis doctor", description=DOCTOR.description)
     configure(parser)
     return run(parser.parse_args(argv))
 

@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from neuraxis.doctor.finding import Finding, Status
-from neuraxis.doctor.host import Host, writable
+from neuraxis.doctor.host import Host, nearest_existing, writable
 
 AREA = "engine"
 # A bundled model converts to well under this (SmolLM2-135M in float32 is
@@ -178,9 +178,7 @@ def _cache(host: Host) -> Finding:
     to_prepare = [
         m for m in models if m in BUNDLED_MODELS and not is_prepared(cache, BUNDLED_MODELS[m])
     ]
-    existing = cache
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = nearest_existing(cache)
     if not writable(existing):
         return Finding(
             AREA,

@@ -211,6 +211,14 @@ def describe_path(path: Path) -> str:
     return f"{path} (mode {st.st_mode & 0o7777:04o}, {owner}:{group})"
 
 
+def nearest_existing(path: Path) -> Path:
+    """`path`, or its nearest ancestor that exists: where a service that
+    makes its missing directory would make it."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def writable(directory: Path) -> bool:
     """Whether this process can create a file in `directory` (os.access says
     nothing of read-only mounts)."""

@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 
 from neuraxis.doctor.finding import Finding, Status
-from neuraxis.doctor.host import Host, writable
+from neuraxis.doctor.host import Host, nearest_existing, writable
 
 AREA = "state"
 STORE_TIMEOUT_S = 5.0
@@ -81,10 +81,8 @@ def _store(host: Host) -> Finding:
     if dsn:
         return _postgres(dsn)
     directory = host.cortex.state_dir
-    existing = directory
     # cortex makes a missing state_dir where it may (a development host's).
-    while not existing.is_dir() and existing != existing.parent:
-        existing = existing.parent
+    existing = nearest_existing(directory)
     if not writable(existing):
         return Finding(
             AREA,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 from fastapi import Request
 
 from axon.errors import InternalError, NeuraxisError, UnavailableError
+from axon.process import pid_alive
 from axon.v1 import neuron_pb2 as pb
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import ErrorEvent, ResponseEvent, parse_event
@@ -354,16 +354,6 @@ async def fail_orphans(store: ResponseStore, owner: str, recorder: Recorder) -> 
     return len(orphans)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 async def fail_dead_siblings(store: ResponseStore, instance: str, recorder: Recorder) -> int:
     """At start-up: the responses of this host:port's processes
     (`host:port/pid`, this host's) that no longer exist end as failed at
@@ -372,7 +362,7 @@ async def fail_dead_siblings(store: ResponseStore, instance: str, recorder: Reco
     dead = 0
     for record in await store.running_under(prefix):
         pid = record.owner[len(prefix) :]
-        if record.owner != instance and pid.isdigit() and not _alive(int(pid)):
+        if record.owner != instance and pid.isdigit() and not pid_alive(int(pid)):
             await fail(store, record, UnavailableError(_RESTARTED), recorder)
             dead += 1
     return dead

@@ -114,27 +114,24 @@ class ChoiceShaper:
         logprobs: tuple[TokenLogprob, ...],
         finish: FinishReason | None,
     ) -> ChoiceDelta | None:
-        if self._reasoning is None:
-            return self._shape(text, token_ids, logprobs, finish)
-        reasoning, text = self._reasoning(text, token_ids)
-        delta = self._shape(text, token_ids, logprobs, finish)
+        reasoning = ""
+        if self._reasoning is not None:
+            reasoning, text = self._reasoning(text, token_ids)
+        if self._mode is not None:
+            delta = self._with_tools(text, token_ids, finish)
+        elif text or logprobs or finish is not None:
+            delta = ChoiceDelta(self.index, text=text, logprobs=logprobs, finish_reason=finish)
+        else:
+            delta = None
         if not reasoning:
             return delta
         if delta is None:
             return ChoiceDelta(self.index, reasoning=reasoning)
         return replace(delta, reasoning=reasoning)
 
-    def _shape(
-        self,
-        text: str,
-        token_ids: list[int],
-        logprobs: tuple[TokenLogprob, ...],
-        finish: FinishReason | None,
+    def _with_tools(
+        self, text: str, token_ids: list[int], finish: FinishReason | None
     ) -> ChoiceDelta | None:
-        if self._mode is None:
-            if not text and not logprobs and finish is None:
-                return None
-            return ChoiceDelta(self.index, text=text, logprobs=logprobs, finish_reason=finish)
         if self._mode is ToolChoiceMode.NAMED:
             return self._named(text, finish)
         if self._stream is not None:

@@ -37,6 +37,15 @@ def by_check(findings: list[Finding]) -> dict[str, Finding]:
     return {f.check: f for f in findings}
 
 
+def with_token(directory: Path, head: str, text: str, mode: int) -> tuple[Path, Finding]:
+    """The token file written with `text` and `mode`, and what the token
+    check finds of it."""
+    token = directory / "ray-auth-token"
+    token.write_text(text)
+    token.chmod(mode)
+    return token, by_check(check(neuron_host(directory, head)))["token"]
+
+
 def test_a_missing_token_file_is_found_with_its_advice(tmp_path: Path, head: str) -> None:
     found = by_check(check(neuron_host(tmp_path, head)))
     assert found["head"].status is Status.OK
@@ -47,24 +56,19 @@ def test_a_missing_token_file_is_found_with_its_advice(tmp_path: Path, head: str
 
 
 def test_a_token_anyone_can_read_or_an_empty_one_fails(tmp_path: Path, head: str) -> None:
-    token = tmp_path / "ray-auth-token"
-    token.write_text("secret\n")
-    token.chmod(0o644)
-    found = by_check(check(neuron_host(tmp_path, head)))
-    assert found["token"].status is Status.FAIL
-    assert found["token"].advice == f"chmod 0640 {token}"
-    token.write_text("")
-    token.chmod(0o640)
-    assert by_check(check(neuron_host(tmp_path, head)))["token"].found.endswith("is empty")
+    token, found = with_token(tmp_path, head, "secret\n", 0o644)
+    assert found.status is Status.FAIL
+    assert found.advice == f"chmod 0640 {token}"
+    _, found = with_token(tmp_path, head, "", 0o640)
+    assert found.status is Status.FAIL
+    assert found.found.endswith("is empty")
 
 
 def test_a_right_token_and_the_labels(tmp_path: Path, head: str) -> None:
-    token = tmp_path / "ray-auth-token"
-    token.write_text("secret\n")
-    token.chmod(0o640)
+    _, token = with_token(tmp_path, head, "secret\n", 0o640)
+    assert token.status is Status.OK
+    assert "(mode 0640, " in token.found
     found = by_check(check(neuron_host(tmp_path, head)))
-    assert found["token"].status is Status.OK
-    assert "(mode 0640, " in found["token"].found
     # This machine's NVML reports no GPU: a cpu node.
     assert found["labels"].found.startswith(
         "this node joins with neuraxis.io/generation=cpu and 0 GPUs"

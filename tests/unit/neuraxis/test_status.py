@@ -10,14 +10,13 @@ from pydantic import BaseModel
 from axon.generations import Generation
 from cortex.cluster.status import (
     ClusterStatus,
-    CortexStatus,
-    Failover,
     ModelStatus,
     NodeStatus,
     ReplicaState,
     ReplicaStatus,
 )
 from neuraxis.status import render, render_json, watch
+from tests.unit.status_fixtures import full_status
 
 ADA = Generation.ADA
 
@@ -65,72 +64,7 @@ STATUS = ClusterStatus(
 
 # Every field set (none None, no list empty), so that a field the JSON loses
 # or renames cannot hide behind its default.
-FULL = ClusterStatus(
-    nodes=[
-        NodeStatus(
-            node_id="node-1", host="10.0.0.21", generation=ADA, gpus=2, alive=True, mark="cordoned"
-        )
-    ],
-    models=[
-        ModelStatus(
-            id="chat",
-            desired=2,
-            generations=[ADA],
-            gpus_per_replica=1,
-            unplaceable="no node of generation ada in the cluster",
-            last_start_error="the neuron exited with code 1 during start-up: boom",
-            replicas=[
-                ReplicaStatus(
-                    id="chat-3",
-                    state=ReplicaState.STARTING,
-                    waiting="waiting for a node with 1 free GPUs",
-                    address="10.0.0.21:50051",
-                    host="10.0.0.21",
-                    node_id="node-1",
-                    generation=ADA,
-                    in_flight=5,
-                    pid=4242,
-                    log="/var/lib/neuraxis/replicas/chat-3.log",
-                    engine_running=4,
-                    engine_waiting=1,
-                    load_age_s=1.5,
-                    cortex_in_flight=6,
-                )
-            ],
-        )
-    ],
-    failovers=[
-        Failover(
-            model="chat",
-            replica="chat-1",
-            reason="its actor is gone (RayActorError)",
-            failed_at=1800000000.5,
-            address="10.0.0.22:50051",
-            replacement="chat-3",
-            replacement_address="10.0.0.21:50051",
-            ready_at=1800000003.0,
-            seconds_to_ready=2.5,
-        )
-    ],
-    version=7,
-    passes=12,
-    cortices=[
-        CortexStatus(
-            instance="gw-1:4711",
-            host="gw-1",
-            pid=4711,
-            in_flight=6,
-            table_version=7,
-            reported_s_ago=0.8,
-            head_up=False,
-            table_age_s=42.5,
-            controller_restarts=2,
-            adopted=3,
-        )
-    ],
-    epoch="0123456789abcdef",
-    adopted=1,
-)
+FULL = full_status()
 
 # The JSON `neuraxis status --json` prints for FULL, written out by hand:
 # what scripts reading it depend on.

@@ -165,26 +165,28 @@ def test_a_cortex_killed_while_starting_is_started_again() -> None:
     assert ticks[0] == 0.0 and len(ticks) > 3  # the replica watch runs between looks
 
 
-def test_a_cortex_with_bad_settings_ends_the_start() -> None:
+@pytest.mark.parametrize(
+    ("cortex_life", "ready_after", "head_exits_at", "said"),
+    [
+        # cortex with bad settings
+        ((0.5, 1), 1.0, None, r"^neuraxis: cortex exited during start-up \(code 1\)$"),
+        # an essential child that exits while starting
+        (None, 60.0, 3.0, r"the Ray head exited during start-up \(code 1\)"),
+        # not ready in time
+        (None, 1000.0, None, r"^neuraxis: not ready after 900 s$"),
+    ],
+    ids=["cortex-exits", "essential-child-exits", "not-ready-in-time"],
+)
+def test_the_start_ends(
+    cortex_life: tuple[float, int] | None,
+    ready_after: float,
+    head_exits_at: float | None,
+    said: str,
+) -> None:
     clock = Clock()
-    supervisor = _supervisor(Cortexes(clock, [(0.5, 1)]))
+    supervisor = _supervisor(Cortexes(clock, [cortex_life], ready_after=ready_after))
+    if head_exits_at is not None:
+        supervisor.add("the Ray head", FakeChild(clock, exits_at=head_exits_at, code=1))
     supervisor.start_cortex()
-    with pytest.raises(SystemExit, match=r"^neuraxis: cortex exited during start-up \(code 1\)$"):
-        supervisor.wait_ready(900.0)
-
-
-def test_an_essential_child_that_exits_while_starting_ends_the_start() -> None:
-    clock = Clock()
-    supervisor = _supervisor(Cortexes(clock, [None], ready_after=60.0))
-    supervisor.add("the Ray head", FakeChild(clock, exits_at=3.0, code=1))
-    supervisor.start_cortex()
-    with pytest.raises(SystemExit, match=r"the Ray head exited during start-up \(code 1\)"):
-        supervisor.wait_ready(900.0)
-
-
-def test_not_ready_in_time_ends_the_start() -> None:
-    clock = Clock()
-    supervisor = _supervisor(Cortexes(clock, [None], ready_after=1000.0))
-    supervisor.start_cortex()
-    with pytest.raises(SystemExit, match=r"^neuraxis: not ready after 900 s$"):
+    with pytest.raises(SystemExit, match=said):
         supervisor.wait_ready(900.0)

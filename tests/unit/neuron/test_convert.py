@@ -3,6 +3,9 @@ extensions and tool kinds with their grammars."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 import pytest
 
 from axon.errors import InvalidRequestError
@@ -30,6 +33,38 @@ def test_sampling_extensions_reach_the_engine_request() -> None:
     assert s.stop_token_ids == (5, 6) and s.allowed_token_ids == (1,) and s.bad_words == ("no",)
     assert s.include_stop_str_in_output is False and s.skip_special_tokens is False
     assert s.spaces_between_special_tokens is True
+
+
+def test_every_sampling_field_reaches_the_engine_under_its_name() -> None:
+    # Each a value other than its default, the repeated ones as lists.
+    values: dict[str, Any] = {
+        "max_tokens": 7,
+        "temperature": 0.5,
+        "top_p": 0.25,
+        "top_k": 3,
+        "seed": 11,
+        "stop": ["END"],
+        "presence_penalty": 0.75,
+        "frequency_penalty": -0.5,
+        "n": 2,
+        "logprobs": 4,
+        "min_p": 0.125,
+        "repetition_penalty": 1.5,
+        "min_tokens": 2,
+        "ignore_eos": True,
+        "stop_token_ids": [5, 6],
+        "include_stop_str_in_output": True,
+        "skip_special_tokens": False,
+        "spaces_between_special_tokens": False,
+        "allowed_token_ids": [1],
+        "bad_words": ["no"],
+    }
+    assert sorted(values) == sorted(f.name for f in fields(Sampling))
+    request = pb.GenerateRequest(model="m", sampling=pb.SamplingParams(**values))
+    expected: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in values.items()
+    }
+    assert engine_request(request).sampling == Sampling(**expected)
 
 
 def test_unset_extensions_are_the_engines_defaults() -> None:

@@ -12,7 +12,7 @@ from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
 from neuron.engine.sim import SimEngine, SimOptions
 from neuron.main import run_event_loop
-from neuron.server import NeuronServicer
+from tests.unit.neuron.sim_neuron import start_sim_neuron
 
 
 def test_the_neuron_runs_on_uvloop() -> None:
@@ -25,12 +25,7 @@ def test_the_neuron_runs_on_uvloop() -> None:
 def test_generate_streams_on_the_neurons_loop() -> None:
     async def main() -> int:
         engine = SimEngine(SimOptions(served_id="m", max_context_length=1024, itl_s=0.0))
-        server = grpc.aio.server()
-        servicer = NeuronServicer(engine, pb.GPU_GENERATION_CPU)
-        servicer.ready = True
-        pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
+        server, port = await start_sim_neuron(engine)
         request = pb.GenerateRequest(
             request_id="r1",
             model="m",

@@ -22,27 +22,20 @@ from axon.errors import (
     UnavailableError,
 )
 from axon.v1 import neuron_pb2 as pb
-from axon.v1 import neuron_pb2_grpc as pb_grpc
 from cortex.routing.client import NeuronClient
 from harness.ports import free_port
 from neuron.engine.sim import SimEngine, SimOptions
 from neuron.server import (
     ENGINE_DEATH_GRACE_S,
     EXIT_ENGINE_DIED,
-    NeuronServicer,
-    new_server,
     serve,
 )
+from tests.unit.neuron.sim_neuron import start_sim_neuron
 
 
 @contextlib.asynccontextmanager
 async def _serve(engine: SimEngine) -> AsyncIterator[NeuronClient]:
-    server = new_server()
-    servicer = NeuronServicer(engine, pb.GPU_GENERATION_CPU)
-    servicer.ready = True
-    pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
+    server, port = await start_sim_neuron(engine)
     client = NeuronClient(f"127.0.0.1:{port}")
     try:
         yield client
@@ -123,17 +116,18 @@ async def test_cancelling_the_call_stops_the_engine(served: tuple[SimEngine, Neu
     assert engine.load().running == 1
     assert isinstance(stream, AsyncGenerator)
     await stream.aclose()  # what cortex does when its HTTP client goes away
-    for _ in range(50):
-        if engine.load().running == 0:
-            break
-        await asyncio.sleep(0.02)
-    assert engine.load().running == 0
+    await _until_idle(engine)
 
 
 async def test_deadline_is_honoured(served: tuple[SimEngine, NeuronClient]) -> None:
     engine, client = served
     with pytest.raises(DeadlineExceededError):
         [r async for r in client.generate(_request(max_tokens=500), timeout=0.3)]
+    await _until_idle(engine)
+
+
+async def _until_idle(engine: SimEngine) -> None:
+    """The engine has stopped its request within a second."""
     for _ in range(50):
         if engine.load().running == 0:
             break

@@ -15,7 +15,6 @@ from cortex.cluster.status import (
     ClusterStatus,
     CortexReport,
     CortexStatus,
-    Failover,
     ModelStatus,
     NodeStatus,
     ReplicaState,
@@ -23,77 +22,25 @@ from cortex.cluster.status import (
     waiting_reason,
 )
 from neuraxis.status import render_json
+from tests.unit.status_fixtures import ADA, CHAT, CORTEX, FAILOVER, NODE, STARTING, full_status
 
-ADA = Generation.ADA
 # Every field set at least once, and left to its default at least once.
-FULL = ClusterStatus(
+FULL = full_status(
     nodes=[
-        NodeStatus(
-            node_id="node-1", host="10.0.0.21", generation=ADA, gpus=2, alive=True, mark="cordoned"
-        ),
+        NODE,
         NodeStatus(node_id="node-2", host="10.0.0.22", generation=None, gpus=0, alive=False),
     ],
     models=[
-        ModelStatus(
-            id="chat",
-            desired=2,
-            generations=[ADA, Generation.BLACKWELL],
-            gpus_per_replica=1,
-            unplaceable="no node of generation ada in the cluster",
-            last_start_error="the neuron exited with code 1 during start-up: boom",
-            replicas=[
-                ReplicaStatus(
-                    id="chat-3",
-                    state=ReplicaState.STARTING,
-                    waiting="waiting for a node with 1 free GPUs",
-                    address="10.0.0.21:50051",
-                    host="10.0.0.21",
-                    node_id="node-1",
-                    generation=ADA,
-                    in_flight=5,
-                    pid=4242,
-                    log="/var/lib/neuraxis/replicas/chat-3.log",
-                    engine_running=4,
-                    engine_waiting=1,
-                    load_age_s=1.5,
-                    cortex_in_flight=6,
-                ),
-                ReplicaStatus(id="chat-4", state=ReplicaState.PENDING),
-            ],
+        CHAT.model_copy(
+            update={
+                "generations": [ADA, Generation.BLACKWELL],
+                "replicas": [STARTING, ReplicaStatus(id="chat-4", state=ReplicaState.PENDING)],
+            }
         ),
         ModelStatus(id="embed", desired=1, generations=[], gpus_per_replica=0),
     ],
-    failovers=[
-        Failover(
-            model="chat",
-            replica="chat-1",
-            reason="its actor is gone (RayActorError)",
-            failed_at=1800000000.5,
-            address=None,
-            replacement="chat-3",
-            replacement_address="10.0.0.21:50051",
-            ready_at=1800000003.0,
-            seconds_to_ready=2.5,
-        )
-    ],
-    version=7,
-    passes=12,
-    cortices=[
-        CortexStatus(
-            instance="gw-1:4711",
-            host="gw-1",
-            pid=4711,
-            in_flight=6,
-            table_version=7,
-            reported_s_ago=0.8,
-            head_up=None,
-            table_age_s=42.5,
-            controller_restarts=2,
-            adopted=3,
-        )
-    ],
-    epoch="0123456789abcdef",
-    adopted=1,
+    failovers=[FAILOVER.model_copy(update={"address": None})],
+    cortices=[CORTEX.model_copy(update={"head_up": None})],
 )
 
 EMPTY_JSON = """{

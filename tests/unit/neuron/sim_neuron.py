@@ -1,0 +1,22 @@
+"""A neuron's gRPC server over a sim engine, ready at once, on a free
+loopback port: what tests/unit/neuron's server and event-loop tests call."""
+
+from __future__ import annotations
+
+import grpc
+
+from axon.v1 import neuron_pb2 as pb
+from axon.v1 import neuron_pb2_grpc as pb_grpc
+from neuron.engine.sim import SimEngine
+from neuron.server import NeuronServicer, new_server
+
+
+async def start_sim_neuron(engine: SimEngine) -> tuple[grpc.aio.Server, int]:
+    """The started server and its port; the caller stops it."""
+    server = new_server()
+    servicer = NeuronServicer(engine, pb.GPU_GENERATION_CPU)
+    servicer.ready = True
+    pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
