@@ -29,8 +29,6 @@ from tests.unit.cortex.routing.pools import (
     texts,
 )
 
-# --- engine load and prefixes -----------------------------------------------
-
 
 async def test_the_engine_load_poll_feeds_the_candidates() -> None:
     a, b = FakeNeuron("load-a:1"), FakeNeuron("load-b:1")

@@ -20,8 +20,6 @@ from tests.unit.cortex.routing.pools import (
     texts,
 )
 
-# --- membership and retirement ---------------------------------------------
-
 
 async def test_the_endpoint_table_adds_neurons_through_the_client_factory() -> None:
     fleet = Fleet()

@@ -34,9 +34,6 @@ def _retries(address: str) -> float:
     return REGISTRY.get_sample_value("neuraxis_retries_total", labels) or 0.0
 
 
-# --- retries ----------------------------------------------------------------
-
-
 @pytest.mark.parametrize("error", [UnavailableError("down"), InternalError("boom")])
 async def test_a_failure_before_the_first_token_is_retried_on_another_neuron(
     error: UnavailableError | InternalError,
