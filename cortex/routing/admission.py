@@ -126,11 +126,11 @@ class AdmissionControl:
         if queue is None:
             queue = self._queues[model] = deque()
         if len(queue) >= self._options.queue_size:
-            metrics.record_admission_rejected(label, "queue_full")
-            raise ModelOverloadedError(
-                f"The model '{model}' is overloaded: its replicas are busy and "
-                f"{len(queue)} requests are already waiting. Retry shortly.",
-                retry_after=RETRY_AFTER_S,
+            raise _refused(
+                model,
+                label,
+                "queue_full",
+                f"its replicas are busy and {len(queue)} requests are already waiting",
             )
         await self._wait(model, label, queue)
 
@@ -155,11 +155,11 @@ class AdmissionControl:
             self._granted[model] -= 1  # dispatched by the caller right away
             return
         self._leave(model, waiter)
-        metrics.record_admission_rejected(label, "timeout")
-        raise ModelOverloadedError(
-            f"The model '{model}' is overloaded: no replica took the request within "
-            f"{self._options.queue_timeout_s:g} s. Retry shortly.",
-            retry_after=RETRY_AFTER_S,
+        raise _refused(
+            model,
+            label,
+            "timeout",
+            f"no replica took the request within {self._options.queue_timeout_s:g} s",
         )
 
     def _leave(self, model: str, waiter: _Waiter) -> None:
@@ -191,3 +191,11 @@ class AdmissionControl:
                 waiter.granted.set_result(None)
                 self._granted[name] = self._granted.get(name, 0) + 1
             metrics.set_admission_queue_depth(self._labels.get(name, name), len(queue))
+
+
+def _refused(model: str, label: str, reason: str, why: str) -> ModelOverloadedError:
+    """A request admission turns away, counted by `reason`."""
+    metrics.record_admission_rejected(label, reason)
+    return ModelOverloadedError(
+        f"The model '{model}' is overloaded: {why}. Retry shortly.", retry_after=RETRY_AFTER_S
+    )

@@ -14,7 +14,14 @@ from typing import Any
 
 import asyncpg
 
-from cortex.store.base import COLUMNS, DELETED, RUNNING, ResponseStore, StoredResponse
+from cortex.store.base import (
+    COLUMNS,
+    DELETED,
+    RUNNING,
+    ResponseStore,
+    StoredResponse,
+    in_batches,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS neuraxis_responses (
@@ -137,12 +144,11 @@ class PostgresResponseStore(ResponseStore):
             "DELETE FROM neuraxis_responses WHERE id IN "
             "(SELECT id FROM neuraxis_responses WHERE created_at < $1 LIMIT $2)"
         )
-        total = 0
-        while True:  # in batches: no transaction holds the whole purge
-            count = _count(await pool.execute(sql, before, batch))
-            total += count
-            if count < batch:
-                return total
+
+        async def one_batch() -> int:
+            return _count(await pool.execute(sql, before, batch))
+
+        return await in_batches(one_batch, batch)  # no transaction holds the whole purge
 
     async def claim(self, job: str, holder: str, now: float, until: float) -> bool:
         pool = await self._connection_pool()

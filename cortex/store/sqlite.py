@@ -15,7 +15,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cortex.store.base import COLUMNS, DELETED, RUNNING, ResponseStore, StoredResponse
+from cortex.store.base import (
+    COLUMNS,
+    DELETED,
+    RUNNING,
+    ResponseStore,
+    StoredResponse,
+    in_batches,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -131,12 +138,8 @@ class SqliteResponseStore(ResponseStore):
             "DELETE FROM responses WHERE id IN "
             "(SELECT id FROM responses WHERE created_at < ? LIMIT ?)"
         )
-        total = 0
-        while True:  # in batches: other writers wait for one batch, not the whole purge
-            count = await self._write(sql, (before, batch))
-            total += count
-            if count < batch:
-                return total
+        # In batches: other writers wait for one batch, not the whole purge.
+        return await in_batches(lambda: self._write(sql, (before, batch)), batch)
 
     async def claim(self, job: str, holder: str, now: float, until: float) -> bool:
         sql = (
