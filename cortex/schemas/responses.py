@@ -38,14 +38,28 @@ class MessageItem(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class FunctionCallItem(BaseModel):
-    type: Literal["function_call"]
+class _Call(BaseModel):
+    """A call of a tool by the model, as it comes back in input."""
+
+    type: str
     id: str | None = None
     call_id: str
     name: str
     # The namespace tool the function belongs to, if any.
     namespace: str | None = None
+
+
+class FunctionCallItem(_Call):
+    type: Literal["function_call"]
     arguments: str
+    status: str | None = None
+
+
+class CustomToolCallItem(_Call):
+    """A call of a custom tool: its input is free text."""
+
+    type: Literal["custom_tool_call"]
+    input: str
     status: str | None = None
 
 
@@ -57,36 +71,24 @@ def _output_text(value: Any) -> Any:
     return value
 
 
-class FunctionCallOutputItem(BaseModel):
+class _CallOutput(BaseModel):
+    """What a tool call returned, as the client sends it back."""
+
+    type: str
+    id: str | None = None
+    call_id: str
+    output: str
+    status: str | None = None
+
+    _text_parts = field_validator("output", mode="before")(_output_text)
+
+
+class FunctionCallOutputItem(_CallOutput):
     type: Literal["function_call_output"]
-    id: str | None = None
-    call_id: str
-    output: str
-    status: str | None = None
-
-    _text_parts = field_validator("output", mode="before")(_output_text)
 
 
-class CustomToolCallItem(BaseModel):
-    """A call of a custom tool: its input is free text."""
-
-    type: Literal["custom_tool_call"]
-    id: str | None = None
-    call_id: str
-    name: str
-    namespace: str | None = None
-    input: str
-    status: str | None = None
-
-
-class CustomToolCallOutputItem(BaseModel):
+class CustomToolCallOutputItem(_CallOutput):
     type: Literal["custom_tool_call_output"]
-    id: str | None = None
-    call_id: str
-    output: str
-    status: str | None = None
-
-    _text_parts = field_validator("output", mode="before")(_output_text)
 
 
 class ReasoningItem(BaseModel):

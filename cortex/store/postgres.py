@@ -14,14 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from cortex.store.base import (
-    COLUMNS,
-    DELETED,
-    RUNNING,
-    ResponseStore,
-    StoredResponse,
-    in_batches,
-)
+from cortex.store.base import COLUMNS, DELETED, RUNNING, ResponseStore, StoredResponse, in_batches
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS neuraxis_responses (

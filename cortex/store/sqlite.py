@@ -15,14 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cortex.store.base import (
-    COLUMNS,
-    DELETED,
-    RUNNING,
-    ResponseStore,
-    StoredResponse,
-    in_batches,
-)
+from cortex.store.base import COLUMNS, DELETED, RUNNING, ResponseStore, StoredResponse, in_batches
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
