@@ -9,13 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from axon.v1 import neuron_pb2 as pb
-from cortex.routing.policy import (
-    Candidate,
-    Decision,
-    Outcome,
-    RouteHints,
-    RouteRequest,
-)
+from cortex.routing.policy import Candidate, Decision, Outcome, RouteHints, RouteRequest
 from cortex.routing.prefix import PrefixHasher
 from cortex.routing.prefix_affinity import PrefixAffinity
 from cortex.routing.ring import HashRing
@@ -24,13 +18,13 @@ ADDRESSES = [f"aff-{i}:1" for i in range(4)]
 HASHER = PrefixHasher(block_bytes=16, max_blocks=8)
 
 
-def chat_request(system: str, *turns: str) -> pb.GenerateRequest:
+def chat(system: str, *turns: str) -> pb.GenerateRequest:
     messages = [pb.ChatMessage(role="system", content=system)]
     messages += [pb.ChatMessage(role="user", content=t) for t in turns]
     return pb.GenerateRequest(model="m", messages=messages)
 
 
-def make_route(
+def route(
     prefix: tuple[int, ...] = (),
     *,
     request_id: str = "req",
@@ -46,34 +40,34 @@ def make_route(
     )
 
 
-def idle_candidates(addresses: Sequence[str] = ADDRESSES) -> list[Candidate]:
+def idle(addresses: Sequence[str] = ADDRESSES) -> list[Candidate]:
     return [Candidate(address=a, outstanding=0) for a in addresses]
 
 
-def with_change(candidates: list[Candidate], address: str, **changes: Any) -> list[Candidate]:
+def changed(candidates: list[Candidate], address: str, **changes: Any) -> list[Candidate]:
     """The candidates with the one at `address` changed."""
     return [replace(c, **changes) if c.address == address else c for c in candidates]
 
 
-def ring_order(prefix: tuple[int, ...], addresses: Sequence[str] = ADDRESSES) -> list[str]:
+def ring(prefix: tuple[int, ...], addresses: Sequence[str] = ADDRESSES) -> list[str]:
     """The ring order the policy walks for this prefix."""
     return list(HashRing(addresses).walk(prefix[0]))
 
 
-def dispatch_to(policy: PrefixAffinity, candidates: list[Candidate], route: RouteRequest) -> str:
+def dispatch(policy: PrefixAffinity, candidates: list[Candidate], route: RouteRequest) -> str:
     chosen = policy.select(candidates, route)
     policy.on_dispatch(chosen, route)
     return chosen.address
 
 
-def run_in_turn(policy: PrefixAffinity, candidates: list[Candidate], route: RouteRequest) -> str:
+def in_turn(policy: PrefixAffinity, candidates: list[Candidate], route: RouteRequest) -> str:
     """Dispatched, then complete before the next request."""
-    address = dispatch_to(policy, candidates, route)
+    address = dispatch(policy, candidates, route)
     policy.on_complete(address, route, Outcome.OK)
     return address
 
 
-def decision_of(
+def decision(
     policy: PrefixAffinity, candidates: list[Candidate], route: RouteRequest
 ) -> tuple[str, Decision]:
     choice = policy.choose(candidates, route)

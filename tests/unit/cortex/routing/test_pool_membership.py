@@ -11,23 +11,17 @@ import pytest
 from axon.errors import (
     UnavailableError,
 )
+from tests.unit.cortex.routing import pools
 from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, Fleet, text
-from tests.unit.cortex.routing.pools import (
-    fake_pool,
-    first_message,
-    polled,
-    request,
-    texts,
-)
 
 
 async def test_the_endpoint_table_adds_neurons_through_the_client_factory() -> None:
     fleet = Fleet()
-    pool = await polled(fake_pool([], fleet=fleet))
+    pool = await pools.polled(pools.fake_pool([], fleet=fleet))
     with pytest.raises(UnavailableError):
-        await texts(pool.generate(request()))
+        await pools.texts(pool.generate(pools.request()))
     await pool.update(["table-a:1"])
-    assert await texts(pool.generate(request())) == ["hi", "!"]
+    assert await pools.texts(pool.generate(pools.request())) == ["hi", "!"]
     assert len(fleet.neurons["table-a:1"].generate_requests) == 1
     assert [address for address, _ in pool.neurons()] == ["table-a:1"]
 
@@ -37,20 +31,20 @@ async def test_a_retired_neuron_finishes_its_requests_and_is_closed_after_the_la
     old, new = fleet("retire-old:1"), fleet("retire-new:1")
     holds = [asyncio.Event(), asyncio.Event()]
     old.script = [text("old"), holds[0], holds[1], DONE]
-    pool = await polled(fake_pool([old], fleet=fleet))
-    first, second = pool.generate(request()), pool.generate(request())
-    await first_message(first)
-    await first_message(second)
+    pool = await pools.polled(pools.fake_pool([old], fleet=fleet))
+    first, second = pool.generate(pools.request()), pool.generate(pools.request())
+    await pools.first_message(first)
+    await pools.first_message(second)
     await pool.update(["retire-new:1"])
     assert not old.closed
-    assert await texts(pool.generate(request())) == ["hi", "!"]  # no new work on old
+    assert await pools.texts(pool.generate(pools.request())) == ["hi", "!"]  # no new work on old
     assert len(old.generate_requests) == 2
     assert len(new.generate_requests) == 1
     holds[0].set()
     holds[1].set()
-    assert await texts(first) == ["!"]
+    assert await pools.texts(first) == ["!"]
     assert not old.closed  # the second request is still in flight
-    assert await texts(second) == ["!"]
+    assert await pools.texts(second) == ["!"]
     assert old.closed
     assert not new.closed
 
@@ -58,7 +52,7 @@ async def test_a_retired_neuron_finishes_its_requests_and_is_closed_after_the_la
 async def test_an_idle_retired_neuron_is_closed_at_once() -> None:
     fleet = Fleet()
     idle = fleet("retire-idle:1")
-    pool = await polled(fake_pool([idle], fleet=fleet))
+    pool = await pools.polled(pools.fake_pool([idle], fleet=fleet))
     await pool.update([])
     assert idle.closed
     assert pool.neurons() == []
@@ -66,7 +60,7 @@ async def test_an_idle_retired_neuron_is_closed_at_once() -> None:
 
 async def test_the_background_poll_brings_a_neuron_in_once_it_is_ready() -> None:
     loading = FakeNeuron("poll-a:1", ready=False)
-    pool = fake_pool([loading])
+    pool = pools.fake_pool([loading])
     await pool.start()
     try:
         assert pool.missing_models() == ["m"]
@@ -75,14 +69,14 @@ async def test_the_background_poll_brings_a_neuron_in_once_it_is_ready() -> None
         while pool.missing_models() and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
         assert pool.missing_models() == []
-        assert await texts(pool.generate(request())) == ["hi", "!"]
+        assert await pools.texts(pool.generate(pools.request())) == ["hi", "!"]
     finally:
         await pool.stop()
 
 
 async def test_stop_closes_every_neuron() -> None:
     a, b = FakeNeuron("stop-a:1"), FakeNeuron("stop-b:1")
-    pool = fake_pool([a, b])
+    pool = pools.fake_pool([a, b])
     await pool.start()
     await pool.stop()
     assert a.closed and b.closed
