@@ -38,12 +38,17 @@ class MessageItem(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class _Call(BaseModel):
-    """A call of a tool by the model, as it comes back in input."""
+class _CallPart(BaseModel):
+    """An item of a tool call: the call, or what it returned."""
 
     type: str
     id: str | None = None
     call_id: str
+
+
+class _Call(_CallPart):
+    """A call of a tool by the model, as it comes back in input."""
+
     name: str
     # The namespace tool the function belongs to, if any.
     namespace: str | None = None
@@ -71,12 +76,9 @@ def _output_text(value: Any) -> Any:
     return value
 
 
-class _CallOutput(BaseModel):
+class _CallOutput(_CallPart):
     """What a tool call returned, as the client sends it back."""
 
-    type: str
-    id: str | None = None
-    call_id: str
     output: str
     status: str | None = None
 
