@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from pydantic import Field
+from pydantic import Field, NonNegativeInt, PositiveFloat
 
 from axon.errors import ModelOverloadedError
 from axon.settings import SettingsGroup
@@ -59,15 +59,13 @@ class AdmissionOptions(SettingsGroup):
         "queue. 0: the batch size its engine reports (vLLM's max_num_seqs; no cap if it "
         "reports none); -1: no caps, no queue",
     )
-    queue_size: int = Field(
+    queue_size: NonNegativeInt = Field(
         256,
-        ge=0,
         description="requests per model that may wait for a replica slot; past it a request "
         "gets 503 model_overloaded at once",
     )
-    queue_timeout_s: float = Field(
+    queue_timeout_s: PositiveFloat = Field(
         30.0,
-        gt=0,
         description="how long a request may wait for a replica slot before it gets 503 "
         "model_overloaded (s)",
     )
