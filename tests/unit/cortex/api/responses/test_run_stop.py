@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
@@ -114,16 +115,14 @@ class _FailsAfter(SqliteResponseStore):
         return await super().put(record)
 
 
-def _store_errors() -> float:
-    value: float = metrics.STORE_ERRORS.labels("sqlite", "put")._value.get()
+def _store_errors(backend: str) -> float:
+    value: float = metrics.STORE_ERRORS.labels(backend, "put")._value.get()
     return value
 
 
-async def test_a_store_failing_at_the_end_ends_the_stream_failed_and_counted(
-    tmp_path: Path,
-) -> None:
-    store = _FailsAfter(tmp_path / "r.sqlite3", ok=1)  # the row at the start, then full
-    before = _store_errors()
+async def _failed_stream(store: ResponseStore) -> list[dict[str, Any]]:
+    """The events of a foreground run on `store` (closed after it), which
+    must end the stream failed with a server error."""
     try:
         frames = [
             f
@@ -136,10 +135,19 @@ async def test_a_store_failing_at_the_end_ends_the_stream_failed_and_counted(
     events = scripted.parse(frames)
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["code"] == "server_error"
+    return events
+
+
+async def test_a_store_failing_at_the_end_ends_the_stream_failed_and_counted(
+    tmp_path: Path,
+) -> None:
+    store = _FailsAfter(tmp_path / "r.sqlite3", ok=1)  # the row at the start, then full
+    before = _store_errors("sqlite")
+    events = await _failed_stream(store)
     # The completion that could not be stored was never sent: no gap.
     assert "response.completed" not in [e["type"] for e in events]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    assert _store_errors() > before
+    assert _store_errors("sqlite") > before
 
 
 async def test_a_background_run_whose_store_fails_keeps_its_lease_to_expire(
@@ -194,17 +202,6 @@ async def test_postgresql_down_ends_the_stream_failed_and_counted() -> None:
     """A real client against a PostgreSQL that is not there (nothing listens
     on the port): the stream still ends with response.failed."""
     store = PostgresResponseStore(f"postgresql://neuraxis@127.0.0.1:{free_port()}/none")
-    before = metrics.STORE_ERRORS.labels("postgres", "put")._value.get()
-    try:
-        frames = [
-            f
-            async for f in runs.stream(
-                _run(store), scripted.text("Pa"), scripted.stream(scripted.END)
-            )
-        ]
-    finally:
-        await store.close()
-    events = scripted.parse(frames)
-    assert events[-1]["type"] == "response.failed"
-    assert events[-1]["response"]["error"]["code"] == "server_error"
-    assert metrics.STORE_ERRORS.labels("postgres", "put")._value.get() > before
+    before = _store_errors("postgres")
+    await _failed_stream(store)
+    assert _store_errors("postgres") > before
