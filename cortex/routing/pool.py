@@ -50,8 +50,7 @@ class NeuronPool:
         the endpoint table adds (`update`). `policy` is one policy for every
         model, or a table of one per model (default: least outstanding).
         The groups are cortex's settings of the same names, each given whole
-        to the part that uses it (defaults where left out); an embedding
-        gets the total deadline."""
+        to the part that uses it (defaults where left out)."""
         if isinstance(policy, RoutingPolicy):
             shared = policy
             self._policy_for: Callable[[str], RoutingPolicy] = lambda _model: shared
@@ -79,7 +78,6 @@ class NeuronPool:
             ejection=OutlierEjection(ejection or EjectionOptions(), clock),
             budget=RetryBudget(retry_budget),
             max_retries=settings.max_retries,
-            embed_timeout_s=deadlines.total_s,
         )
 
     def _refreshed(self) -> None:

@@ -48,7 +48,6 @@ async def _attempts(*addresses: str) -> tuple[Attempts, Roster]:
         ejection=OutlierEjection(EjectionOptions(), lambda: 100.0),
         budget=RetryBudget(None),
         max_retries=1,
-        embed_timeout_s=5.0,
     )
     return attempts, roster
 
