@@ -14,6 +14,7 @@ from cortex.schemas.common import (
     RefusesUnsupported,
     SamplingFields,
     TokenCount,
+    joined_text,
     only_text_parts,
 )
 from cortex.schemas.tools import ChatNamedCustomChoice, ChatTool, by_type
@@ -109,11 +110,7 @@ class ChatMessageIn(BaseModel):
         return self
 
     def text(self) -> str:
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
+        return joined_text(self.content)
 
 
 class JsonSchemaFormat(BaseModel):

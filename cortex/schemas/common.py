@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Self
+from collections.abc import Sequence
+from typing import Annotated, Any, ClassVar, Protocol, Self
 
 from pydantic import BaseModel, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
@@ -107,6 +108,20 @@ def only_text_parts(value: Any, kinds: tuple[str, ...]) -> Any:
                     f"only {allowed} parts are"
                 )
     return value
+
+
+class _HasText(Protocol):
+    @property
+    def text(self) -> str: ...
+
+
+def joined_text(content: str | Sequence[_HasText] | None) -> str:
+    """A message's content as one text: a string as it is, text parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.text for part in content)
 
 
 class FunctionFields(BaseModel):

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cortex.schemas.common import RefusesUnsupported, TokenCount, only_text_parts
+from cortex.schemas.common import RefusesUnsupported, TokenCount, joined_text, only_text_parts
 from cortex.schemas.tools import ResponsesTool, ResponsesToolChoice
 
 
@@ -33,9 +33,7 @@ class MessageItem(BaseModel):
         return only_text_parts(value, ("input_text", "output_text"))
 
     def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
+        return joined_text(self.content)
 
 
 class _CallPart(BaseModel):
