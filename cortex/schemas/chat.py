@@ -94,10 +94,7 @@ class ChatMessageIn(BaseModel):
     tool_call_id: str | None = None
     refusal: str | None = None
 
-    @field_validator("content", mode="before")
-    @classmethod
-    def _only_text_parts(cls, value: Any) -> Any:
-        return only_text_parts(value, ("text",))
+    _only_text_parts = field_validator("content", mode="before")(only_text_parts("text"))
 
     @model_validator(mode="after")
     def _content_rules(self) -> ChatMessageIn:

@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from cortex.schemas.common import RefusesUnsupported, TokenCount, joined_text, only_text_parts
 from cortex.schemas.tools import ResponsesTool, ResponsesToolChoice
 
+# The content parts a Responses message or tool output may carry.
+_TEXT_PARTS = ("input_text", "output_text")
+
 
 class TextContent(BaseModel):
     type: Literal["input_text", "output_text"]
@@ -27,10 +30,7 @@ class MessageItem(BaseModel):
     content: str | list[TextContent]
     status: str | None = None
 
-    @field_validator("content", mode="before")
-    @classmethod
-    def _only_text(cls, value: Any) -> Any:
-        return only_text_parts(value, ("input_text", "output_text"))
+    _only_text = field_validator("content", mode="before")(only_text_parts(*_TEXT_PARTS))
 
     def text(self) -> str:
         return joined_text(self.content)
@@ -69,7 +69,7 @@ class CustomToolCallItem(_Call):
 def _output_text(value: Any) -> Any:
     # A tool's output may be a list of content parts; the model reads text.
     if isinstance(value, list):
-        only_text_parts(value, ("input_text", "output_text"))
+        only_text_parts(*_TEXT_PARTS)(value)
         return "".join(str(part.get("text", "")) for part in value)
     return value
 
