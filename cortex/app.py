@@ -67,15 +67,11 @@ def make_pool(settings: CortexSettings, spec: DeploymentSpec | None) -> NeuronPo
         [NeuronClient(address, credentials) for address in settings.neurons],
         client_factory=lambda address: NeuronClient(address, credentials),
         expected_models=expected,
-        poll_interval_s=settings.pool.poll_interval_s,
-        request_timeout_s=settings.deadlines.total_s,
-        max_retries=settings.pool.max_retries,
-        policy=settings.routing.table(spec.routing() if spec else None),
-        load_interval_s=settings.pool.load_interval_s,
         deadlines=settings.deadlines,
+        settings=settings.pool,
+        policy=settings.routing.table(spec.routing() if spec else None),
         ejection=settings.ejection,
         retry_budget=settings.retry_budget,
-        health_timeout_s=settings.pool.health_timeout_s,
         admission=settings.admission,
     )
 

@@ -19,7 +19,14 @@ import os
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import SettingsConfigDict
 
 from axon.grpc_limits import MAX_MESSAGE_BYTES
@@ -47,34 +54,30 @@ class HttpSettings(SettingsGroup):
     """What a client connection may send (cortex/http_guard.py,
     middleware.BodyLimit)."""
 
-    max_body_bytes: int = Field(
+    max_body_bytes: PositiveInt = Field(
         16 * 1024 * 1024,
-        gt=0,
         le=MAX_MESSAGE_BYTES // 2,
         description="largest accepted request body; larger ones get 413 (at most half of the "
         "gRPC message limit, which leaves room for a previous_response_id chain)",
     )
-    header_timeout_s: float = Field(
+    header_timeout_s: PositiveFloat = Field(
         10.0,
-        gt=0,
         description="time a client has to send a request's line and headers, from connecting "
         "(or from the next request's first byte on a kept-alive connection); past it 408 "
         "request_timeout and the connection is closed (a connection that sent nothing is just "
         "closed): slow or idle clients cannot hold connections",
     )
-    body_timeout_s: float = Field(
+    body_timeout_s: PositiveFloat = Field(
         60.0,
-        gt=0,
         description="time a client has to send a request's body once its headers are in; past "
         "it 408 request_timeout and the connection is closed (60 s: max_body_bytes at "
         "about 280 KB/s)",
     )
-    max_header_count: int = Field(
-        100, gt=0, description="most headers a request may have; past it 431 headers_too_large"
+    max_header_count: PositiveInt = Field(
+        100, description="most headers a request may have; past it 431 headers_too_large"
     )
-    max_header_bytes: int = Field(
+    max_header_bytes: PositiveInt = Field(
         16 * 1024,
-        gt=0,
         description="largest request line and headers together, in bytes; past it 431 "
         "headers_too_large",
     )
@@ -89,9 +92,8 @@ class AdminSettings(SettingsGroup):
         description="admin listener's address (/metrics, /sd/neurons): loopback, so that "
         "only this host (its Prometheus) reads metrics and neuron addresses",
     )
-    port: int = Field(
+    port: NonNegativeInt = Field(
         9180,
-        ge=0,
         le=65535,
         description="admin listener's port (0: a free one, logged at start). 9180: fixed, so "
         "that a scrape target keeps its instance label across restarts, in Prometheus's "
@@ -142,12 +144,11 @@ class ControllerSettings(SettingsGroup):
     deployment: Path | None = Field(
         None, description="cluster mode: the deployment spec (TOML) the controller keeps true"
     )
-    health_interval_s: float = Field(
-        2.0, gt=0, description="how often the controller checks replicas and nodes (s)"
+    health_interval_s: PositiveFloat = Field(
+        2.0, description="how often the controller checks replicas and nodes (s)"
     )
-    replica_start_timeout_s: float = Field(
+    replica_start_timeout_s: PositiveFloat = Field(
         900.0,
-        gt=0,
         description="how long a replica may take to load its model before it counts as failed (s)",
     )
 
@@ -164,7 +165,7 @@ class CortexSettings(SourcedSettings, LogSettings):
     )
 
     host: str = Field("127.0.0.1", description="HTTP listen address")
-    port: int = Field(8080, ge=0, le=65535, description="HTTP port")
+    port: NonNegativeInt = Field(8080, le=65535, description="HTTP port")
     neurons: Annotated[list[str], Flag("neuron", metavar="HOST:PORT")] = Field(
         default_factory=list,
         description="static mode: a neuron's gRPC address (repeatable)",
@@ -181,9 +182,8 @@ class CortexSettings(SourcedSettings, LogSettings):
     workers: int = Field(
         1, ge=1, le=64, description="uvicorn worker processes; metrics are added up across them"
     )
-    shutdown_grace_s: float = Field(
+    shutdown_grace_s: PositiveFloat = Field(
         30.0,
-        gt=0,
         description="seconds in-flight requests get to finish when cortex stops; streams "
         "still open near the end are ended with their terminal events",
     )

@@ -20,8 +20,10 @@ adds up the workers' values; gauges declare how.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import ParamSpec
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -206,16 +208,39 @@ ADOPTED_REPLICAS = Counter(
 )
 
 
+_enabled = True
+
+
+def configure(enabled: bool) -> None:
+    """Turn request metrics off (for measuring what they cost)."""
+    global _enabled
+    _enabled = enabled
+
+
+_P = ParamSpec("_P")
+
+
+def _when_enabled(record: Callable[_P, None]) -> Callable[_P, None]:
+    """`record`, done only while request metrics are on."""
+
+    @functools.wraps(record)
+    def guarded(*args: _P.args, **kwargs: _P.kwargs) -> None:
+        if _enabled:
+            record(*args, **kwargs)
+
+    return guarded
+
+
+@_when_enabled
 def record_routed(model: str, replica: str) -> None:
     """A request dispatched to a replica (each attempt counts)."""
-    if _enabled:
-        ROUTED.labels(model, replica).inc()
+    ROUTED.labels(model, replica).inc()
 
 
+@_when_enabled
 def record_decision(model: str, replica: str, policy: str, decision: str) -> None:
     """A request dispatched to a replica, with the policy's kind of decision."""
-    if _enabled:
-        POLICY_DECISIONS.labels(model, replica, policy, decision).inc()
+    POLICY_DECISIONS.labels(model, replica, policy, decision).inc()
 
 
 def touch_decisions(model: str, replica: str, policy: str, decisions: Sequence[str]) -> None:
@@ -224,46 +249,46 @@ def touch_decisions(model: str, replica: str, policy: str, decisions: Sequence[s
         POLICY_DECISIONS.labels(model, replica, policy, decision)
 
 
+@_when_enabled
 def record_retry(model: str, replica: str) -> None:
     """A request retried elsewhere after `replica` failed before its first token."""
-    if _enabled:
-        RETRIES.labels(model, replica).inc()
+    RETRIES.labels(model, replica).inc()
 
 
+@_when_enabled
 def record_ejection(replica: str) -> None:
     """A replica ejected by outlier ejection."""
-    if _enabled:
-        EJECTIONS.labels(replica).inc()
+    EJECTIONS.labels(replica).inc()
 
 
+@_when_enabled
 def record_retry_refused(model: str) -> None:
     """A retry the budget (or an engine's death) did not allow."""
-    if _enabled:
-        RETRIES_REFUSED.labels(model).inc()
+    RETRIES_REFUSED.labels(model).inc()
 
 
+@_when_enabled
 def record_admission_wait(model: str, seconds: float) -> None:
     """A request admitted or refused after waiting `seconds` for a slot."""
-    if _enabled:
-        ADMISSION_WAIT.labels(model).observe(seconds)
+    ADMISSION_WAIT.labels(model).observe(seconds)
 
 
+@_when_enabled
 def record_admission_rejected(model: str, reason: str) -> None:
     """A request refused by admission control (`reason`: queue_full, timeout)."""
-    if _enabled:
-        ADMISSION_REJECTIONS.labels(model, reason).inc()
+    ADMISSION_REJECTIONS.labels(model, reason).inc()
 
 
+@_when_enabled
 def set_admission_queue_depth(model: str, depth: int) -> None:
-    if _enabled:
-        ADMISSION_QUEUE_DEPTH.labels(model).set(depth)
+    ADMISSION_QUEUE_DEPTH.labels(model).set(depth)
 
 
+@_when_enabled
 def record_rate_limited(tenant: str, reason: str) -> None:
     """A request refused by its key's limits (tenants are the operator's
     own names, made with `neuraxis keys create`: a bounded set)."""
-    if _enabled:
-        RATE_LIMITED.labels(tenant, reason).inc()
+    RATE_LIMITED.labels(tenant, reason).inc()
 
 
 def touch_replica(model: str, replica: str) -> None:
@@ -300,15 +325,6 @@ def exposition() -> tuple[bytes, str]:
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(DEFAULT_REGISTRY), CONTENT_TYPE_LATEST
-
-
-_enabled = True
-
-
-def configure(enabled: bool) -> None:
-    """Turn request metrics off (for measuring what they cost)."""
-    global _enabled
-    _enabled = enabled
 
 
 def touch_control_plane(head: str) -> None:

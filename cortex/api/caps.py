@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from pydantic import Field
+from pydantic import Field, PositiveInt
 
 from axon.errors import InvalidRequestError
 from axon.settings import SettingsGroup
@@ -30,42 +30,37 @@ from cortex.schemas.surfaces import ParamNames, Surface
 class RequestCaps(SettingsGroup):
     """How much one request may ask for."""
 
-    max_messages: int = Field(
+    max_messages: PositiveInt = Field(
         2048,
-        gt=0,
         description="messages in a chat request, or input items (with the chain they continue) "
         "in a Responses request: the chat template renders every one, on the neuron's CPU",
     )
-    max_tools: int = Field(128, gt=0, description="tools in one request (OpenAI's limit, 128)")
-    max_stop_sequences: int = Field(
-        4, gt=0, description="stop sequences in one request (OpenAI allows 4, the most it takes)"
+    max_tools: PositiveInt = Field(128, description="tools in one request (OpenAI's limit, 128)")
+    max_stop_sequences: PositiveInt = Field(
+        4, description="stop sequences in one request (OpenAI allows 4, the most it takes)"
     )
-    max_schema_bytes: int = Field(
+    max_schema_bytes: PositiveInt = Field(
         64 * 1024,
-        gt=0,
         description="bytes of a structured output's JSON schema, or of one tool's parameters or "
         "grammar: the engine compiles each into a grammar before the first token",
     )
-    max_completion_prompts: int = Field(
-        128, gt=0, description="prompts in one /v1/completions list"
+    max_completion_prompts: PositiveInt = Field(
+        128, description="prompts in one /v1/completions list"
     )
-    max_prompts_times_n: int = Field(
+    max_prompts_times_n: PositiveInt = Field(
         256,
-        gt=0,
         description="completions one /v1/completions request makes (prompts x n): each is a "
         "generation in the engine",
     )
-    max_embedding_inputs: int = Field(
-        2048, gt=0, description="inputs in one /v1/embeddings request (OpenAI's limit, 2048)"
+    max_embedding_inputs: PositiveInt = Field(
+        2048, description="inputs in one /v1/embeddings request (OpenAI's limit, 2048)"
     )
-    max_embedding_input_bytes: int = Field(
+    max_embedding_input_bytes: PositiveInt = Field(
         8 * 1024 * 1024,
-        gt=0,
         description="bytes of all the inputs of one /v1/embeddings request (a token id counts 4)",
     )
-    max_background_per_tenant: int = Field(
+    max_background_per_tenant: PositiveInt = Field(
         16,
-        gt=0,
         description="background responses one tenant may have running in one cortex process",
     )
 

@@ -117,14 +117,14 @@ def headers(limits: Limits, usage: Usage, now: float) -> dict[str, str]:
     seen = current(usage, now)
     reset = _duration(seen.window + WINDOW_S - now)
     out: dict[str, str] = {}
-    if limits.rpm is not None:
-        out["x-ratelimit-limit-requests"] = str(limits.rpm)
-        out["x-ratelimit-remaining-requests"] = str(max(0, limits.rpm - seen.requests))
-        out["x-ratelimit-reset-requests"] = reset if seen.requests else "0s"
-    if limits.tpm is not None:
-        out["x-ratelimit-limit-tokens"] = str(limits.tpm)
-        out["x-ratelimit-remaining-tokens"] = str(max(0, limits.tpm - seen.tokens))
-        out["x-ratelimit-reset-tokens"] = reset if seen.tokens else "0s"
+    for what, limit, used in (
+        ("requests", limits.rpm, seen.requests),
+        ("tokens", limits.tpm, seen.tokens),
+    ):
+        if limit is not None:
+            out[f"x-ratelimit-limit-{what}"] = str(limit)
+            out[f"x-ratelimit-remaining-{what}"] = str(max(0, limit - used))
+            out[f"x-ratelimit-reset-{what}"] = reset if used else "0s"
     if limits.max_concurrent is not None:
         # OpenAI has no concurrency limit and so no header for it; these
         # follow its naming. A key limited only in concurrency gets no

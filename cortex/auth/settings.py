@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, PositiveFloat
 
 from axon.settings import SettingsGroup
 
@@ -31,9 +31,8 @@ class AuthSettings(SettingsGroup):
         "per request, exact within the process, forgotten on restart); auto: local with one "
         "worker on SQLite, else shared",
     )
-    cache_s: float = Field(
+    cache_s: PositiveFloat = Field(
         2.0,
-        gt=0,
         description="how long a looked-up API key is trusted before it is read again: a "
         "revocation takes effect within this many seconds",
     )

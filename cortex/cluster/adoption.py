@@ -11,9 +11,8 @@ import logging
 from dataclasses import dataclass, field
 
 from cortex.cluster import decisions
-from cortex.cluster.backend import ClusterBackend, RunningReplica
+from cortex.cluster.backend import ClusterBackend, Placed, RunningReplica
 from cortex.cluster.decisions import ReplicaRecord
-from cortex.cluster.status import ReplicaState
 
 log = logging.getLogger("neuraxis.controller")
 
@@ -42,21 +41,10 @@ async def adopt(backend: ClusterBackend, monotonic: float) -> Adoption:
             if running.address is not None:
                 adoption.lost.append((running, refusal))
             continue
-        replica = ReplicaRecord(
-            running.replica_id,
-            running.model,
-            running.serial,
-            created=running.created,
-            state=ReplicaState.READY,
-            node_id=running.node_id,
-            host=running.host,
-            generation=running.generation,
-            address=running.address,
-            metrics_port=running.metrics_port,
-            pid=running.pid,
-            log=running.log,
-            ready_at=running.started_at,
-        )
+        replica = ReplicaRecord(running.replica_id, running.model, running.serial, running.created)
+        replica.placed(Placed(running.node_id, running.host, running.generation))
+        assert running.started is not None  # adoption_refusal: it reported SERVING
+        replica.serving(running.started, running.started_at)
         replica.record_load(checked, monotonic)
         adoption.replicas[replica.id] = replica
         log.info("adopted replica %s of %s at %s", replica.id, replica.model, replica.address)

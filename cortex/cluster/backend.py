@@ -67,9 +67,8 @@ class Started:
 @dataclass(frozen=True)
 class RunningReplica:
     """A replica found running in the cluster, as its actor recorded itself:
-    enough for a controller that did not start it to adopt it. `address`
-    (and the rest of the neuron's details) is None while its neuron has not
-    reported SERVING yet."""
+    enough for a controller that did not start it to adopt it. `started`
+    is None while its neuron has not reported SERVING yet."""
 
     replica_id: str
     model: str
@@ -78,11 +77,12 @@ class RunningReplica:
     host: str
     generation: Generation | None
     created: float  # wall time the actor was created
-    address: str | None = None
-    metrics_port: int | None = None
-    pid: int | None = None
-    log: str | None = None
+    started: Started | None = None
     started_at: float | None = None  # wall time its neuron reported SERVING
+
+    @property
+    def address(self) -> str | None:
+        return self.started.address if self.started else None
 
 
 class Liveness(Enum):

@@ -76,8 +76,8 @@ class ReplicaRecord:
         self.node_id, self.host, self.generation = where.node_id, where.host, where.generation
         self.state = ReplicaState.STARTING
 
-    def serving(self, started: Started, now: float) -> None:
-        """Its neuron answers SERVING (since wall time `now`)."""
+    def serving(self, started: Started, now: float | None) -> None:
+        """Its neuron answers SERVING (since wall time `now`; None: unknown)."""
         self.address, self.metrics_port = started.address, started.metrics_port
         self.pid, self.log = started.pid, started.log
         self.state = ReplicaState.READY

@@ -140,7 +140,7 @@ class RayBackend:
         except RayError as e:
             raise ReplicaStartError(_cause(e)) from None
         self._clients[replica_id] = NeuronClient(started["address"], self._credentials)
-        return Started(started["address"], started["metrics_port"], started["pid"], started["log"])
+        return _started(started)
 
     async def check(self, replica_id: str) -> Health:
         actor = self._actors.get(replica_id)
@@ -215,8 +215,13 @@ def kill_replicas() -> list[str]:
     return names
 
 
+def _started(record: dict[str, Any]) -> Started:
+    """The neuron's details as the replica actor recorded them."""
+    return Started(record["address"], record["metrics_port"], record["pid"], record["log"])
+
+
 def _running(record: dict[str, Any]) -> RunningReplica:
-    started = record["started"] or {}
+    started = record["started"]
     return RunningReplica(
         replica_id=record["replica_id"],
         model=record["model"],
@@ -225,11 +230,8 @@ def _running(record: dict[str, Any]) -> RunningReplica:
         host=record["host"],
         generation=_generation(record["labels"].get(GENERATION_LABEL)),
         created=float(record["created"]),
-        address=started.get("address"),
-        metrics_port=started.get("metrics_port"),
-        pid=started.get("pid"),
-        log=started.get("log"),
-        started_at=started.get("at"),
+        started=_started(started) if started else None,
+        started_at=started.get("at") if started else None,
     )
 
 

@@ -13,27 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
-
 from axon.generations import PROFILES, Generation
 from axon.neuron_settings import NeuronSettings
 from cortex.cluster.spec import ModelSpec
-
-
-class _Explicit(NeuronSettings):
-    """NeuronSettings from the given values only: the controller's own
-    environment must not leak into a replica's settings."""
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
 
 
 def replica_settings(model: ModelSpec, generation: Generation) -> NeuronSettings:
@@ -62,7 +44,9 @@ def replica_settings(model: ModelSpec, generation: Generation) -> NeuronSettings
         value = getattr(engine, name)
         if value:
             fields[name] = value
-    return _Explicit(**fields)
+    # Validated as a model, not built as settings: the controller's own
+    # environment (its NEURAXIS_NEURON_*) must not leak into a replica's.
+    return NeuronSettings.model_validate(fields)
 
 
 def settings_env(settings: NeuronSettings) -> dict[str, str]:

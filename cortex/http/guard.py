@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,9 +77,14 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     # --- the deadlines ----------------------------------------------------
 
-    def _arm(self, seconds: float, on_expiry: Any) -> None:
+    def _arm(self, seconds: float, on_expiry: Callable[[], None]) -> None:
         self._disarm()
-        self._timer = self.loop.call_later(seconds, on_expiry)
+        self._timer = self.loop.call_later(seconds, self._expired, on_expiry)
+
+    def _expired(self, on_expiry: Callable[[], None]) -> None:
+        self._timer = None
+        if not self.transport.is_closing():  # nothing to answer on a closing connection
+            on_expiry()
 
     def _disarm(self) -> None:
         if self._timer is not None:
@@ -94,9 +100,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def _head_timed_out(self) -> None:
-        self._timer = None
-        if self.transport.is_closing():
-            return
         if not self._head_started:
             self.transport.close()  # nothing sent: nothing to answer
             return
@@ -109,9 +112,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         )
 
     def _body_timed_out(self) -> None:
-        self._timer = None
-        if self.transport.is_closing():
-            return
         log.warning("closed a connection from %s: request body not received in time", self.client)
         if self.cycle is not None and not self.cycle.response_started:
             self._refuse(

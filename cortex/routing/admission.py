@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from pydantic import Field
+from pydantic import Field, NonNegativeInt, PositiveFloat
 
 from axon.errors import ModelOverloadedError
 from axon.settings import SettingsGroup
@@ -59,15 +59,13 @@ class AdmissionOptions(SettingsGroup):
         "queue. 0: the batch size its engine reports (vLLM's max_num_seqs; no cap if it "
         "reports none); -1: no caps, no queue",
     )
-    queue_size: int = Field(
+    queue_size: NonNegativeInt = Field(
         256,
-        ge=0,
         description="requests per model that may wait for a replica slot; past it a request "
         "gets 503 model_overloaded at once",
     )
-    queue_timeout_s: float = Field(
+    queue_timeout_s: PositiveFloat = Field(
         30.0,
-        gt=0,
         description="how long a request may wait for a replica slot before it gets 503 "
         "model_overloaded (s)",
     )
@@ -126,11 +124,11 @@ class AdmissionControl:
         if queue is None:
             queue = self._queues[model] = deque()
         if len(queue) >= self._options.queue_size:
-            metrics.record_admission_rejected(label, "queue_full")
-            raise ModelOverloadedError(
-                f"The model '{model}' is overloaded: its replicas are busy and "
-                f"{len(queue)} requests are already waiting. Retry shortly.",
-                retry_after=RETRY_AFTER_S,
+            raise _refused(
+                model,
+                label,
+                "queue_full",
+                f"its replicas are busy and {len(queue)} requests are already waiting",
             )
         await self._wait(model, label, queue)
 
@@ -155,11 +153,11 @@ class AdmissionControl:
             self._granted[model] -= 1  # dispatched by the caller right away
             return
         self._leave(model, waiter)
-        metrics.record_admission_rejected(label, "timeout")
-        raise ModelOverloadedError(
-            f"The model '{model}' is overloaded: no replica took the request within "
-            f"{self._options.queue_timeout_s:g} s. Retry shortly.",
-            retry_after=RETRY_AFTER_S,
+        raise _refused(
+            model,
+            label,
+            "timeout",
+            f"no replica took the request within {self._options.queue_timeout_s:g} s",
         )
 
     def _leave(self, model: str, waiter: _Waiter) -> None:
@@ -191,3 +189,11 @@ class AdmissionControl:
                 waiter.granted.set_result(None)
                 self._granted[name] = self._granted.get(name, 0) + 1
             metrics.set_admission_queue_depth(self._labels.get(name, name), len(queue))
+
+
+def _refused(model: str, label: str, reason: str, why: str) -> ModelOverloadedError:
+    """A request admission turns away, counted by `reason`."""
+    metrics.record_admission_rejected(label, reason)
+    return ModelOverloadedError(
+        f"The model '{model}' is overloaded: {why}. Retry shortly.", retry_after=RETRY_AFTER_S
+    )

@@ -79,7 +79,6 @@ class Attempts:
         ejection: OutlierEjection,
         budget: RetryBudget,
         max_retries: int,
-        embed_timeout_s: float,
     ) -> None:
         self._roster = roster
         self._admission = admission
@@ -89,7 +88,6 @@ class Attempts:
         self._ejection = ejection
         self._budget = budget
         self._max_retries = max_retries
-        self._embed_timeout = embed_timeout_s
 
     def generate(
         self, request: pb.GenerateRequest, hints: RouteHints | None
@@ -143,8 +141,8 @@ class Attempts:
     async def _embed(
         self, state: NeuronState, request: pb.EmbedRequest
     ) -> AsyncIterator[pb.EmbedResponse]:
-        """One embed attempt: one call, bounded by the request timeout."""
-        yield await state.client.embed(request, self._embed_timeout)
+        """One embed attempt: one call, bounded by the total deadline."""
+        yield await state.client.embed(request, self._deadlines.total_s)
 
     async def _stream(
         self, state: NeuronState, request: pb.GenerateRequest, deadline: RequestDeadline

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from pydantic import Field
+from pydantic import Field, PositiveFloat
 
 from axon.errors import DeadlineExceededError
 from axon.settings import SettingsGroup
@@ -24,22 +24,19 @@ from axon.settings import SettingsGroup
 class Deadlines(SettingsGroup):
     """How long a generation may take."""
 
-    first_token_s: float = Field(
+    first_token_s: PositiveFloat = Field(
         120.0,
-        gt=0,
         description="deadline for a neuron's first message of an attempt, queueing included; "
         "past it the attempt fails and, nothing having been sent, is retried elsewhere (s)",
     )
-    idle_s: float = Field(
+    idle_s: PositiveFloat = Field(
         60.0,
-        gt=0,
         description="deadline between two messages of a stream once it has started (long "
         "enough for output held back, e.g. a tool call's arguments); past it the stream ends "
         "with its terminal error event (s)",
     )
-    total_s: float = Field(
+    total_s: PositiveFloat = Field(
         600.0,
-        gt=0,
         description="total deadline of one generation, retries included (a retry keeps the "
         "original deadline), in seconds",
     )

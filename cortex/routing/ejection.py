@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pydantic import Field
+from pydantic import Field, PositiveFloat
 
 from axon.settings import SettingsGroup
 
@@ -34,14 +34,13 @@ class EjectionOptions(SettingsGroup):
         description="failures in a row (INTERNAL, UNAVAILABLE, deadline, broken stream; never "
         "the request's own errors) that eject a neuron (Envoy's 5)",
     )
-    base_s: float = Field(
+    base_s: PositiveFloat = Field(
         30.0,
-        gt=0,
         description="a neuron is ejected for this x the times it has been ejected, then comes "
         "back on probation: one success clears it, one failure ejects it again; the last "
         "ready replica of a model is never ejected (s, Envoy's 30)",
     )
-    max_s: float = Field(300.0, gt=0, description="the longest ejection (s, Envoy's 300)")
+    max_s: PositiveFloat = Field(300.0, description="the longest ejection (s, Envoy's 300)")
 
 
 @dataclass

@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from pydantic import Field
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from axon.settings import SettingsGroup
 from cortex.routing.least_outstanding import LeastOutstanding
@@ -42,9 +42,8 @@ DEFAULT_POLICY = PolicyName.PREFIX_AFFINITY
 class PolicyOptions(SettingsGroup):
     """What the policies are tuned by."""
 
-    epsilon: float = Field(
+    epsilon: NonNegativeFloat = Field(
         0.5,
-        ge=0,
         description="prefix_affinity: no neuron takes more than (1 + epsilon) x the average load. "
         "0.5 from make bench-routing-sim (16 replicas, 64 prompt groups, overflow keeping the "
         "prefix homed, 0.25/0.5/1.0 alternating in one run): groups TTFT p50 47 ms (0.25: 66, "
@@ -53,20 +52,18 @@ class PolicyOptions(SettingsGroup):
         "least_outstanding's 114, within run-to-run noise at that load (the home's bound is 3 "
         "requests for both 0.25 and 0.5 there)",
     )
-    block_bytes: int = Field(
-        256, gt=0, description="prefix_affinity: size of one hashed block of the prompt prefix"
+    block_bytes: PositiveInt = Field(
+        256, description="prefix_affinity: size of one hashed block of the prompt prefix"
     )
-    max_blocks: int = Field(
-        32, gt=0, description="prefix_affinity: how many prefix blocks are hashed per request"
+    max_blocks: PositiveInt = Field(
+        32, description="prefix_affinity: how many prefix blocks are hashed per request"
     )
-    load_max_age_s: float = Field(
+    load_max_age_s: PositiveFloat = Field(
         2.0,
-        gt=0,
         description="an engine load report older than this is ignored by the routing policies (s)",
     )
-    kv_limit: float = Field(
+    kv_limit: PositiveFloat = Field(
         0.8,
-        gt=0,
         le=1,
         description="a neuron whose engine reports this share of its KV cache in use is "
         "avoided while another is not",

@@ -25,6 +25,7 @@ from cortex.routing.deadlines import Deadlines
 from cortex.routing.ejection import EjectionOptions, OutlierEjection
 from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import RouteHints, RoutingPolicy
+from cortex.routing.pool_settings import PoolSettings
 from cortex.routing.retry_budget import RetryBudget, RetryBudgetOptions
 from cortex.routing.roster import ClientFactory, Roster
 
@@ -34,31 +35,28 @@ class NeuronPool:
         self,
         clients: Sequence[NeuronConnection],
         expected_models: list[str],
-        poll_interval_s: float,
-        request_timeout_s: float,
-        max_retries: int,
         *,
+        deadlines: Deadlines,
+        settings: PoolSettings | None = None,
         client_factory: ClientFactory = NeuronClient,
         policy: RoutingPolicy | PolicyTable | None = None,
         clock: Callable[[], float] = time.monotonic,
-        load_interval_s: float = 0.5,
-        deadlines: Deadlines | None = None,
         ejection: EjectionOptions | None = None,
         retry_budget: RetryBudgetOptions | None = None,
-        health_timeout_s: float = 1.0,
         admission: AdmissionOptions | None = None,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         """`clients` are the static neurons; `client_factory` makes the ones
         the endpoint table adds (`update`). `policy` is one policy for every
         model, or a table of one per model (default: least outstanding).
-        `request_timeout_s` is the total deadline; `deadlines` adds the
-        first-token and idle ones (default: the total for each)."""
+        The groups are cortex's settings of the same names, each given whole
+        to the part that uses it (defaults where left out)."""
         if isinstance(policy, RoutingPolicy):
             shared = policy
             self._policy_for: Callable[[str], RoutingPolicy] = lambda _model: shared
         else:
             self._policy_for = (policy or PolicyTable()).for_model
+        settings = settings or PoolSettings()
         admission_options = admission or AdmissionOptions()
         self._roster = Roster(
             clients,
@@ -68,22 +66,18 @@ class NeuronPool:
             clock=clock,
             admission=admission_options,
             on_refresh=self._refreshed,
-            poll_interval_s=poll_interval_s,
-            load_interval_s=load_interval_s,
-            health_timeout_s=health_timeout_s,
+            settings=settings,
         )
         self._admission = AdmissionControl(admission_options, self._roster.free_slots, clock, sleep)
-        t = request_timeout_s
         self._attempts = Attempts(
             self._roster,
             self._admission,
             self._policy_for,
             clock=clock,
-            deadlines=deadlines or Deadlines(first_token_s=t, idle_s=t, total_s=t),
+            deadlines=deadlines,
             ejection=OutlierEjection(ejection or EjectionOptions(), clock),
             budget=RetryBudget(retry_budget),
-            max_retries=max_retries,
-            embed_timeout_s=request_timeout_s,
+            max_retries=settings.max_retries,
         )
 
     def _refreshed(self) -> None:

@@ -4,7 +4,7 @@ constructor's arguments; cortex/app.py passes them on."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, NonNegativeInt, PositiveFloat
 
 from axon.settings import SettingsGroup
 
@@ -12,20 +12,18 @@ from axon.settings import SettingsGroup
 class PoolSettings(SettingsGroup):
     """How the neuron pool watches its neurons and retries."""
 
-    poll_interval_s: float = Field(
+    poll_interval_s: PositiveFloat = Field(
         1.0,
-        gt=0,
         description="how often each neuron's Info is polled for readiness and models (s)",
     )
-    health_timeout_s: float = Field(
+    health_timeout_s: PositiveFloat = Field(
         1.0,
-        gt=0,
         description="how long a neuron's Info poll may take before the neuron counts as not "
         "answering: out of rotation, and its requests in flight abandoned (s)",
     )
-    load_interval_s: float = Field(
-        0.5, gt=0, description="how often each ready neuron's engine load is polled (s)"
+    load_interval_s: PositiveFloat = Field(
+        0.5, description="how often each ready neuron's engine load is polled (s)"
     )
-    max_retries: int = Field(
-        2, ge=0, description="attempts on other neurons when one fails before the first token"
+    max_retries: NonNegativeInt = Field(
+        2, description="attempts on other neurons when one fails before the first token"
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from types import TracebackType
 
-from pydantic import Field
+from pydantic import Field, NonNegativeFloat, NonNegativeInt
 
 from axon.settings import SettingsGroup
 
@@ -31,15 +31,14 @@ from axon.settings import SettingsGroup
 class RetryBudgetOptions(SettingsGroup):
     """How many requests may be retrying at once."""
 
-    ratio: float = Field(
+    ratio: NonNegativeFloat = Field(
         0.2,
-        ge=0,
         le=1,
         description="at most this share of the requests in flight may be retrying at once "
         "(a request during which an engine died is retried at most once)",
     )
-    minimum: int = Field(
-        3, ge=0, description="retries allowed at once however few requests are in flight"
+    minimum: NonNegativeInt = Field(
+        3, description="retries allowed at once however few requests are in flight"
     )
 
 

@@ -30,6 +30,7 @@ from cortex.routing.admission import AdmissionOptions
 from cortex.routing.client import NeuronConnection
 from cortex.routing.deadlines import Watchdog
 from cortex.routing.policy import Candidate, EngineLoad, RoutingPolicy
+from cortex.routing.pool_settings import PoolSettings
 
 log = logging.getLogger("neuraxis.cortex")
 
@@ -73,9 +74,7 @@ class Roster:
         clock: Callable[[], float],
         admission: AdmissionOptions,
         on_refresh: Callable[[], None],
-        poll_interval_s: float,
-        load_interval_s: float,
-        health_timeout_s: float,
+        settings: PoolSettings,
     ) -> None:
         """`on_refresh` runs after each Info poll (replicas, and their caps,
         may have come); `policy_for` names each model's policy in metrics."""
@@ -86,9 +85,9 @@ class Roster:
         self._clock = clock
         self._admission = admission
         self._on_refresh = on_refresh
-        self._poll_interval = poll_interval_s
-        self._load_interval = load_interval_s
-        self._health_timeout = health_timeout_s
+        self._poll_interval = settings.poll_interval_s
+        self._load_interval = settings.load_interval_s
+        self._health_timeout = settings.health_timeout_s
         self._pollers: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

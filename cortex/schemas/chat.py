@@ -14,6 +14,7 @@ from cortex.schemas.common import (
     RefusesUnsupported,
     SamplingFields,
     TokenCount,
+    joined_text,
     only_text_parts,
 )
 from cortex.schemas.tools import ChatNamedCustomChoice, ChatTool, by_type
@@ -93,10 +94,7 @@ class ChatMessageIn(BaseModel):
     tool_call_id: str | None = None
     refusal: str | None = None
 
-    @field_validator("content", mode="before")
-    @classmethod
-    def _only_text_parts(cls, value: Any) -> Any:
-        return only_text_parts(value, ("text",))
+    _only_text_parts = field_validator("content", mode="before")(only_text_parts("text"))
 
     @model_validator(mode="after")
     def _content_rules(self) -> ChatMessageIn:
@@ -109,11 +107,7 @@ class ChatMessageIn(BaseModel):
         return self
 
     def text(self) -> str:
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
+        return joined_text(self.content)
 
 
 class JsonSchemaFormat(BaseModel):

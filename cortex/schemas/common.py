@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Self
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, ClassVar, Protocol, Self
 
 from pydantic import BaseModel, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
@@ -93,20 +94,38 @@ def stop_list(stop: Stop) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop)
 
 
-def only_text_parts(value: Any, kinds: tuple[str, ...]) -> Any:
-    """A content list's parts must all be of the text `kinds` (the models
-    served read text only); checked before pydantic picks a part type, so
-    that the error names the unsupported one."""
-    if isinstance(value, list):
-        for part in value:
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind not in kinds:
-                allowed = " and ".join(f"'{k}'" for k in kinds)
-                raise ValueError(
-                    f"content parts of type '{kind}' are not supported by this model; "
-                    f"only {allowed} parts are"
-                )
-    return value
+def only_text_parts(*kinds: str) -> Callable[[Any], Any]:
+    """A `mode="before"` validator of a content list: its parts must all be
+    of the text `kinds` (the models served read text only); checked before
+    pydantic picks a part type, so that the error names the unsupported one."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, list):
+            for part in value:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind not in kinds:
+                    allowed = " and ".join(f"'{k}'" for k in kinds)
+                    raise ValueError(
+                        f"content parts of type '{kind}' are not supported by this model; "
+                        f"only {allowed} parts are"
+                    )
+        return value
+
+    return check
+
+
+class _HasText(Protocol):
+    @property
+    def text(self) -> str: ...
+
+
+def joined_text(content: str | Sequence[_HasText] | None) -> str:
+    """A message's content as one text: a string as it is, text parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.text for part in content)
 
 
 class FunctionFields(BaseModel):

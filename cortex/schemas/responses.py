@@ -8,8 +8,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cortex.schemas.common import RefusesUnsupported, TokenCount, only_text_parts
+from cortex.schemas.common import RefusesUnsupported, TokenCount, joined_text, only_text_parts
 from cortex.schemas.tools import ResponsesTool, ResponsesToolChoice
+
+# The content parts a Responses message or tool output may carry.
+_TEXT_PARTS = ("input_text", "output_text")
 
 
 class TextContent(BaseModel):
@@ -27,66 +30,65 @@ class MessageItem(BaseModel):
     content: str | list[TextContent]
     status: str | None = None
 
-    @field_validator("content", mode="before")
-    @classmethod
-    def _only_text(cls, value: Any) -> Any:
-        return only_text_parts(value, ("input_text", "output_text"))
+    _only_text = field_validator("content", mode="before")(only_text_parts(*_TEXT_PARTS))
 
     def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
+        return joined_text(self.content)
 
 
-class FunctionCallItem(BaseModel):
-    type: Literal["function_call"]
+class _CallPart(BaseModel):
+    """An item of a tool call: the call, or what it returned."""
+
+    type: str
     id: str | None = None
     call_id: str
+
+
+class _Call(_CallPart):
+    """A call of a tool by the model, as it comes back in input."""
+
     name: str
     # The namespace tool the function belongs to, if any.
     namespace: str | None = None
+
+
+class FunctionCallItem(_Call):
+    type: Literal["function_call"]
     arguments: str
+    status: str | None = None
+
+
+class CustomToolCallItem(_Call):
+    """A call of a custom tool: its input is free text."""
+
+    type: Literal["custom_tool_call"]
+    input: str
     status: str | None = None
 
 
 def _output_text(value: Any) -> Any:
     # A tool's output may be a list of content parts; the model reads text.
     if isinstance(value, list):
-        only_text_parts(value, ("input_text", "output_text"))
+        only_text_parts(*_TEXT_PARTS)(value)
         return "".join(str(part.get("text", "")) for part in value)
     return value
 
 
-class FunctionCallOutputItem(BaseModel):
+class _CallOutput(_CallPart):
+    """What a tool call returned, as the client sends it back."""
+
+    output: str
+    status: str | None = None
+
+    _text_parts = field_validator("output", mode="before")(_output_text)
+
+
+class FunctionCallOutputItem(_CallOutput):
     type: Literal["function_call_output"]
-    id: str | None = None
-    call_id: str
-    output: str
-    status: str | None = None
-
-    _text_parts = field_validator("output", mode="before")(_output_text)
 
 
-class CustomToolCallItem(BaseModel):
-    """A call of a custom tool: its input is free text."""
-
-    type: Literal["custom_tool_call"]
-    id: str | None = None
-    call_id: str
-    name: str
-    namespace: str | None = None
-    input: str
-    status: str | None = None
-
-
-class CustomToolCallOutputItem(BaseModel):
+class CustomToolCallOutputItem(_CallOutput):
     type: Literal["custom_tool_call_output"]
-    id: str | None = None
-    call_id: str
-    output: str
-    status: str | None = None
-
-    _text_parts = field_validator("output", mode="before")(_output_text)
 
 
 class ReasoningItem(BaseModel):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,3 +158,14 @@ class ResponseStore(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Release the connection(s); harmless twice or before any use."""
+
+
+async def in_batches(delete: Callable[[], Awaitable[int]], batch: int) -> int:
+    """Run `delete` (one batch of at most `batch` rows deleted) until a batch
+    comes back short; the rows deleted in all."""
+    total = 0
+    while True:
+        count = await delete()
+        total += count
+        if count < batch:
+            return total

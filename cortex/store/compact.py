@@ -35,7 +35,8 @@ Json = dict[str, Any]
 Path = list[str | int]
 
 REF = "$ref"
-_DELTAS = frozenset(
+# The events that carry a piece of an item's text (or arguments) in `delta`.
+DELTAS = frozenset(
     {
         "response.output_text.delta",
         "response.reasoning_text.delta",
@@ -175,7 +176,7 @@ def compact(events: list[Json], final: Json) -> Json | list[Json]:
     i = 0
     while i < len(events):
         event = events[i]
-        if event["type"] in _DELTAS and isinstance(event.get("sequence_number"), int):
+        if event["type"] in DELTAS and isinstance(event.get("sequence_number"), int):
             pieces = [event["delta"]]
             while i + len(pieces) < len(events) and _continues(
                 event, pieces, events[i + len(pieces)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -43,51 +43,21 @@ class ApiKey:
     last_used_at: int | None = None
 
     def to_row(self) -> tuple[Any, ...]:
-        return (
-            self.id,
-            self.tenant,
-            self.key_hash,
-            self.created_at,
-            json.dumps(self.models),
-            self.rpm,
-            self.tpm,
-            self.max_concurrent,
-            self.expires_at,
-            self.revoked_at,
-            self.last_used_at,
+        """The key as a table row, in KEY_COLUMNS order (its models as JSON text)."""
+        return tuple(
+            json.dumps(self.models) if name == "models" else getattr(self, name)
+            for name in KEY_COLUMNS
         )
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> ApiKey:
-        return cls(
-            id=row[0],
-            tenant=row[1],
-            key_hash=row[2],
-            created_at=row[3],
-            models=json.loads(row[4]),
-            rpm=row[5],
-            tpm=row[6],
-            max_concurrent=row[7],
-            expires_at=row[8],
-            revoked_at=row[9],
-            last_used_at=row[10],
-        )
+        values = dict(zip(KEY_COLUMNS, row, strict=True))
+        values["models"] = json.loads(values["models"])
+        return cls(**values)
 
 
-# Every backend's keys table has these columns, read and written in this order.
-KEY_COLUMNS = (
-    "id",
-    "tenant",
-    "key_hash",
-    "created_at",
-    "models",
-    "rpm",
-    "tpm",
-    "max_concurrent",
-    "expires_at",
-    "revoked_at",
-    "last_used_at",
-)
+# Every backend's keys table has a column per field, read and written in this order.
+KEY_COLUMNS = tuple(f.name for f in fields(ApiKey))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from typing import Any
 
 import asyncpg
 
-from cortex.store.base import COLUMNS, DELETED, RUNNING, ResponseStore, StoredResponse
+from cortex.store.base import COLUMNS, DELETED, ResponseStore, StoredResponse, in_batches
+from cortex.store.sql import RUNNING_ROW, upsert
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS neuraxis_responses (
@@ -50,14 +51,7 @@ _SELECT = (
     + ", ".join(f"{c}::text" if c in _JSON else c for c in COLUMNS)
     + " FROM neuraxis_responses "
 )
-_UPSERT = (
-    f"INSERT INTO neuraxis_responses ({', '.join(COLUMNS)}) VALUES "
-    f"({', '.join(f'${i}' for i in range(1, len(COLUMNS) + 1))}) ON CONFLICT (id) DO UPDATE SET "
-    + ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS if c != "id")
-    # A deleted response's tombstone is never overwritten.
-    + f" WHERE neuraxis_responses.status != '{DELETED}'"
-)
-_RUNNING = f"status IN ({', '.join(repr(s) for s in RUNNING)})"
+_UPSERT = upsert("neuraxis_responses", [f"${i}" for i in range(1, len(COLUMNS) + 1)])
 
 
 def _count(status: str) -> int:
@@ -93,11 +87,13 @@ class PostgresResponseStore(ResponseStore):
         return None if row is None else StoredResponse.from_row(row)
 
     async def running(self, owner: str) -> list[StoredResponse]:
-        return await self._select(f"WHERE owner = $1 AND {_RUNNING} ORDER BY created_at, id", owner)
+        return await self._select(
+            f"WHERE owner = $1 AND {RUNNING_ROW} ORDER BY created_at, id", owner
+        )
 
     async def running_under(self, prefix: str) -> list[StoredResponse]:
         return await self._select(
-            f"WHERE left(owner, $1) = $2 AND {_RUNNING} ORDER BY created_at, id",
+            f"WHERE left(owner, $1) = $2 AND {RUNNING_ROW} ORDER BY created_at, id",
             len(prefix),
             prefix,
         )
@@ -117,7 +113,7 @@ class PostgresResponseStore(ResponseStore):
             return set()
         pool = await self._connection_pool()
         rows = await pool.fetch(
-            f"UPDATE neuraxis_responses SET lease_until = $1 WHERE owner = $2 AND {_RUNNING} "
+            f"UPDATE neuraxis_responses SET lease_until = $1 WHERE owner = $2 AND {RUNNING_ROW} "
             "AND id = ANY($3::text[]) RETURNING id",
             until,
             owner,
@@ -127,7 +123,7 @@ class PostgresResponseStore(ResponseStore):
 
     async def expired(self, now: float) -> list[StoredResponse]:
         return await self._select(
-            f"WHERE {_RUNNING} AND lease_until > 0 AND lease_until < $1 ORDER BY created_at, id",
+            f"WHERE {RUNNING_ROW} AND lease_until > 0 AND lease_until < $1 ORDER BY created_at, id",
             now,
         )
 
@@ -137,12 +133,11 @@ class PostgresResponseStore(ResponseStore):
             "DELETE FROM neuraxis_responses WHERE id IN "
             "(SELECT id FROM neuraxis_responses WHERE created_at < $1 LIMIT $2)"
         )
-        total = 0
-        while True:  # in batches: no transaction holds the whole purge
-            count = _count(await pool.execute(sql, before, batch))
-            total += count
-            if count < batch:
-                return total
+
+        async def one_batch() -> int:
+            return _count(await pool.execute(sql, before, batch))
+
+        return await in_batches(one_batch, batch)  # no transaction holds the whole purge
 
     async def claim(self, job: str, holder: str, now: float, until: float) -> bool:
         pool = await self._connection_pool()

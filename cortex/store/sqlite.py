@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cortex.store.base import COLUMNS, DELETED, RUNNING, ResponseStore, StoredResponse
+from cortex.store.base import COLUMNS, DELETED, ResponseStore, StoredResponse, in_batches
+from cortex.store.sql import RUNNING_ROW, upsert
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -50,15 +51,8 @@ _ADDED = {
 }
 
 
-# An upsert that never overwrites a deleted response's tombstone.
-_INSERT = (
-    f"INSERT INTO responses ({', '.join(COLUMNS)}) "
-    f"VALUES ({','.join('?' * len(COLUMNS))}) ON CONFLICT (id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != "id")
-    + f" WHERE responses.status != '{DELETED}'"
-)
+_INSERT = upsert("responses", "?" * len(COLUMNS))
 T = TypeVar("T")
-_RUNNING = f"status IN ({', '.join(repr(s) for s in RUNNING)})"
 
 
 class SqliteResponseStore(ResponseStore):
@@ -89,12 +83,12 @@ class SqliteResponseStore(ResponseStore):
 
     async def running(self, owner: str) -> list[StoredResponse]:
         return await self._select(
-            f"WHERE owner = ? AND {_RUNNING} ORDER BY created_at, id", (owner,)
+            f"WHERE owner = ? AND {RUNNING_ROW} ORDER BY created_at, id", (owner,)
         )
 
     async def running_under(self, prefix: str) -> list[StoredResponse]:
         return await self._select(
-            f"WHERE substr(owner, 1, ?) = ? AND {_RUNNING} ORDER BY created_at, id",
+            f"WHERE substr(owner, 1, ?) = ? AND {RUNNING_ROW} ORDER BY created_at, id",
             (len(prefix), prefix),
         )
 
@@ -111,7 +105,7 @@ class SqliteResponseStore(ResponseStore):
             return set()
         marks = ",".join("?" * len(ids))
         sql = (
-            f"UPDATE responses SET lease_until = ? WHERE owner = ? AND {_RUNNING} "
+            f"UPDATE responses SET lease_until = ? WHERE owner = ? AND {RUNNING_ROW} "
             f"AND id IN ({marks}) RETURNING id"
         )
 
@@ -122,7 +116,7 @@ class SqliteResponseStore(ResponseStore):
 
     async def expired(self, now: float) -> list[StoredResponse]:
         return await self._select(
-            f"WHERE {_RUNNING} AND lease_until > 0 AND lease_until < ? ORDER BY created_at, id",
+            f"WHERE {RUNNING_ROW} AND lease_until > 0 AND lease_until < ? ORDER BY created_at, id",
             (now,),
         )
 
@@ -131,12 +125,8 @@ class SqliteResponseStore(ResponseStore):
             "DELETE FROM responses WHERE id IN "
             "(SELECT id FROM responses WHERE created_at < ? LIMIT ?)"
         )
-        total = 0
-        while True:  # in batches: other writers wait for one batch, not the whole purge
-            count = await self._write(sql, (before, batch))
-            total += count
-            if count < batch:
-                return total
+        # In batches: other writers wait for one batch, not the whole purge.
+        return await in_batches(lambda: self._write(sql, (before, batch)), batch)
 
     async def claim(self, job: str, holder: str, now: float, until: float) -> bool:
         sql = (

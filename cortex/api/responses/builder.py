@@ -38,6 +38,7 @@ from cortex.api.responses.events import (
 )
 from cortex.api.responses.items import new_id
 from cortex.api.tools import CallNaming
+from cortex.store.compact import DELTAS
 
 # The keys of the response object the builder owns; the rest echo the request.
 _OWN = (
@@ -50,12 +51,6 @@ _OWN = (
     "incomplete_details",
     "output",
     "usage",
-)
-_DELTAS = (
-    "response.output_text.delta",
-    "response.reasoning_text.delta",
-    "response.function_call_arguments.delta",
-    "response.custom_tool_call_input.delta",
 )
 
 
@@ -135,7 +130,7 @@ class ResponseBuilder:
         deltas: dict[str, list[str]] = {}
         logprobs: dict[str, list[Json]] = {}
         for e in events:
-            if e["type"] in _DELTAS:
+            if e["type"] in DELTAS:
                 deltas.setdefault(e["item_id"], []).append(e["delta"])
                 logprobs.setdefault(e["item_id"], []).extend(e.get("logprobs", []))
         builder._call_count = sum(

@@ -9,18 +9,20 @@ are echoed as they are stored.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, TypeAdapter
 
 Json = dict[str, Any]
 
-TERMINAL = (
+# The events that end a response's stream.
+Terminal = Literal[
     "response.completed",
     "response.incomplete",
     "response.failed",
     "response.cancelled",
-)
+]
+TERMINAL: tuple[str, ...] = get_args(Terminal)
 
 
 class Event(BaseModel):
@@ -32,14 +34,7 @@ class ResponseLifecycle(Event):
     """response.created / in_progress and the terminal ones, with the whole
     response object as it stands."""
 
-    type: Literal[
-        "response.created",
-        "response.in_progress",
-        "response.completed",
-        "response.incomplete",
-        "response.failed",
-        "response.cancelled",
-    ]
+    type: Literal["response.created", "response.in_progress", Terminal]
     response: Json
 
 

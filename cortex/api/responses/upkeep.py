@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from pydantic import Field
+from pydantic import Field, NonNegativeFloat, PositiveFloat
 
 from axon.settings import SettingsGroup
 from cortex.api.responses import run as runs
@@ -44,21 +44,18 @@ class UpkeepSettings(SettingsGroup):
     """How long stored responses are kept, and the
     leases of the running ones."""
 
-    ttl_days: float = Field(
+    ttl_days: NonNegativeFloat = Field(
         30.0,
-        ge=0,
         description="stored responses are deleted this many days after they were created "
         "(0: kept forever)",
     )
-    purge_interval_s: float = Field(
+    purge_interval_s: PositiveFloat = Field(
         3600.0,
-        gt=0,
         description="how often expired stored responses are purged; one instance (or worker) "
         "sharing the store does it at a time",
     )
-    lease_s: float = Field(
+    lease_s: PositiveFloat = Field(
         30.0,
-        gt=0,
         description="a running stored response whose instance has not renewed its lease for "
         "this long (renewed every third of it) is marked failed by any instance sharing the store",
     )

@@ -19,35 +19,19 @@ import pytest
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
-from harness.postgres import fresh_database
+from tests.contract.cortex.store import backends
 
 # A factory opening the backend under test; calling it again opens the same
 # data (a restarted cortex).
 Opener = Callable[[], ResponseStore]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=backends.BACKENDS)
 async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
-    opened: list[ResponseStore] = []
-    if request.param == "sqlite":
-        path = tmp_path / "responses.sqlite3"
-
-        def make() -> ResponseStore:
-            return SqliteResponseStore(path)
-    else:
-        dsn = await fresh_database(request.getfixturevalue("postgres_dsn"))
-
-        def make() -> ResponseStore:
-            return PostgresResponseStore(dsn)
-
-    def opener() -> ResponseStore:
-        store = make()
-        opened.append(store)
-        return store
-
-    yield opener
-    for store in opened:
-        await store.close()
+    async with backends.opener(
+        request, tmp_path, SqliteResponseStore, PostgresResponseStore
+    ) as open_one:
+        yield open_one
 
 
 @pytest.fixture

@@ -15,33 +15,15 @@ import pytest
 from cortex.store.keys import ApiKey, KeyStore, Usage
 from cortex.store.postgres_keys import PostgresKeyStore
 from cortex.store.sqlite_keys import SqliteKeyStore
-from harness.postgres import fresh_database
+from tests.contract.cortex.store import backends
 
 Opener = Callable[[], KeyStore]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=backends.BACKENDS)
 async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
-    opened: list[KeyStore] = []
-    if request.param == "sqlite":
-        path = tmp_path / "responses.sqlite3"
-
-        def make() -> KeyStore:
-            return SqliteKeyStore(path)
-    else:
-        dsn = await fresh_database(request.getfixturevalue("postgres_dsn"))
-
-        def make() -> KeyStore:
-            return PostgresKeyStore(dsn)
-
-    def opener() -> KeyStore:
-        store = make()
-        opened.append(store)
-        return store
-
-    yield opener
-    for store in opened:
-        await store.close()
+    async with backends.opener(request, tmp_path, SqliteKeyStore, PostgresKeyStore) as open_one:
+        yield open_one
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from cortex.routing.policy import RouteHints
 from cortex.routing.pool import NeuronPool
 from cortex.schemas.surfaces import CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, Surface
 from tests.unit.cortex.api.fakes import Script, ScriptedPool, api_request, gateway
-from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
+from tests.unit.cortex.routing.fakes import FakeNeuron
+from tests.unit.cortex.routing.pools import fake_pool
 
 
 def _request(
@@ -99,15 +100,7 @@ async def test_an_error_before_the_first_message_is_raised() -> None:
 
 
 def _affinity_pool(neurons: list[FakeNeuron]) -> NeuronPool:
-    return NeuronPool(
-        neurons,
-        expected_models=["m"],
-        poll_interval_s=0.05,
-        request_timeout_s=5.0,
-        max_retries=1,
-        client_factory=Fleet(),
-        policy=PolicyTable("prefix_affinity"),
-    )
+    return fake_pool(neurons, policy=PolicyTable("prefix_affinity"))
 
 
 def _turn(request_id: str, content: str) -> pb.GenerateRequest:

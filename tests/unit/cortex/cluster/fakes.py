@@ -71,7 +71,6 @@ class FakeBackend:
 
     def _describe(self, replica: FakeReplica) -> RunningReplica:
         where = next(n for n in self.node_list if n.node_id == replica.node_id)
-        started = replica.started
         return RunningReplica(
             replica_id=replica.request.replica_id,
             model=replica.request.model,
@@ -80,10 +79,7 @@ class FakeBackend:
             host=where.host,
             generation=where.generation,
             created=replica.created,
-            address=started.address if started else None,
-            metrics_port=started.metrics_port if started else None,
-            pid=started.pid if started else None,
-            log=started.log if started else None,
+            started=replica.started,
             started_at=replica.started_at,
         )
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from cortex.cluster.backend import Health, Liveness, RunningReplica
+from cortex.cluster.backend import Health, Liveness, RunningReplica, Started
 from cortex.cluster.decisions import (
     ReplicaRecord,
     adoption_refusal,
@@ -82,7 +82,8 @@ def test_suspect_nodes_are_avoided_until_their_time() -> None:
 
 
 def _running(serial: int, address: str | None = "127.0.0.1:50051") -> RunningReplica:
-    return RunningReplica(f"m-{serial}", "m", serial, "n1", "10.0.0.1", None, 100.0, address)
+    started = Started(address, 9400, 7, "/logs/n.log") if address else None
+    return RunningReplica(f"m-{serial}", "m", serial, "n1", "10.0.0.1", None, 100.0, started)
 
 
 def test_only_a_replica_whose_neuron_serves_is_adopted() -> None:

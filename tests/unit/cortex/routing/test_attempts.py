@@ -18,6 +18,7 @@ from cortex.routing.attempts import Attempts
 from cortex.routing.deadlines import Deadlines, RequestDeadline
 from cortex.routing.ejection import EjectionOptions, OutlierEjection
 from cortex.routing.least_outstanding import LeastOutstanding
+from cortex.routing.pool_settings import PoolSettings
 from cortex.routing.retry_budget import RetryBudget
 from cortex.routing.roster import NeuronState, Roster
 from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
@@ -32,9 +33,7 @@ async def _attempts(*addresses: str) -> tuple[Attempts, Roster]:
         clock=lambda: 100.0,
         admission=AdmissionOptions(),
         on_refresh=lambda: None,
-        poll_interval_s=60.0,
-        load_interval_s=60.0,
-        health_timeout_s=1.0,
+        settings=PoolSettings(poll_interval_s=60.0, load_interval_s=60.0),
     )
     await roster.refresh()
     admission = AdmissionControl(
@@ -49,7 +48,6 @@ async def _attempts(*addresses: str) -> tuple[Attempts, Roster]:
         ejection=OutlierEjection(EjectionOptions(), lambda: 100.0),
         budget=RetryBudget(None),
         max_retries=1,
-        embed_timeout_s=5.0,
     )
     return attempts, roster
 

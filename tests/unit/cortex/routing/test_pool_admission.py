@@ -6,7 +6,7 @@ the queue timing out and filling up."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -17,6 +17,7 @@ from cortex.routing.policy import Candidate, RouteRequest, RoutingPolicy
 from cortex.routing.pool import NeuronPool
 from harness.clock import ManualClock, until
 from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, text
+from tests.unit.cortex.routing.pools import fake_pool, texts
 
 
 class FirstCandidate(RoutingPolicy):
@@ -39,18 +40,16 @@ def _pool(
     timeout_s: float = 5.0,
     policy: RoutingPolicy | None = None,
 ) -> NeuronPool:
-    return NeuronPool(
+    return fake_pool(
         neurons,
-        expected_models=["m"],
-        poll_interval_s=60,
-        request_timeout_s=60,
-        max_retries=1,
+        policy=policy,
         clock=time,
+        timeout_s=60,
+        poll_interval_s=60,
         admission=AdmissionOptions(
             replica_max_concurrency=cap, queue_size=size, queue_timeout_s=timeout_s
         ),
         sleep=time.sleep,
-        policy=policy,
     )
 
 
@@ -62,10 +61,6 @@ def _held(neuron: FakeNeuron) -> asyncio.Event:
 
 def _request(i: int = 0) -> pb.GenerateRequest:
     return pb.GenerateRequest(request_id=f"req-{i}", model="m")
-
-
-async def _drain(stream: AsyncIterator[pb.GenerateResponse]) -> list[str]:
-    return [c.text async for r in stream for c in r.choices]
 
 
 async def test_requests_beyond_the_caps_wait_and_proceed_when_a_slot_frees() -> None:
@@ -82,12 +77,12 @@ async def test_requests_beyond_the_caps_wait_and_proceed_when_a_slot_frees() -> 
     await until(lambda: pool.queued("m") == 1)
     assert len(a.generate_requests) + len(b.generate_requests) == 2  # not dispatched
     holds[b.address].set()  # b's request ends: its slot frees
-    assert await _drain(second) == ["!"]
+    assert await texts(second) == ["!"]
     await third
     assert pool.queued("m") == 0
     assert [r.request_id for r in b.generate_requests] == ["req-2", "req-3"]
     holds[a.address].set()
-    await _drain(first)
+    await texts(first)
 
 
 async def test_the_cap_defaults_to_what_the_neuron_reports() -> None:
@@ -105,7 +100,7 @@ async def test_the_cap_defaults_to_what_the_neuron_reports() -> None:
     assert neuron.streams_open == 2
     hold.set()
     for stream in streams:
-        await _drain(stream)
+        await texts(stream)
     await waiting
 
 
@@ -120,7 +115,7 @@ async def test_without_a_reported_batch_size_nothing_is_capped() -> None:
     assert neuron.streams_open == 5
     hold.set()
     for stream in streams:
-        await _drain(stream)
+        await texts(stream)
 
 
 async def test_the_policy_sees_only_replicas_below_their_caps() -> None:
@@ -136,8 +131,8 @@ async def test_the_policy_sees_only_replicas_below_their_caps() -> None:
     assert (a.streams_open, b.streams_open) == (1, 1)
     hold_a.set()
     hold_b.set()
-    await _drain(first)
-    await _drain(second)
+    await texts(first)
+    await texts(second)
 
 
 async def test_a_full_queue_and_a_timed_out_wait_are_503_model_overloaded() -> None:
@@ -158,7 +153,7 @@ async def test_a_full_queue_and_a_timed_out_wait_are_503_model_overloaded() -> N
         await queued
     assert pool.queued("m") == 0 and len(neuron.generate_requests) == 1
     hold.set()
-    await _drain(busy)
+    await texts(busy)
 
 
 async def test_a_replica_becoming_ready_takes_the_waiters() -> None:
@@ -170,13 +165,13 @@ async def test_a_replica_becoming_ready_takes_the_waiters() -> None:
     await pool.refresh()
     busy = pool.generate(_request(0))
     await anext(busy)
-    waiting = asyncio.create_task(_drain(pool.generate(_request(1))))
+    waiting = asyncio.create_task(texts(pool.generate(_request(1))))
     await until(lambda: pool.queued("m") == 1)
     b.ready = True
     await pool.refresh()  # the health poll finds b ready: its slot is free
     assert await waiting == ["from b", "!"]
     hold.set()
-    await _drain(busy)
+    await texts(busy)
 
 
 async def test_an_embedding_request_is_admitted_the_same_way() -> None:
@@ -190,5 +185,5 @@ async def test_an_embedding_request_is_admitted_the_same_way() -> None:
     with pytest.raises(ModelOverloadedError):
         await pool.embed(pb.EmbedRequest(request_id="e", model="m"))
     hold.set()
-    await _drain(busy)
+    await texts(busy)
     assert (await pool.embed(pb.EmbedRequest(request_id="e", model="m"))).embeddings

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.least_outstanding import LeastOutstanding
+from cortex.routing.pool_settings import PoolSettings
 from cortex.routing.roster import Roster
 from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
 
@@ -28,9 +29,7 @@ def _roster(
         clock=lambda: 100.0,
         admission=AdmissionOptions(replica_max_concurrency=cap),
         on_refresh=lambda: seen.append(True),
-        poll_interval_s=60.0,
-        load_interval_s=60.0,
-        health_timeout_s=1.0,
+        settings=PoolSettings(poll_interval_s=60.0, load_interval_s=60.0),
     )
 
 

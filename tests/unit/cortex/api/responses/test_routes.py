@@ -15,10 +15,10 @@ from cortex.app import create_app
 from cortex.config import CortexSettings, StoreSettings
 from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import RouteHints
-from cortex.routing.pool import NeuronPool
 from harness import sse
 from tests.unit.cortex.api.fakes import client
-from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
+from tests.unit.cortex.routing.fakes import FakeNeuron
+from tests.unit.cortex.routing.pools import fake_pool
 
 HI = pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text="Hi")])
 END = pb.GenerateResponse(
@@ -133,15 +133,7 @@ def test_the_routing_hints_name_the_chain_and_the_cache_key() -> None:
 
 def test_a_chain_returns_to_the_neuron_that_served_it() -> None:
     neurons = [FakeNeuron(f"route-{i}:1") for i in range(4)]
-    pool = NeuronPool(
-        neurons,
-        expected_models=["m"],
-        poll_interval_s=0.05,
-        request_timeout_s=5.0,
-        max_retries=1,
-        client_factory=Fleet(),
-        policy=PolicyTable("prefix_affinity"),
-    )
+    pool = fake_pool(neurons, policy=PolicyTable("prefix_affinity"))
     settings = CortexSettings(
         store=StoreSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-")))
     )

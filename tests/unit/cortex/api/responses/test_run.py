@@ -5,11 +5,9 @@ recovery all end through the builder and are stored before they are told."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from starlette.requests import Request
@@ -18,51 +16,12 @@ from starlette.types import Message, Scope
 from axon.errors import ContextLengthExceededError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api.responses import run as runs
-from cortex.api.responses.builder import ResponseBuilder
 from cortex.recording import PrometheusRecorder
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.sqlite import SqliteResponseStore
+from tests.unit.cortex.api.responses import scripted
 
 DEADLINE_S = 10
-
-
-def _text(text: str) -> pb.GenerateResponse:
-    return pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text=text)])
-
-
-END = pb.GenerateResponse(
-    choices=[pb.ChoiceDelta(index=0, finish_reason=pb.FINISH_REASON_STOP)],
-    usage=pb.Usage(prompt_tokens=4, completion_tokens=2),
-)
-
-
-async def _stream(
-    *items: pb.GenerateResponse | BaseException,
-) -> AsyncIterator[pb.GenerateResponse]:
-    for item in items:
-        if isinstance(item, BaseException):
-            raise item
-        yield item
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[ResponseStore]:
-    s = SqliteResponseStore(tmp_path / "responses.sqlite3")
-    yield s
-    await s.close()
-
-
-def _run(store: ResponseStore, rid: str = "resp_1", owner: str = "") -> runs.ResponseRun:
-    builder = ResponseBuilder(rid, 1, {"model": "m", "background": False})
-    return runs.ResponseRun(
-        store,
-        builder,
-        previous_response_id=None,
-        input_items=[],
-        stored=True,
-        owner=owner,
-        recorder=PrometheusRecorder(),
-    )
 
 
 def _request() -> Request:
@@ -74,17 +33,6 @@ def _request() -> Request:
     return Request(scope, receive)
 
 
-def _parse(frames: list[bytes]) -> list[dict[str, Any]]:
-    """The events of the frames (a neuron message's events are one frame)."""
-    events = []
-    for frame in b"".join(frames).decode().split("\n\n")[:-1]:
-        kind, data = frame.split("\n")
-        event = json.loads(data.removeprefix("data: "))
-        assert kind == f"event: {event['type']}"
-        events.append(event)
-    return events
-
-
 async def _stored(store: ResponseStore, rid: str = "resp_1") -> StoredResponse:
     record = await store.get(rid)
     assert record is not None
@@ -92,8 +40,10 @@ async def _stored(store: ResponseStore, rid: str = "resp_1") -> StoredResponse:
 
 
 async def test_non_streamed_response_is_stored_completed(store: ResponseStore) -> None:
-    run = _run(store)
-    await runs.complete(_request(), run, _text("Pa"), _stream(_text("ris"), END))
+    run = scripted.response_run(store)
+    await runs.complete(
+        _request(), run, scripted.text("Pa"), scripted.stream(scripted.text("ris"), scripted.END)
+    )
     record = await _stored(store)
     assert record.status == "completed"
     assert record.response["output"][0]["content"][0]["text"] == "Paris"
@@ -104,18 +54,23 @@ async def test_non_streamed_response_is_stored_completed(store: ResponseStore) -
 async def test_streamed_response_frames_typed_events_and_stores_them(
     store: ResponseStore,
 ) -> None:
-    run = _run(store)
-    frames = [f async for f in runs.stream(run, _text("Pa"), _stream(_text("ris"), END))]
-    events = _parse(frames)
+    run = scripted.response_run(store)
+    frames = [
+        f
+        async for f in runs.stream(
+            run, scripted.text("Pa"), scripted.stream(scripted.text("ris"), scripted.END)
+        )
+    ]
+    events = scripted.parse(frames)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[-1]["type"] == "response.completed"
     assert (await _stored(store)).events == events
 
 
 async def test_context_length_failure_mid_stream_carries_its_code(store: ResponseStore) -> None:
-    run = _run(store)
-    failing = _stream(ContextLengthExceededError("too long"))
-    events = _parse([f async for f in runs.stream(run, _text("Pa"), failing)])
+    run = scripted.response_run(store)
+    failing = scripted.stream(ContextLengthExceededError("too long"))
+    events = scripted.parse([f async for f in runs.stream(run, scripted.text("Pa"), failing)])
     assert events[-1]["type"] == "response.failed"
     error = events[-1]["response"]["error"]
     assert error == {"code": "invalid_prompt", "message": "too long"}
@@ -126,10 +81,12 @@ async def test_context_length_failure_mid_stream_carries_its_code(store: Respons
 async def test_unexpected_failure_is_logged_and_ends_as_server_error(
     store: ResponseStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run = _run(store, "resp_x")
+    run = scripted.response_run(store, "resp_x")
     with caplog.at_level(logging.ERROR, logger="neuraxis.cortex"):
-        frames = [f async for f in runs.stream(run, _text("a"), _stream(KeyError("boom")))]
-    last = _parse(frames)[-1]
+        frames = [
+            f async for f in runs.stream(run, scripted.text("a"), scripted.stream(KeyError("boom")))
+        ]
+    last = scripted.parse(frames)[-1]
     assert last["type"] == "response.failed"
     assert last["response"]["error"]["code"] == "server_error"
     assert any(getattr(r, "request_id", None) == "resp_x" for r in caplog.records if r.exc_info)
@@ -142,9 +99,14 @@ class _Unwritable(SqliteResponseStore):
 
 async def test_a_store_that_fails_still_ends_the_stream(tmp_path: Path) -> None:
     store = _Unwritable(tmp_path / "r.sqlite3")
-    frames = [f async for f in runs.stream(_run(store), _text("a"), _stream(END))]
+    frames = [
+        f
+        async for f in runs.stream(
+            scripted.response_run(store), scripted.text("a"), scripted.stream(scripted.END)
+        )
+    ]
     await store.close()
-    last = _parse(frames)[-1]
+    last = scripted.parse(frames)[-1]
     # The response's own terminal event (issue 13 point 6), not the last-resort `error`.
     assert last["type"] == "response.failed"
     assert last["response"]["error"]["code"] == "server_error"
@@ -165,8 +127,10 @@ async def test_background_failure_on_context_length_is_stored_with_its_code(
     store: ResponseStore,
 ) -> None:
     background: dict[str, runs.ResponseRun] = {}
-    run = _run(store, owner="host:1")
-    await runs.start_background(run, _stream(ContextLengthExceededError("too long")), background)
+    run = scripted.response_run(store, owner="host:1")
+    await runs.start_background(
+        run, scripted.stream(ContextLengthExceededError("too long")), background
+    )
     assert run.task is not None
     await run.task
     record = await _stored(store)
@@ -182,8 +146,8 @@ async def test_background_failure_on_context_length_is_stored_with_its_code(
 
 async def test_background_completes_and_leaves_the_table(store: ResponseStore) -> None:
     background: dict[str, runs.ResponseRun] = {}
-    run = _run(store)
-    await runs.start_background(run, _stream(_text("Hi"), END), background)
+    run = scripted.response_run(store)
+    await runs.start_background(run, scripted.stream(scripted.text("Hi"), scripted.END), background)
     assert (await _stored(store)).response["background"] is True
     assert run.task is not None
     await run.task
@@ -194,13 +158,13 @@ async def test_cancel_ends_open_items_as_incomplete(store: ResponseStore) -> Non
     fed = asyncio.Event()
 
     async def endless() -> AsyncIterator[pb.GenerateResponse]:
-        yield _text("Par")
+        yield scripted.text("Par")
         fed.set()
         await asyncio.Event().wait()
-        yield END
+        yield scripted.END
 
     background: dict[str, runs.ResponseRun] = {}
-    run = _run(store)
+    run = scripted.response_run(store)
     await runs.start_background(run, endless(), background)
     await asyncio.wait_for(fed.wait(), DEADLINE_S)
     await runs.cancel(run)
@@ -212,11 +176,11 @@ async def test_orphans_end_through_the_builder(store: ResponseStore) -> None:
     """A response cut off mid-generation: its open message is closed (with
     the text streamed so far) and it ends with response.failed, numbered
     after the stored events."""
-    run = _run(store, owner="host:1")
+    run = scripted.response_run(store, owner="host:1")
     run.builder.fields["background"] = True
     run.add(run.builder.start())
-    run.add(run.builder.feed(_text("Par")))
-    run.add(run.builder.feed(_text("is")))
+    run.add(run.builder.feed(scripted.text("Par")))
+    run.add(run.builder.feed(scripted.text("is")))
     await run.save()  # as the crashed instance left it
 
     assert await runs.fail_orphans(store, "host:1", PrometheusRecorder()) == 1

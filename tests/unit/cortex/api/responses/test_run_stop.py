@@ -8,42 +8,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
+from typing import Any
 
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.api.responses import run as runs
-from cortex.api.responses.builder import ResponseBuilder
-from cortex.recording import PrometheusRecorder
 from cortex.store.base import ResponseStore, StoredResponse
 from cortex.store.postgres import PostgresResponseStore
 from cortex.store.sqlite import SqliteResponseStore
 from harness.ports import free_port
-from tests.unit.cortex.api.responses.test_run import END, _parse, _stream, _text
+from tests.unit.cortex.api.responses import scripted
 
 DEADLINE_S = 10
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[ResponseStore]:
-    s = SqliteResponseStore(tmp_path / "responses.sqlite3")
-    yield s
-    await s.close()
-
-
 def _run(store: ResponseStore, *, background: bool = False) -> runs.ResponseRun:
-    builder = ResponseBuilder("resp_1", 1, {"model": "m", "background": background})
-    return runs.ResponseRun(
-        store,
-        builder,
-        previous_response_id=None,
-        input_items=[],
-        stored=True,
-        owner="host:1/7",
-        lease_s=30,
-        recorder=PrometheusRecorder(),
-    )
+    return scripted.response_run(store, owner="host:1/7", background=background, lease_s=30)
 
 
 class Endless:
@@ -57,10 +37,10 @@ class Endless:
 
     async def __call__(self) -> AsyncIterator[pb.GenerateResponse]:
         try:
-            yield _text("Par")
+            yield scripted.text("Par")
             self.fed.set()
             await (self._then or asyncio.Event()).wait()
-            yield END
+            yield scripted.END
         except asyncio.CancelledError:
             self.aborted.set()
             raise
@@ -72,7 +52,7 @@ async def test_delete_stops_a_streamed_run_and_it_never_comes_back(store: Respon
     run = _run(store)
 
     async def read() -> list[bytes]:
-        return [f async for f in runs.stream(run, _text("P"), neuron(), registry)]
+        return [f async for f in runs.stream(run, scripted.text("P"), neuron(), registry)]
 
     reader = asyncio.create_task(read())
     await asyncio.wait_for(neuron.fed.wait(), DEADLINE_S)
@@ -82,7 +62,7 @@ async def test_delete_stops_a_streamed_run_and_it_never_comes_back(store: Respon
     run.stop()
     frames = await asyncio.wait_for(reader, DEADLINE_S)
     assert neuron.aborted.is_set()
-    events = _parse(frames)
+    events = scripted.parse(frames)
     assert events[-1]["type"] == "response.failed"
     assert "deleted" in events[-1]["response"]["error"]["message"]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
@@ -135,27 +115,39 @@ class _FailsAfter(SqliteResponseStore):
         return await super().put(record)
 
 
-def _store_errors() -> float:
-    value: float = metrics.STORE_ERRORS.labels("sqlite", "put")._value.get()
+def _store_errors(backend: str) -> float:
+    value: float = metrics.STORE_ERRORS.labels(backend, "put")._value.get()
     return value
+
+
+async def _failed_stream(store: ResponseStore) -> list[dict[str, Any]]:
+    """The events of a foreground run on `store` (closed after it), which
+    must end the stream failed with a server error."""
+    try:
+        frames = [
+            f
+            async for f in runs.stream(
+                _run(store), scripted.text("Pa"), scripted.stream(scripted.END)
+            )
+        ]
+    finally:
+        await store.close()
+    events = scripted.parse(frames)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["code"] == "server_error"
+    return events
 
 
 async def test_a_store_failing_at_the_end_ends_the_stream_failed_and_counted(
     tmp_path: Path,
 ) -> None:
     store = _FailsAfter(tmp_path / "r.sqlite3", ok=1)  # the row at the start, then full
-    before = _store_errors()
-    try:
-        frames = [f async for f in runs.stream(_run(store), _text("Pa"), _stream(END))]
-    finally:
-        await store.close()
-    events = _parse(frames)
-    assert events[-1]["type"] == "response.failed"
-    assert events[-1]["response"]["error"]["code"] == "server_error"
+    before = _store_errors("sqlite")
+    events = await _failed_stream(store)
     # The completion that could not be stored was never sent: no gap.
     assert "response.completed" not in [e["type"] for e in events]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    assert _store_errors() > before
+    assert _store_errors("sqlite") > before
 
 
 async def test_a_background_run_whose_store_fails_keeps_its_lease_to_expire(
@@ -165,7 +157,9 @@ async def test_a_background_run_whose_store_fails_keeps_its_lease_to_expire(
     background: runs.Registry = {}
     run = _run(store, background=True)
     try:
-        await runs.start_background(run, _stream(_text("Hi"), END), background)
+        await runs.start_background(
+            run, scripted.stream(scripted.text("Hi"), scripted.END), background
+        )
         assert run.task is not None
         await asyncio.wait_for(run.task, DEADLINE_S)  # ends without raising
         record = await store.get("resp_1")
@@ -184,7 +178,7 @@ async def test_a_client_leaving_mid_stream_ends_the_stored_response_failed(
     run = _run(store)
 
     async def read() -> None:
-        async for _ in runs.stream(run, _text("P"), neuron(), registry):
+        async for _ in runs.stream(run, scripted.text("P"), neuron(), registry):
             pass
 
     reader = asyncio.create_task(read())
@@ -208,12 +202,6 @@ async def test_postgresql_down_ends_the_stream_failed_and_counted() -> None:
     """A real client against a PostgreSQL that is not there (nothing listens
     on the port): the stream still ends with response.failed."""
     store = PostgresResponseStore(f"postgresql://neuraxis@127.0.0.1:{free_port()}/none")
-    before = metrics.STORE_ERRORS.labels("postgres", "put")._value.get()
-    try:
-        frames = [f async for f in runs.stream(_run(store), _text("Pa"), _stream(END))]
-    finally:
-        await store.close()
-    events = _parse(frames)
-    assert events[-1]["type"] == "response.failed"
-    assert events[-1]["response"]["error"]["code"] == "server_error"
-    assert metrics.STORE_ERRORS.labels("postgres", "put")._value.get() > before
+    before = _store_errors("postgres")
+    await _failed_stream(store)
+    assert _store_errors("postgres") > before

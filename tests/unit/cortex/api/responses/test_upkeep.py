@@ -6,30 +6,17 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 
 from cortex import metrics
 from cortex.api.responses import run as runs
-from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.upkeep import Upkeep, UpkeepSettings
 from cortex.recording import PrometheusRecorder
 from cortex.store.base import ResponseStore, StoredResponse
-from cortex.store.sqlite import SqliteResponseStore
 from harness.clock import ManualClock as Clock
-from tests.unit.cortex.api.responses.test_run import _text
+from tests.unit.cortex.api.responses import scripted
 
 ME = "host:1/7"
 DAY = 86_400
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[ResponseStore]:
-    s = SqliteResponseStore(tmp_path / "responses.sqlite3")
-    yield s
-    await s.close()
 
 
 def _upkeep(
@@ -46,20 +33,11 @@ def _upkeep(
 
 
 async def _running(store: ResponseStore, rid: str, clock: Clock) -> runs.ResponseRun:
-    builder = ResponseBuilder(rid, int(clock.now), {"model": "m", "background": True})
-    run = runs.ResponseRun(
-        store,
-        builder,
-        previous_response_id=None,
-        input_items=[],
-        stored=True,
-        owner=ME,
-        lease_s=30,
-        clock=clock,
-        recorder=PrometheusRecorder(),
+    run = scripted.response_run(
+        store, rid, owner=ME, background=True, lease_s=30, created=int(clock.now), clock=clock
     )
-    run.add(builder.start())
-    run.add(builder.feed(_text("Par")))
+    run.add(run.builder.start())
+    run.add(run.builder.feed(scripted.text("Par")))
     await run.save()
     return run
 
