@@ -6,6 +6,7 @@ postgres.py and redis.py; the Prometheus test starts its own.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import shutil
@@ -22,11 +23,17 @@ def installed(package: str, find: Callable[[], T | None]) -> T:
     `package` if it found nothing; fails if it still finds nothing."""
     found = find()
     if found is None:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package]
-        subprocess.run(install, check=True, env=env)
-        found = find()
+        # The suite's workers (pytest-xdist) may ask at once: one installs,
+        # the others wait on the lock and then find it installed.
+        with open("/tmp/neuraxis-apt.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            found = find()
+            if found is None:
+                env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+                subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+                install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package]
+                subprocess.run(install, check=True, env=env)
+                found = find()
     if found is None:
         raise RuntimeError(f"{package} is not installed and apt-get did not install it")
     return found
