@@ -12,6 +12,7 @@ import pytest
 from harness.stacks import SimStack, Stack, close_clients, embedded_stack, simulated_stack
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that end the shared stack (`ends_stack`) run after every
     other, in their own order: sorting is stable. Under pytest-xdist

@@ -8,7 +8,15 @@ from tests.fuzz.test_fuzz import REPORT
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
-    if REPORT:
+    lines = [
+        str(value)
+        for outcome in ("passed", "failed")
+        for report in terminalreporter.stats.get(outcome, [])
+        if report.when == "call"
+        for name, value in report.user_properties
+        if name == REPORT
+    ]
+    if lines:
         terminalreporter.section("fuzz counts")
-        for line in REPORT:
+        for line in lines:
             terminalreporter.write_line(line)

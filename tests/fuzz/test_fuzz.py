@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -32,8 +32,10 @@ RESULTS = REPO / "bench" / "results" / "fuzz"
 SIM = ["--sim-ttft-s", "0", "--sim-itl-s", "0"]
 MODELS = ("sim-a", "sim-b")
 
-# Lines for pytest's terminal summary (conftest.py prints them).
-REPORT: list[str] = []
+# The test's property that carries its line for pytest's terminal summary
+# (conftest.py prints them): a report's properties reach the main process
+# from an xdist worker, a module's list would not.
+REPORT = "fuzz counts"
 
 
 @dataclass(frozen=True)
@@ -74,14 +76,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(Target("auth-off", off, MODELS), Target("auth-on", on, MODELS, key))
 
 
-def _report(target: Target, tally: Tally, run_seed: int) -> None:
+def _report(target: Target, tally: Tally, run_seed: int) -> str:
     summary = {"target": target.label, "seed": run_seed, **tally.summary()}
     RESULTS.mkdir(parents=True, exist_ok=True)
     # Named by the run's size: make test's run never replaces make fuzz's.
     name = f"{target.label}-{_requests()}.json"
     (RESULTS / name).write_text(json.dumps(summary, indent=2))
     statuses = ", ".join(f"{s}: {n}" for s, n in summary["by_status"].items())
-    REPORT.append(
+    return (
         f"fuzz {target.label}: {tally.requests} requests in {summary['seconds']} s "
         f"(seed {run_seed}); {statuses}; 5xx {tally.server_errors}; "
         f"failures {len(tally.failures)}"
@@ -89,13 +91,15 @@ def _report(target: Target, tally: Tally, run_seed: int) -> None:
 
 
 @pytest.mark.parametrize("auth", ["off", "on"])
-def test_no_generated_request_gets_a_5xx_or_a_bare_error(cluster: Cluster, auth: str) -> None:
+def test_no_generated_request_gets_a_5xx_or_a_bare_error(
+    cluster: Cluster, auth: str, record_property: Callable[[str, object], None]
+) -> None:
     target = cluster.off if auth == "off" else cluster.on
     budget = _requests() // 2
     run_seed = _seed()
     with requests.Session() as session:
         tally = Fuzzer(target, session).run(budget, run_seed)
-    _report(target, tally, run_seed)
+    record_property(REPORT, _report(target, tally, run_seed))
     # Every /v1 operation was asked, and (nearly) the whole budget was sent:
     # an operation schemathesis runs out of cases for leaves its share to
     # the next.
