@@ -18,6 +18,7 @@ from cortex.schemas.chat import ChatCompletionRequest
 from harness import sse
 from tests.unit.cortex.api.fakes import Script, ScriptedPool
 from tests.unit.cortex.api.fakes import client as client_for
+from tests.unit.cortex.schemas import bodies
 
 
 def _text(text: str) -> pb.GenerateResponse:
@@ -307,16 +308,7 @@ def test_a_custom_call_in_history_is_the_function_call_the_model_was_offered() -
     body = ChatCompletionRequest.model_validate(
         {
             "model": "m",
-            "messages": [
-                {"role": "user", "content": "Count"},
-                {
-                    "role": "assistant",
-                    "tool_calls": [
-                        {"id": "c1", "type": "custom", "custom": {"name": "digits", "input": "7"}}
-                    ],
-                },
-                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-            ],
+            "messages": bodies.custom_call_history("digits", "7"),
             "tools": [{"type": "custom", "custom": {"name": "digits"}}],
         }
     )
