@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx2
 import pytest
@@ -207,6 +208,16 @@ AUTO_CALLS: Script = [
 ]
 
 
+def _call_delta(index: int, **fields: Any) -> dict[str, Any]:
+    """A chunk's delta carrying one tool call's part."""
+    return {"tool_calls": [{"index": index, **fields}]}
+
+
+def _named(name: str) -> dict[str, str]:
+    """A call's first part: its name, no arguments yet."""
+    return {"name": name, "arguments": ""}
+
+
 def test_streamed_tool_calls_come_as_deltas_in_the_order_the_neuron_sends_them() -> None:
     c, _ = _client(AUTO_CALLS)
     with c:
@@ -214,35 +225,11 @@ def test_streamed_tool_calls_come_as_deltas_in_the_order_the_neuron_sends_them()
     assert [(ch["choices"][0]["delta"], ch["choices"][0]["finish_reason"]) for ch in chunks] == [
         ({"role": "assistant", "content": ""}, None),
         ({"content": "Checking. "}, None),
-        (
-            {
-                "tool_calls": [
-                    {
-                        "index": 0,
-                        "id": "call_a",
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": ""},
-                    }
-                ]
-            },
-            None,
-        ),
-        ({"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]}, None),
-        ({"tool_calls": [{"index": 0, "function": {"arguments": ' "Rome"}'}}]}, None),
-        (
-            {
-                "tool_calls": [
-                    {
-                        "index": 1,
-                        "id": "call_b",
-                        "type": "function",
-                        "function": {"name": "get_time", "arguments": ""},
-                    }
-                ]
-            },
-            None,
-        ),
-        ({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}, None),
+        (_call_delta(0, id="call_a", type="function", function=_named("get_weather")), None),
+        (_call_delta(0, function={"arguments": '{"city":'}), None),
+        (_call_delta(0, function={"arguments": ' "Rome"}'}), None),
+        (_call_delta(1, id="call_b", type="function", function=_named("get_time")), None),
+        (_call_delta(1, function={"arguments": "{}"}), None),
         ({}, "tool_calls"),
     ]
 
