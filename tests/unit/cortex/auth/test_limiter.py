@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
-from pathlib import Path
 from typing import cast
 
 import pytest
@@ -28,12 +27,10 @@ T0 = 1_800_000_000.0
 
 
 @pytest.fixture(params=["shared", "local"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KeyStore]:
-    """The SQLite store's counters, or this process's in front of it: the
-    limiter behaves the same on both."""
-    opened = SqliteKeyStore(tmp_path / "responses.sqlite3")
-    yield counters_for(opened, local=request.param == "local")
-    await opened.close()
+def store(request: pytest.FixtureRequest, store: SqliteKeyStore) -> KeyStore:
+    """The SQLite store's counters (conftest.py's store), or this process's
+    in front of it: the limiter behaves the same on both."""
+    return counters_for(store, local=request.param == "local")
 
 
 def metered(
