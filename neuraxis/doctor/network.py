@@ -107,10 +107,23 @@ OUR_MODULES = frozenset({"neuraxis.cli", "neuraxis.doctor", "cortex.main", "neur
 
 
 def is_ours(cmdline: str) -> bool:
-    return any(
-        Path(arg).name in OUR_COMMANDS or arg in OUR_MODULES or arg.startswith("ray::")
-        for arg in cmdline.split()
-    )
+    """Whether the program a command line runs is one of ours. Only the
+    program counts (an interpreter's script or -m module): an argument that
+    merely names a neuraxis path, such as `pytest tests/unit/neuraxis`, does not."""
+    args = cmdline.split()
+    if not args:
+        return False
+    if args[0].startswith("ray::"):
+        return True
+    if not Path(args[0]).name.startswith("python"):
+        return Path(args[0]).name in OUR_COMMANDS
+    # The interpreter's options come before what it runs: a -m module or a script.
+    for i, arg in enumerate(args[1:], start=1):
+        if arg == "-m":
+            return i + 1 < len(args) and args[i + 1] in OUR_MODULES
+        if not arg.startswith("-"):
+            return Path(arg).name in OUR_COMMANDS
+    return False
 
 
 def holder_of(port: int) -> tuple[int, str] | None:
