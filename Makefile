@@ -65,19 +65,10 @@ proto-check: $(STAMP)
 # Each benchmark starts what it measures (`neuraxis up`, or a simulated Ray
 # cluster) and writes its summary to bench/results/. `make bench-smoke` runs
 # them all with --smoke (seconds each; `make test` does it too).
+BENCH_ALL := gateway_overhead embeddings_throughput metrics_cost responses_vs_chat failover \
+	tool_stream auth_cost admission routing routing_sim gateway_capacity store
 bench: $(STAMP)
-	$(PY) -m bench.gateway_overhead
-	$(PY) -m bench.embeddings_throughput
-	$(PY) -m bench.metrics_cost
-	$(PY) -m bench.responses_vs_chat
-	$(PY) -m bench.failover
-	$(PY) -m bench.tool_stream
-	$(PY) -m bench.auth_cost
-	$(PY) -m bench.admission
-	$(PY) -m bench.routing
-	$(PY) -m bench.routing_sim
-	$(PY) -m bench.gateway_capacity
-	$(PY) -m bench.store
+	set -e; for m in $(BENCH_ALL); do $(PY) -m bench.$$m; done
 
 bench-smoke: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/bench
