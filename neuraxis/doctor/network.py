@@ -106,6 +106,10 @@ OUR_COMMANDS = frozenset({"neuraxis", "gcs_server", "raylet"})
 OUR_MODULES = frozenset({"neuraxis.cli", "neuraxis.doctor", "cortex.main", "neuron.main"})
 
 
+# The interpreter's options that take a value (-W ignore, -X dev).
+_VALUE_OPTIONS = frozenset({"-W", "-X"})
+
+
 def is_ours(cmdline: str) -> bool:
     """Whether the program a command line runs is one of ours. Only the
     program counts (an interpreter's script or -m module): an argument that
@@ -117,11 +121,17 @@ def is_ours(cmdline: str) -> bool:
         return True
     if not Path(args[0]).name.startswith("python"):
         return Path(args[0]).name in OUR_COMMANDS
-    # The interpreter's options come before what it runs: a -m module or a script.
-    for i, arg in enumerate(args[1:], start=1):
+    # The interpreter's options come before what it runs: a -m module, -c
+    # code or a script.
+    rest = iter(args[1:])
+    for arg in rest:
         if arg == "-m":
-            return i + 1 < len(args) and args[i + 1] in OUR_MODULES
-        if not arg.startswith("-"):
+            return next(rest, "") in OUR_MODULES
+        if arg == "-c":
+            return False
+        if arg in _VALUE_OPTIONS:
+            next(rest, None)
+        elif not arg.startswith("-"):
             return Path(arg).name in OUR_COMMANDS
     return False
 
