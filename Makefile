@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing-sim bench-gateway soak install clean
+.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-store soak install clean
 
 install: $(STAMP)
 
@@ -29,8 +29,11 @@ run: $(STAMP)
 # Lint and type checks first (a minute at most), then the unit and the
 # real-process integration tests, and every benchmark in smoke mode
 # (tests/bench: a few requests each, against the session's stack).
+# pytest-xdist spreads the modules over TEST_WORKERS processes; those that
+# run a vLLM engine share one (tests/scheduling.py).
+TEST_WORKERS ?= 3
 test: lint typecheck
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 # schemathesis against cortex's published schema (tests/fuzz): two cortexes
 # (auth off, auth required) in front of sim neurons; `make test` sends 2,000
@@ -65,45 +68,30 @@ proto-check: $(STAMP)
 # Each benchmark starts what it measures (`neuraxis up`, or a simulated Ray
 # cluster) and writes its summary to bench/results/. `make bench-smoke` runs
 # them all with --smoke (seconds each; `make test` does it too).
+BENCH_ALL := gateway_overhead embeddings_throughput metrics_cost responses_vs_chat failover \
+	tool_stream auth_cost admission routing routing_sim gateway_capacity store
 bench: $(STAMP)
-	$(PY) -m bench.gateway_overhead
-	$(PY) -m bench.embeddings_throughput
-	$(PY) -m bench.metrics_cost
-	$(PY) -m bench.responses_vs_chat
-	$(PY) -m bench.failover
-	$(PY) -m bench.tool_stream
-	$(PY) -m bench.auth_cost
-	$(PY) -m bench.admission
-	$(PY) -m bench.routing
-	$(PY) -m bench.routing_sim
-	$(PY) -m bench.gateway_capacity
-	$(PY) -m bench.store
+	set -e; for m in $(BENCH_ALL); do $(PY) -m bench.$$m; done
 
 bench-smoke: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/bench
 
-bench-failover: $(STAMP)
-	$(PY) -m bench.failover
+# The benchmarks that run one module with its defaults, as target:module
+# (`make bench-auth` runs bench/auth_cost.py). Among them: auth, API keys and
+# rate limits on vs off (sim neuron), TTFT p50 and tokens/s at c=1 and c=16;
+# admission, admission control at 4x overload (sim neuron), 503 latency and
+# goodput vs unlimited; routing, the routing policies on two real vLLM replicas
+# (~16 minutes on 2 busy cores); gateway, the streams and SSE events/s one
+# cortex (then two workers) sustains.
+BENCHES := failover:failover embeddings:embeddings_throughput metrics:metrics_cost \
+	responses:responses_vs_chat tool-stream:tool_stream auth:auth_cost admission:admission \
+	routing:routing gateway:gateway_capacity
 
-bench-embeddings: $(STAMP)
-	$(PY) -m bench.embeddings_throughput
-
-bench-metrics: $(STAMP)
-	$(PY) -m bench.metrics_cost
-
-bench-responses: $(STAMP)
-	$(PY) -m bench.responses_vs_chat
-
-bench-tool-stream: $(STAMP)
-	$(PY) -m bench.tool_stream
-
-# API keys + rate limits on vs off (sim neuron): TTFT p50 and tokens/s, c=1 and c=16.
-bench-auth: $(STAMP)
-	$(PY) -m bench.auth_cost
-
-# Admission control at 4x overload (sim neuron): 503 latency and goodput vs unlimited.
-bench-admission: $(STAMP)
-	$(PY) -m bench.admission
+define bench_rule
+bench-$(1): $$(STAMP)
+	$$(PY) -m bench.$(2)
+endef
+$(foreach b,$(BENCHES),$(eval $(call bench_rule,$(firstword $(subst :, ,$(b))),$(lastword $(subst :, ,$(b))))))
 
 # neuraxis up against vLLM's own server (same engine settings), three runs;
 # the lock is held from the servers' start to their stop (about 10 minutes).
@@ -115,11 +103,6 @@ bench-profile: $(STAMP)
 	$(PY) -m bench.profile_stages --lock /tmp/neuraxis-heavy.lock
 	$(PY) -m bench.profile_stages --vllm --lock /tmp/neuraxis-heavy.lock
 
-# Routing policies on two real vLLM replicas (bench/routing.py): ~16 minutes on 2 busy cores.
-.PHONY: bench-routing
-bench-routing: $(STAMP)
-	$(PY) -m bench.routing
-
 # 16 sim replicas with modelled prefix caches, each routing policy in turn;
 # then prefix_affinity over epsilon and the prefix block size (--sweep).
 bench-routing-sim: $(STAMP)
@@ -128,13 +111,8 @@ bench-routing-sim: $(STAMP)
 
 # The Responses store: bytes stored for a 1,000-token streamed answer (before
 # and after compaction), purge of 100,000 expired responses (SQLite, PostgreSQL).
-.PHONY: bench-store
 bench-store: $(STAMP)
 	flock /tmp/neuraxis-heavy.lock $(PY) -m bench.store
-
-# Streams and SSE events/s one cortex (then two workers) sustains.
-bench-gateway: $(STAMP)
-	$(PY) -m bench.gateway_capacity
 
 # 200 streams over 3 sim neurons behind fault proxies, a fault every 30 s
 # (bench/soak.py): failures, how cut streams ended, TTFT, cortex RSS and fds.

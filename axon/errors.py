@@ -162,72 +162,49 @@ class ErrorMapping:
     caused_by_request: bool
 
 
+# Who is at fault decides the rest of a row: a request's fault is an
+# invalid_request_error and an invalid_prompt, the server's a server_error.
+def _request_fault(
+    http_status: int,
+    openai_code: str | None,
+    grpc_code: str,
+    openai_type: str = "invalid_request_error",
+    response_code: str = "invalid_prompt",
+) -> ErrorMapping:
+    return ErrorMapping(
+        http_status, openai_type, openai_code, grpc_code, response_code, caused_by_request=True
+    )
+
+
+def _server_fault(http_status: int, openai_code: str, grpc_code: str) -> ErrorMapping:
+    return ErrorMapping(
+        http_status, "server_error", openai_code, grpc_code, "server_error", caused_by_request=False
+    )
+
+
+def _rate_limited(openai_type: str) -> ErrorMapping:
+    # OpenAI's type names the limit that was hit: requests or tokens.
+    return _request_fault(
+        429, "rate_limit_exceeded", "RESOURCE_EXHAUSTED", openai_type, "rate_limit_exceeded"
+    )
+
+
 ERROR_TABLE: dict[type[NeuraxisError], ErrorMapping] = {
-    InvalidRequestError: ErrorMapping(
-        400, "invalid_request_error", None, "INVALID_ARGUMENT", "invalid_prompt", True
-    ),
-    ContextLengthExceededError: ErrorMapping(
-        400,
-        "invalid_request_error",
-        "context_length_exceeded",
-        "INVALID_ARGUMENT",
-        "invalid_prompt",
-        True,
-    ),
-    RequestTooLargeError: ErrorMapping(
-        413,
-        "invalid_request_error",
-        "request_too_large",
-        "RESOURCE_EXHAUSTED",
-        "invalid_prompt",
-        True,
-    ),
-    HeadersTooLargeError: ErrorMapping(
-        431,
-        "invalid_request_error",
-        "headers_too_large",
-        "INVALID_ARGUMENT",
-        "invalid_prompt",
-        True,
-    ),
-    RequestTimeoutError: ErrorMapping(
-        408,
-        "invalid_request_error",
-        "request_timeout",
-        "DEADLINE_EXCEEDED",
-        "invalid_prompt",
-        True,
-    ),
-    NotFoundError: ErrorMapping(
-        404, "invalid_request_error", None, "NOT_FOUND", "invalid_prompt", True
-    ),
-    AuthenticationError: ErrorMapping(
-        401, "invalid_request_error", "invalid_api_key", "UNAUTHENTICATED", "invalid_prompt", True
-    ),
-    RateLimitError: ErrorMapping(
-        429, "requests", "rate_limit_exceeded", "RESOURCE_EXHAUSTED", "rate_limit_exceeded", True
-    ),
-    TokenRateLimitError: ErrorMapping(
-        429, "tokens", "rate_limit_exceeded", "RESOURCE_EXHAUSTED", "rate_limit_exceeded", True
-    ),
-    ModelNotFoundError: ErrorMapping(
-        404, "invalid_request_error", "model_not_found", "NOT_FOUND", "invalid_prompt", True
-    ),
-    UnavailableError: ErrorMapping(
-        503, "server_error", "service_unavailable", "UNAVAILABLE", "server_error", False
-    ),
-    EngineDiedError: ErrorMapping(
-        503, "server_error", "service_unavailable", "UNAVAILABLE", "server_error", False
-    ),
-    ModelOverloadedError: ErrorMapping(
-        503, "server_error", "model_overloaded", "UNAVAILABLE", "server_error", False
-    ),
-    DeadlineExceededError: ErrorMapping(
-        504, "server_error", "timeout", "DEADLINE_EXCEEDED", "server_error", False
-    ),
-    InternalError: ErrorMapping(
-        500, "server_error", "internal_error", "INTERNAL", "server_error", False
-    ),
+    InvalidRequestError: _request_fault(400, None, "INVALID_ARGUMENT"),
+    ContextLengthExceededError: _request_fault(400, "context_length_exceeded", "INVALID_ARGUMENT"),
+    RequestTooLargeError: _request_fault(413, "request_too_large", "RESOURCE_EXHAUSTED"),
+    HeadersTooLargeError: _request_fault(431, "headers_too_large", "INVALID_ARGUMENT"),
+    RequestTimeoutError: _request_fault(408, "request_timeout", "DEADLINE_EXCEEDED"),
+    NotFoundError: _request_fault(404, None, "NOT_FOUND"),
+    AuthenticationError: _request_fault(401, "invalid_api_key", "UNAUTHENTICATED"),
+    RateLimitError: _rate_limited("requests"),
+    TokenRateLimitError: _rate_limited("tokens"),
+    ModelNotFoundError: _request_fault(404, "model_not_found", "NOT_FOUND"),
+    UnavailableError: _server_fault(503, "service_unavailable", "UNAVAILABLE"),
+    EngineDiedError: _server_fault(503, "service_unavailable", "UNAVAILABLE"),
+    ModelOverloadedError: _server_fault(503, "model_overloaded", "UNAVAILABLE"),
+    DeadlineExceededError: _server_fault(504, "timeout", "DEADLINE_EXCEEDED"),
+    InternalError: _server_fault(500, "internal_error", "INTERNAL"),
 }
 
 _BY_KIND: dict[str, type[NeuraxisError]] = {cls.kind: cls for cls in ERROR_TABLE}

@@ -37,6 +37,7 @@ from harness.bench_stack import RESULTS, output_path, parser, write_summary
 from harness.gateway import Sim, running_cortex, sim_neurons
 from harness.plots import bar_plot, markdown_table, write_markdown
 from harness.procs import engine_load
+from harness.ratios import ratio
 
 MODEL = "sim-admission"
 MODES = ("admission", "unlimited")
@@ -166,11 +167,9 @@ def summarize(out: Outcomes, w: Workload) -> dict[str, float]:
         "reject_p99_ms": _quantile(out.rejected, 0.99) * 1000,
         "ok_p50_s": _quantile(latencies, 0.5),
         "ok_p99_s": _quantile(latencies, 0.99),
-        "goodput_rps": len(within) / out.window_s if out.window_s else 0.0,
-        "goodput_tokens_per_s": sum(t for _, t in within) / out.window_s if out.window_s else 0.0,
-        "completed_tokens_per_s": (
-            sum(t for _, t in out.ok) / out.window_s if out.window_s else 0.0
-        ),
+        "goodput_rps": ratio(len(within), out.window_s),
+        "goodput_tokens_per_s": ratio(sum(t for _, t in within), out.window_s),
+        "completed_tokens_per_s": ratio(sum(t for _, t in out.ok), out.window_s),
     }
 
 

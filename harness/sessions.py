@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from harness import streamed_chat
+from harness.ratios import ratio
 
 WORDS = [
     *("cache", "replica", "router", "prefix", "token", "block", "engine", "prompt"),
@@ -62,11 +63,11 @@ class Result:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.completion_tokens / self.wall_s if self.wall_s else 0.0
+        return ratio(self.completion_tokens, self.wall_s)
 
     @property
     def hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        return ratio(self.cached_tokens, self.prompt_tokens)
 
 
 def _text(rng: random.Random, chars: int) -> str:

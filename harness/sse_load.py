@@ -26,6 +26,7 @@ import grpc
 
 from axon.v1 import neuron_pb2 as pb
 from harness.procs import neuron_stub
+from harness.ratios import ratio
 from harness.streamed_chat import CHAT_PATH, hello_chat
 
 CONTENT = b'"content":"'
@@ -53,12 +54,12 @@ class Level:
 
     @property
     def events_per_s(self) -> float:
-        return self.events / self.wall_s if self.wall_s else 0.0
+        return ratio(self.events, self.wall_s)
 
     @property
     def client_cpu(self) -> float:
         """The client's CPU use over the level, in cores (1.0: one core busy)."""
-        return self.client_cpu_s / self.wall_s if self.wall_s else 0.0
+        return ratio(self.client_cpu_s, self.wall_s)
 
 
 def _request(host: str, model: str, max_tokens: int) -> bytes:

@@ -107,3 +107,20 @@ def timed_sse(url: str, body: dict[str, Any]) -> list[tuple[float, dict[str, Any
         for event in sse.objects(r.iter_lines()):
             out.append((time.monotonic() - started, event))
     return out
+
+
+def timed_tool_chat(base_url: str, model: str, messages: Any) -> list[tuple[float, dict[str, Any]]]:
+    """A greedy chat streamed with CHAT_TOOLS under tool_choice auto: each
+    chunk's first choice (its delta, and the finish reason on the last) with
+    the time it arrived."""
+    body = {
+        "model": model,
+        "messages": messages,
+        "tools": CHAT_TOOLS,
+        "tool_choice": "auto",
+        "temperature": 0,
+        "max_tokens": 150,
+        "stream": True,
+    }
+    chunks = timed_sse(f"{base_url}/v1/chat/completions", body)
+    return [(t, c["choices"][0]) for t, c in chunks if c["choices"]]

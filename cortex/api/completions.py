@@ -74,14 +74,19 @@ async def create_completion(
         for i, state in sorted(states.items()):
             echo = prompts[p] if body.echo else ""
             choices.append(_choice(p * n + i, state, echo, body.logprobs is not None))
-    usages = [usage for _, usage in results]
-    total = pb.Usage(
-        prompt_tokens=sum(u.prompt_tokens for u in usages),
-        completion_tokens=sum(u.completion_tokens for u in usages),
-        cached_prompt_tokens=sum(u.cached_prompt_tokens for u in usages),
-    )
+    total = pb.Usage()
+    for _, usage in results:
+        _count(total, usage)
     completion = base.model_copy(update={"choices": choices, "usage": usage_of(total)})
     return JSONResponse(completion.model_dump(), headers={"X-Request-Id": request_id})
+
+
+def _count(total: pb.Usage, usage: pb.Usage) -> None:
+    """Add one prompt's usage to the request's (each prompt is a generation
+    of its own, streamed or not)."""
+    total.prompt_tokens += usage.prompt_tokens
+    total.completion_tokens += usage.completion_tokens
+    total.cached_prompt_tokens += usage.cached_prompt_tokens
 
 
 def _choice(index: int, state: ChoiceState, echo: str, with_logprobs: bool) -> CompletionChoice:
@@ -148,9 +153,7 @@ async def _chunks(
                 group.append(chunk(index, delta.text, finish, logprobs))
         if response.HasField("usage"):
             ended += 1
-            total.prompt_tokens += response.usage.prompt_tokens
-            total.completion_tokens += response.usage.completion_tokens
-            total.cached_prompt_tokens += response.usage.cached_prompt_tokens
+            _count(total, response.usage)
         yield group
         group = []
     if ended < len(streams):

@@ -63,35 +63,33 @@ def admit(limits: Limits, usage: Usage, now: float, tokens: int) -> Decision:
     """Admit a request that may use `tokens`, or say which limit refuses it
     and when to retry."""
     seen = current(usage, now)
-    until_reset = seen.window + WINDOW_S - now
-    if limits.max_concurrent is not None and seen.in_flight >= limits.max_concurrent:
-        return Decision(
-            False,
-            seen,
-            CONCURRENCY_RETRY_S,
-            "concurrency",
-            f"Too many concurrent requests for this key: limit {limits.max_concurrent}.",
-        )
-    if limits.rpm is not None and seen.requests + 1 > limits.rpm:
-        return Decision(
-            False,
-            seen,
-            until_reset,
-            "requests",
-            f"Rate limit reached for requests per minute: limit {limits.rpm}, "
-            f"used {seen.requests}.",
-        )
-    if limits.tpm is not None and seen.tokens + tokens > limits.tpm:
-        return Decision(
-            False,
-            seen,
-            until_reset,
-            "tokens",
-            f"Rate limit reached for tokens per minute: limit {limits.tpm}, used "
-            f"{seen.tokens}, requested {tokens}.",
-        )
+    refusal = _refusal(limits, seen, now, tokens)
+    if refusal is not None:
+        retry_after_s, limit, message = refusal
+        return Decision(False, seen, retry_after_s, limit, message)
     after = Usage(seen.window, seen.requests + 1, seen.tokens + tokens, seen.in_flight + 1)
     return Decision(True, after)
+
+
+def _refusal(limits: Limits, seen: Usage, now: float, tokens: int) -> tuple[float, str, str] | None:
+    """The first limit the request would pass: when to retry, the limit's
+    name and the message (None: none refuses it)."""
+    if limits.max_concurrent is not None and seen.in_flight >= limits.max_concurrent:
+        message = f"Too many concurrent requests for this key: limit {limits.max_concurrent}."
+        return CONCURRENCY_RETRY_S, "concurrency", message
+    until_reset = seen.window + WINDOW_S - now
+    if limits.rpm is not None and seen.requests + 1 > limits.rpm:
+        message = (
+            f"Rate limit reached for requests per minute: limit {limits.rpm}, used {seen.requests}."
+        )
+        return until_reset, "requests", message
+    if limits.tpm is not None and seen.tokens + tokens > limits.tpm:
+        message = (
+            f"Rate limit reached for tokens per minute: limit {limits.tpm}, used "
+            f"{seen.tokens}, requested {tokens}."
+        )
+        return until_reset, "tokens", message
+    return None
 
 
 def settle(usage: Usage, now: float, window: int, reserved: int, used: int) -> Usage:

@@ -106,11 +106,34 @@ OUR_COMMANDS = frozenset({"neuraxis", "gcs_server", "raylet"})
 OUR_MODULES = frozenset({"neuraxis.cli", "neuraxis.doctor", "cortex.main", "neuron.main"})
 
 
+# The interpreter's options that take a value (-W ignore, -X dev).
+_VALUE_OPTIONS = frozenset({"-W", "-X"})
+
+
 def is_ours(cmdline: str) -> bool:
-    return any(
-        Path(arg).name in OUR_COMMANDS or arg in OUR_MODULES or arg.startswith("ray::")
-        for arg in cmdline.split()
-    )
+    """Whether the program a command line runs is one of ours. Only the
+    program counts (an interpreter's script or -m module): an argument that
+    merely names a neuraxis path, such as `pytest tests/unit/neuraxis`, does not."""
+    args = cmdline.split()
+    if not args:
+        return False
+    if args[0].startswith("ray::"):
+        return True
+    if not Path(args[0]).name.startswith("python"):
+        return Path(args[0]).name in OUR_COMMANDS
+    # The interpreter's options come before what it runs: a -m module, -c
+    # code or a script.
+    rest = iter(args[1:])
+    for arg in rest:
+        if arg == "-m":
+            return next(rest, "") in OUR_MODULES
+        if arg == "-c":
+            return False
+        if arg in _VALUE_OPTIONS:
+            next(rest, None)
+        elif not arg.startswith("-"):
+            return Path(arg).name in OUR_COMMANDS
+    return False
 
 
 def holder_of(port: int) -> tuple[int, str] | None:

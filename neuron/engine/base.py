@@ -151,10 +151,9 @@ class TopLogprob:
 
 
 @dataclass(frozen=True)
-class TokenLogprob:
-    token: str
-    logprob: float
-    bytes: bytes
+class TokenLogprob(TopLogprob):
+    """The sampled token's logprob, with the alternatives it was ranked among."""
+
     top: tuple[TopLogprob, ...] = ()
 
 

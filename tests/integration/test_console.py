@@ -36,6 +36,8 @@ from harness.stacks import ENGINE_START_TIMEOUT_S, MODEL
 
 GRACE_S = 2
 
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
+
 
 @dataclass
 class Console:

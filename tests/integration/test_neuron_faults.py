@@ -42,6 +42,8 @@ START_TIMEOUT_S = 600
 # (~125 s at SmolLM2's own 8,192 tokens on 2 cores, seconds at this).
 CONTEXT = 2048
 
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
+
 
 @dataclass
 class Neuron:

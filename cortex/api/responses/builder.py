@@ -54,10 +54,6 @@ _OWN = (
 )
 
 
-def _added(output_index: int, item: Json) -> OutputItem:
-    return OutputItem(type="response.output_item.added", output_index=output_index, item=item)
-
-
 def _done(output_index: int, item: Json) -> OutputItem:
     return OutputItem(type="response.output_item.done", output_index=output_index, item=item)
 
@@ -220,14 +216,19 @@ class ResponseBuilder:
         events = self._close_all(status="incomplete")
         return [*events, self._lifecycle("response.failed")]
 
+    def _open(self, item: Json) -> OutputItem:
+        """Add `item` to the output: its output_item.added event."""
+        self.output.append(item)
+        return OutputItem(
+            type="response.output_item.added", output_index=len(self.output) - 1, item=dict(item)
+        )
+
     def _reasoning_delta(self, text: str) -> list[ResponseEvent]:
         events: list[ResponseEvent] = []
         if self._reasoning is None:
             self._reasoning = {"id": new_id("rs"), "type": "reasoning", "summary": []}
             self._thought = []
-            self.output.append(self._reasoning)
-            index = len(self.output) - 1
-            events.append(_added(output_index=index, item=dict(self._reasoning)))
+            events.append(self._open(self._reasoning))
         self._thought.append(text)
         index = self.output.index(self._reasoning)
         events.append(
@@ -258,15 +259,14 @@ class ResponseBuilder:
                 "content": [],
             }
             self._text, self._logprobs = [], []
-            self.output.append(self._message)
-            index = len(self.output) - 1
+            added = self._open(self._message)
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             events += [
-                _added(output_index=index, item=dict(self._message)),
+                added,
                 ContentPart(
                     type="response.content_part.added",
                     item_id=self._message["id"],
-                    output_index=index,
+                    output_index=added.output_index,
                     part=part,
                 ),
             ]
@@ -302,9 +302,9 @@ class ResponseBuilder:
             # close it now rather than when the whole response ends.
             events += self._close_calls()
             item = calls.open_item(self._naming, call)
-            self.output.append(item)
-            state = self._calls[call.index] = _Call(len(self.output) - 1, item)
-            events.append(_added(output_index=state.output_index, item=dict(item)))
+            added = self._open(item)
+            state = self._calls[call.index] = _Call(added.output_index, item)
+            events.append(added)
         if call.arguments:
             state.arguments.append(call.arguments)
             events += calls.delta_events(

@@ -59,7 +59,16 @@ def test_our_own_services_are_told_apart() -> None:
         " --gcs_server_port=6379"
     )
     assert not is_ours("/usr/sbin/nginx -g daemon off;")
+    assert is_ours("/usr/bin/python3 -u -m cortex.main --config cortex.toml")
+    assert is_ours("/usr/bin/python3 -W ignore -X dev /opt/neuraxis/cortex/bin/neuraxis up")
+    assert is_ours("ray::ReplicaActor.serve")
     assert not is_ours("python -m pytest tests/unit/neuraxis/test_doctor_network.py")
+    # An argument naming a neuraxis folder or module is not the program: the
+    # test run over tests/unit/neuraxis holds the taken port above.
+    assert not is_ours("python -m pytest -q tests/unit/neuraxis")
+    assert not is_ours("/usr/bin/less /opt/neuraxis/cortex/bin/neuraxis neuraxis.cli")
+    assert not is_ours('python -c "import sys;exec(eval(sys.stdin.readline()))"')
+    assert not is_ours("")
 
 
 def test_cortex_answering_from_this_host(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ server), opened as often as a test asks and all closed after it."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -52,3 +52,14 @@ async def opener(
     yield open_one
     for store in opened:
         await store.close()
+
+
+async def close_twice(open_one: Callable[[], S], use: Callable[[S], Awaitable[object]]) -> None:
+    """Close a store opened and left unused, then one that was `use`d, twice:
+    none of the closes may raise."""
+    unused = open_one()
+    await unused.close()
+    used = open_one()
+    await use(used)
+    await used.close()
+    await used.close()

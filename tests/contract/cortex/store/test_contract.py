@@ -168,12 +168,7 @@ async def test_a_put_is_there_after_close_and_reopen(open_store: Opener) -> None
 
 
 async def test_close_is_harmless_unused_or_twice(open_store: Opener) -> None:
-    unused = open_store()
-    await unused.close()
-    used = open_store()
-    await used.put(_record("resp_a"))
-    await used.close()
-    await used.close()
+    await backends.close_twice(open_store, lambda used: used.put(_record("resp_a")))
     assert await open_store().get("resp_a") == _record("resp_a")
 
 

@@ -150,9 +150,4 @@ async def test_keys_survive_close_and_reopen(open_store: Opener) -> None:
 
 
 async def test_close_is_harmless_unused_or_twice(open_store: Opener) -> None:
-    unused = open_store()
-    await unused.close()
-    used = open_store()
-    await used.add(_key("key_a"))
-    await used.close()
-    await used.close()
+    await backends.close_twice(open_store, lambda used: used.add(_key("key_a")))

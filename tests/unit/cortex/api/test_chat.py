@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx2
 import pytest
@@ -18,6 +19,7 @@ from cortex.schemas.chat import ChatCompletionRequest
 from harness import sse
 from tests.unit.cortex.api.fakes import Script, ScriptedPool
 from tests.unit.cortex.api.fakes import client as client_for
+from tests.unit.cortex.schemas import bodies
 
 
 def _text(text: str) -> pb.GenerateResponse:
@@ -206,6 +208,16 @@ AUTO_CALLS: Script = [
 ]
 
 
+def _call_delta(index: int, **fields: Any) -> dict[str, Any]:
+    """A chunk's delta carrying one tool call's part."""
+    return {"tool_calls": [{"index": index, **fields}]}
+
+
+def _named(name: str) -> dict[str, str]:
+    """A call's first part: its name, no arguments yet."""
+    return {"name": name, "arguments": ""}
+
+
 def test_streamed_tool_calls_come_as_deltas_in_the_order_the_neuron_sends_them() -> None:
     c, _ = _client(AUTO_CALLS)
     with c:
@@ -213,35 +225,11 @@ def test_streamed_tool_calls_come_as_deltas_in_the_order_the_neuron_sends_them()
     assert [(ch["choices"][0]["delta"], ch["choices"][0]["finish_reason"]) for ch in chunks] == [
         ({"role": "assistant", "content": ""}, None),
         ({"content": "Checking. "}, None),
-        (
-            {
-                "tool_calls": [
-                    {
-                        "index": 0,
-                        "id": "call_a",
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": ""},
-                    }
-                ]
-            },
-            None,
-        ),
-        ({"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]}, None),
-        ({"tool_calls": [{"index": 0, "function": {"arguments": ' "Rome"}'}}]}, None),
-        (
-            {
-                "tool_calls": [
-                    {
-                        "index": 1,
-                        "id": "call_b",
-                        "type": "function",
-                        "function": {"name": "get_time", "arguments": ""},
-                    }
-                ]
-            },
-            None,
-        ),
-        ({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}, None),
+        (_call_delta(0, id="call_a", type="function", function=_named("get_weather")), None),
+        (_call_delta(0, function={"arguments": '{"city":'}), None),
+        (_call_delta(0, function={"arguments": ' "Rome"}'}), None),
+        (_call_delta(1, id="call_b", type="function", function=_named("get_time")), None),
+        (_call_delta(1, function={"arguments": "{}"}), None),
         ({}, "tool_calls"),
     ]
 
@@ -307,16 +295,7 @@ def test_a_custom_call_in_history_is_the_function_call_the_model_was_offered() -
     body = ChatCompletionRequest.model_validate(
         {
             "model": "m",
-            "messages": [
-                {"role": "user", "content": "Count"},
-                {
-                    "role": "assistant",
-                    "tool_calls": [
-                        {"id": "c1", "type": "custom", "custom": {"name": "digits", "input": "7"}}
-                    ],
-                },
-                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-            ],
+            "messages": bodies.custom_call_history("digits", "7"),
             "tools": [{"type": "custom", "custom": {"name": "digits"}}],
         }
     )

@@ -4,9 +4,6 @@ cache bound."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from axon.errors import AuthenticationError
@@ -14,15 +11,7 @@ from cortex.auth.authenticator import Authenticator, bearer
 from cortex.auth.keys import KeyRequest, hash_key, make_key, matches
 from cortex.auth.limits import Limits
 from cortex.store.keys import KeyStore
-from cortex.store.sqlite_keys import SqliteKeyStore
 from harness.clock import ManualClock as Clock
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[KeyStore]:
-    opened = SqliteKeyStore(tmp_path / "responses.sqlite3")
-    yield opened
-    await opened.close()
 
 
 async def _new(store: KeyStore, now: float, **fields: object) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
-from pathlib import Path
 from typing import cast
 
 import pytest
@@ -20,7 +19,7 @@ from cortex.auth.limits import Limits
 from cortex.auth.local_usage import counters_for
 from cortex.auth.principal import Principal
 from cortex.recording import NoRecorder
-from cortex.store.keys import KeyStore
+from cortex.store.keys import KeyStore, Usage
 from cortex.store.sqlite_keys import SqliteKeyStore
 from harness.clock import ManualClock as Clock
 
@@ -28,12 +27,10 @@ T0 = 1_800_000_000.0
 
 
 @pytest.fixture(params=["shared", "local"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KeyStore]:
-    """The SQLite store's counters, or this process's in front of it: the
-    limiter behaves the same on both."""
-    opened = SqliteKeyStore(tmp_path / "responses.sqlite3")
-    yield counters_for(opened, local=request.param == "local")
-    await opened.close()
+def store(request: pytest.FixtureRequest, store: SqliteKeyStore) -> KeyStore:
+    """The SQLite store's counters (conftest.py's store), or this process's
+    in front of it: the limiter behaves the same on both."""
+    return counters_for(store, local=request.param == "local")
 
 
 def metered(
@@ -46,6 +43,23 @@ def metered(
 
 def _principal(**limits: int) -> Principal:
     return Principal(tenant="acme", key_id="key_a", limits=Limits(**limits))
+
+
+async def _answered() -> AsyncIterator[pb.GenerateResponse]:
+    """A neuron's stream that ends with its usage: 42 tokens."""
+    yield pb.GenerateResponse()
+    yield pb.GenerateResponse(usage=pb.Usage(prompt_tokens=30, completion_tokens=12))
+
+
+async def _read_all(stream: AsyncIterator[pb.GenerateResponse]) -> None:
+    async for _ in stream:
+        pass
+
+
+async def _settled(limiter: Limiter, store: KeyStore) -> Usage:
+    """The key's usage once the limiter has written what it settled."""
+    await limiter.drain()
+    return await store.usage("key_a", T0 + 2)
 
 
 def test_the_estimate_is_the_prompt_bytes_over_four_plus_the_output_cap() -> None:
@@ -81,15 +95,8 @@ async def test_settlement_replaces_the_reservation_with_the_real_usage(store: Ke
     limiter = Limiter(store, Clock(T0 + 1), lease_s=600)
     admission = await limiter.admit(_principal(tpm=1000), 600)
     assert admission.headers["x-ratelimit-remaining-tokens"] == "400"
-
-    async def neuron() -> AsyncIterator[pb.GenerateResponse]:
-        yield pb.GenerateResponse()
-        yield pb.GenerateResponse(usage=pb.Usage(prompt_tokens=30, completion_tokens=12))
-
-    async for _ in metered(neuron(), admission):
-        pass
-    await limiter.drain()
-    usage = await store.usage("key_a", T0 + 2)
+    await _read_all(metered(_answered(), admission))
+    usage = await _settled(limiter, store)
     assert (usage.tokens, usage.requests, usage.in_flight) == (42, 1, 0)
 
 
@@ -102,10 +109,8 @@ async def test_a_failed_request_gives_its_tokens_back(store: KeyStore) -> None:
         raise InternalError("engine died")
 
     with pytest.raises(InternalError):
-        async for _ in metered(neuron(), admission):
-            pass
-    await limiter.drain()
-    usage = await store.usage("key_a", T0 + 2)
+        await _read_all(metered(neuron(), admission))
+    usage = await _settled(limiter, store)
     assert (usage.tokens, usage.requests, usage.in_flight) == (0, 1, 0)
 
 
@@ -114,8 +119,7 @@ async def test_release_before_any_stream_ran_frees_everything(store: KeyStore) -
     admission = await limiter.admit(_principal(tpm=1000, max_concurrent=1), 900)
     admission.release()
     admission.release()  # once only
-    await limiter.drain()
-    usage = await store.usage("key_a", T0 + 2)
+    usage = await _settled(limiter, store)
     assert (usage.tokens, usage.in_flight) == (0, 0)
 
 
@@ -146,14 +150,8 @@ async def test_a_stream_dropped_before_its_usage_is_charged_its_reservation(
 ) -> None:
     limiter = Limiter(store, Clock(T0 + 1), lease_s=600)
     admission = await limiter.admit(_principal(tpm=1000), 600)
-
-    async def neuron() -> AsyncIterator[pb.GenerateResponse]:
-        yield pb.GenerateResponse()
-        yield pb.GenerateResponse(usage=pb.Usage(prompt_tokens=30, completion_tokens=12))
-
-    stream = cast(AsyncGenerator[pb.GenerateResponse, None], metered(neuron(), admission))
+    stream = cast(AsyncGenerator[pb.GenerateResponse, None], metered(_answered(), admission))
     await anext(stream)
     await stream.aclose()  # the client left before the end
-    await limiter.drain()
-    usage = await store.usage("key_a", T0 + 2)
+    usage = await _settled(limiter, store)
     assert (usage.tokens, usage.in_flight) == (600, 0)

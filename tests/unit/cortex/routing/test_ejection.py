@@ -10,6 +10,14 @@ def _ejection(clock: Clock, failures: int = 3) -> OutlierEjection:
     )
 
 
+def _ejected(clock: Clock) -> OutlierEjection:
+    """An ejection whose neuron "a" failed three times in a row: out for 30 s."""
+    ejection = _ejection(clock)
+    for _ in range(3):
+        ejection.failure("a", can_eject=True)
+    return ejection
+
+
 def test_n_failures_in_a_row_eject_for_the_base_time() -> None:
     clock = Clock()
     ejection = _ejection(clock)
@@ -48,9 +56,7 @@ def test_on_probation_one_failure_ejects_again_for_longer_up_to_the_maximum() ->
 
 def test_on_probation_one_success_clears_it() -> None:
     clock = Clock()
-    ejection = _ejection(clock)
-    for _ in range(3):
-        ejection.failure("a", can_eject=True)
+    ejection = _ejected(clock)
     clock.now += 30
     assert not ejection.ejected("a")
     ejection.success("a")
@@ -60,9 +66,7 @@ def test_on_probation_one_success_clears_it() -> None:
 
 def test_the_count_of_ejections_is_forgotten_after_a_long_good_stretch() -> None:
     clock = Clock()
-    ejection = _ejection(clock)
-    for _ in range(3):
-        ejection.failure("a", can_eject=True)
+    ejection = _ejected(clock)
     clock.now += 30
     ejection.ejected("a")
     ejection.success("a")
@@ -82,9 +86,7 @@ def test_a_neuron_that_may_not_be_ejected_is_ejected_once_it_may() -> None:
 
 def test_failures_of_requests_started_before_the_ejection_do_not_lengthen_it() -> None:
     clock = Clock()
-    ejection = _ejection(clock)
-    for _ in range(3):
-        ejection.failure("a", can_eject=True)
+    ejection = _ejected(clock)
     assert ejection.failure("a", can_eject=True) is None
     clock.now += 30
     assert not ejection.ejected("a")

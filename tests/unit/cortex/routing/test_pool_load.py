@@ -14,17 +14,26 @@ from axon.errors import (
 from axon.v1 import neuron_pb2 as pb
 from cortex.routing.factory import PolicyOptions, PolicyTable
 from cortex.routing.policy import EngineLoad, RouteHints
+from cortex.routing.pool import NeuronPool
 from cortex.routing.prefix import PrefixHasher
 from harness.clock import ManualClock as Clock
 from tests.unit.cortex.routing import pools
 from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, text
 
 
+async def _recorded(
+    neurons: list[FakeNeuron], now: float
+) -> tuple[pools.Recorder, Clock, NeuronPool]:
+    """A polled pool of `neurons` at clock time `now`, its policy recording
+    what it is shown."""
+    policy, clock = pools.Recorder(), Clock(now)
+    return policy, clock, await pools.polled(pools.fake_pool(neurons, policy=policy, clock=clock))
+
+
 async def test_the_engine_load_poll_feeds_the_candidates() -> None:
     a, b = FakeNeuron("load-a:1"), FakeNeuron("load-b:1")
     a.waiting = 4
-    policy, clock = pools.Recorder(), Clock(50.0)
-    pool = await pools.polled(pools.fake_pool([a, b], policy=policy, clock=clock))
+    policy, clock, pool = await _recorded([a, b], 50.0)
     await pools.texts(pool.generate(pools.request()))
     assert [c.load for c in policy.candidates[0]] == [None, None]  # not polled yet
     await pool.refresh_load()
@@ -40,8 +49,7 @@ async def test_the_engine_load_poll_feeds_the_candidates() -> None:
 async def test_the_kv_cache_usage_reaches_the_candidates_when_reported() -> None:
     a = FakeNeuron("load-kv:1")
     a.kv_cache_usage = 0.625
-    policy, clock = pools.Recorder(), Clock(5.0)
-    pool = await pools.polled(pools.fake_pool([a], policy=policy, clock=clock))
+    policy, _, pool = await _recorded([a], 5.0)
     await pool.refresh_load()
     await pools.texts(pool.generate(pools.request()))
     assert policy.candidates[0][0].load == EngineLoad(
@@ -55,8 +63,7 @@ async def test_a_load_report_carries_our_own_count_when_it_came() -> None:
     a = FakeNeuron("load-own:1")
     hold = asyncio.Event()
     a.script = [text("x"), hold, DONE]
-    policy, clock = pools.Recorder(), Clock(7.0)
-    pool = await pools.polled(pools.fake_pool([a], policy=policy, clock=clock))
+    policy, _, pool = await _recorded([a], 7.0)
     stream = pool.generate(pools.request())
     await pools.first_message(stream)  # one request of ours in flight
     await pool.refresh_load()
@@ -106,8 +113,7 @@ async def test_the_background_poll_keeps_the_engine_load_current() -> None:
 async def test_an_unreachable_neurons_last_load_stays_with_its_time() -> None:
     a = FakeNeuron("load-gone:1")
     a.waiting = 2
-    policy, clock = pools.Recorder(), Clock(10.0)
-    pool = await pools.polled(pools.fake_pool([a], policy=policy, clock=clock))
+    policy, clock, pool = await _recorded([a], 10.0)
     await pool.refresh_load()
     a.reachable = False
     clock.now = 20.0

@@ -17,6 +17,7 @@ from cortex.schemas.tools import (
     HostedType,
     NamespaceTool,
 )
+from tests.unit.cortex.schemas import bodies
 
 
 def _responses(tools: list[Any], **fields: Any) -> ResponsesRequest:
@@ -118,16 +119,7 @@ def test_chat_takes_function_and_custom_tools_and_custom_calls_in_history() -> N
     body = ChatCompletionRequest.model_validate(
         {
             "model": "m",
-            "messages": [
-                {"role": "user", "content": "Hi"},
-                {
-                    "role": "assistant",
-                    "tool_calls": [
-                        {"id": "c1", "type": "custom", "custom": {"name": "t", "input": "x"}}
-                    ],
-                },
-                {"role": "tool", "tool_call_id": "c1", "content": "done"},
-            ],
+            "messages": bodies.custom_call_history("t", "x"),
             "tools": [
                 {"type": "function", "function": {"name": "f"}},
                 {"type": "custom", "custom": {"name": "t", "format": {"type": "text"}}},

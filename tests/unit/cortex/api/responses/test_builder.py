@@ -37,6 +37,17 @@ def _run(*messages: pb.GenerateResponse) -> tuple[ResponseBuilder, list[str]]:
     return builder, kinds
 
 
+# A message item with one text delta, opened and closed.
+_ONE_DELTA_MESSAGE = [
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+]
+
+
 def test_reasoning_then_text() -> None:
     builder, kinds = _run(_msg(reasoning="Hmm."), _msg(text="Paris"), _end())
     assert kinds == [
@@ -46,12 +57,7 @@ def test_reasoning_then_text() -> None:
         "response.reasoning_text.delta",
         "response.reasoning_text.done",
         "response.output_item.done",
-        "response.output_item.added",
-        "response.content_part.added",
-        "response.output_text.delta",
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
+        *_ONE_DELTA_MESSAGE,
         "response.completed",
     ]
     reasoning, message = builder.output
@@ -138,15 +144,10 @@ def test_text_then_a_streamed_call_each_in_its_own_item() -> None:
         _msg(tool_calls=[pb.ToolCallDelta(index=0, arguments=" 1}")]),
         _end(pb.FINISH_REASON_TOOL_CALLS),
     )
+    # The call's item opens as soon as its name is known; the text before
+    # it is closed first.
     assert kinds[2:] == [
-        "response.output_item.added",
-        "response.content_part.added",
-        "response.output_text.delta",
-        # The call's item opens as soon as its name is known; the text
-        # before it is closed first.
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
+        *_ONE_DELTA_MESSAGE,
         "response.output_item.added",
         "response.function_call_arguments.delta",
         "response.function_call_arguments.delta",

@@ -6,7 +6,7 @@ the failure is counted). Real SQLite store, scripted neuron streams."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,16 +70,26 @@ async def test_delete_stops_a_streamed_run_and_it_never_comes_back(store: Respon
     assert await store.get("resp_1") is None
 
 
-async def test_delete_stops_a_background_run(store: ResponseStore) -> None:
+async def _delete_while_running(
+    store: ResponseStore, neuron: Endless, end: Callable[[runs.ResponseRun], None]
+) -> runs.Registry:
+    """A background run on `neuron` whose response is deleted once the
+    neuron is fed; `end` then lets the run finish, which it is waited for.
+    The background registry after."""
     background: runs.Registry = {}
-    neuron = Endless()
     run = _run(store, background=True)
     await runs.start_background(run, neuron(), background)
     await asyncio.wait_for(neuron.fed.wait(), DEADLINE_S)
     assert await store.delete("resp_1") is True
-    run.stop()
+    end(run)
     assert run.task is not None
     await asyncio.wait_for(asyncio.gather(run.task, return_exceptions=True), DEADLINE_S)
+    return background
+
+
+async def test_delete_stops_a_background_run(store: ResponseStore) -> None:
+    neuron = Endless()
+    background = await _delete_while_running(store, neuron, lambda run: run.stop())
     assert neuron.aborted.is_set()
     assert background == {}
     assert await store.get("resp_1") is None
@@ -88,16 +98,8 @@ async def test_delete_stops_a_background_run(store: ResponseStore) -> None:
 async def test_a_run_deleted_elsewhere_is_not_stored_again(store: ResponseStore) -> None:
     """Deleted by another worker or instance: the run's final save brings
     nothing back."""
-    background: runs.Registry = {}
     release = asyncio.Event()
-    neuron = Endless(then=release)
-    run = _run(store, background=True)
-    await runs.start_background(run, neuron(), background)
-    await asyncio.wait_for(neuron.fed.wait(), DEADLINE_S)
-    assert await store.delete("resp_1") is True
-    release.set()
-    assert run.task is not None
-    await asyncio.wait_for(asyncio.gather(run.task, return_exceptions=True), DEADLINE_S)
+    await _delete_while_running(store, Endless(then=release), lambda _run: release.set())
     assert await store.get("resp_1") is None
 
 
