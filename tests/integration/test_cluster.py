@@ -27,6 +27,7 @@ import httpx
 import pytest
 import ray
 
+from harness.figures import recorded_figures
 from harness.sim_cluster import SimCluster, sim_cluster, two_replica_spec
 from harness.streaming_load import Load, Outcome, stream_once
 
@@ -66,9 +67,8 @@ def ray_cluster(logs_dir: Path) -> Iterator[SimCluster]:
 @pytest.fixture(scope="module")
 def figures(logs_dir: Path) -> Iterator[dict[str, Any]]:
     """Failover figures, written to the logs directory for the notes."""
-    found: dict[str, Any] = {}
-    yield found
-    (logs_dir / "cluster-failover.json").write_text(json.dumps(found, indent=2))
+    with recorded_figures(logs_dir / "cluster-failover.json") as found:
+        yield found
 
 
 def assert_no_unstarted_request_failed(load: Load) -> None:
