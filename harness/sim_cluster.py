@@ -29,11 +29,17 @@ NAMESPACE = "neuraxis"
 def two_replica_spec(model: str) -> str:
     """A deployment-spec entry: two simulated replicas of `model` on ada or
     newer (50 ms to the first token, 20 ms between tokens)."""
+    return sim_replicas_spec(model, 2)
+
+
+def sim_replicas_spec(model: str, replicas: int) -> str:
+    """A deployment-spec entry: `replicas` simulated replicas of `model` on
+    ada or newer (50 ms to the first token, 20 ms between tokens)."""
     return f"""
 [[models]]
 id = "{model}"
 source = "sim"
-replicas = 2
+replicas = {replicas}
 min_generation = "ada"
 [models.engine]
 kind = "sim"
