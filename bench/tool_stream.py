@@ -26,7 +26,7 @@ from harness.bench_stack import (
     write_summary,
 )
 from harness.plots import markdown_table, write_markdown
-from harness.toolcalls import CALLS_TWICE, CHAT_ASKED_AGAIN, CHAT_TOOLS, SAYS_THEN_CALLS, timed_sse
+from harness.toolcalls import CALLS_TWICE, CHAT_ASKED_AGAIN, SAYS_THEN_CALLS, timed_tool_choices
 
 CASES: dict[str, Any] = {
     "one call": CHAT_ASKED_AGAIN,
@@ -39,20 +39,7 @@ HEADER = ("case", "first text (ms)", "first tool-call delta (ms)", "end of strea
 def _times(base_url: str, messages: Any) -> dict[str, float | None]:
     """One streamed request: when its first text, its first tool-call delta
     and its last chunk arrived (s from the request; None: never)."""
-    body = {
-        "model": CHAT_MODEL,
-        "messages": messages,
-        "tools": CHAT_TOOLS,
-        "tool_choice": "auto",
-        "temperature": 0,
-        "max_tokens": 150,
-        "stream": True,
-    }
-    chunks = [
-        (t, c["choices"][0]["delta"])
-        for t, c in timed_sse(f"{base_url}/v1/chat/completions", body)
-        if c["choices"]
-    ]
+    chunks = [(t, c["delta"]) for t, c in timed_tool_choices(base_url, CHAT_MODEL, messages)]
     text = next((t for t, d in chunks if d.get("content")), None)
     call = next((t for t, d in chunks if d.get("tool_calls")), None)
     return {"first_text_s": text, "first_call_s": call, "end_s": chunks[-1][0]}

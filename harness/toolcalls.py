@@ -107,3 +107,22 @@ def timed_sse(url: str, body: dict[str, Any]) -> list[tuple[float, dict[str, Any
         for event in sse.objects(r.iter_lines()):
             out.append((time.monotonic() - started, event))
     return out
+
+
+def timed_tool_choices(
+    base_url: str, model: str, messages: Any
+) -> list[tuple[float, dict[str, Any]]]:
+    """A greedy streamed chat completion offered CHAT_TOOLS under tool_choice
+    auto: each chunk's choice with the time it arrived (chunks without one,
+    such as a usage chunk, left out)."""
+    body = {
+        "model": model,
+        "messages": messages,
+        "tools": CHAT_TOOLS,
+        "tool_choice": "auto",
+        "temperature": 0,
+        "max_tokens": 150,
+        "stream": True,
+    }
+    chunks = timed_sse(f"{base_url}/v1/chat/completions", body)
+    return [(t, c["choices"][0]) for t, c in chunks if c["choices"]]
