@@ -24,6 +24,8 @@ from harness.ports import free_port
 from harness.procs import Proc, wait_http_ready
 
 NAMESPACE = "neuraxis"
+# One GPU node of each, unless a test asks for others.
+GENERATIONS = ("ampere", "ada", "blackwell")
 
 
 def two_replica_spec(model: str) -> str:
@@ -102,7 +104,7 @@ class SimCluster:
 def sim_cluster(
     spec: str,
     work_dir: Path,
-    generations: tuple[str, ...] = ("ampere", "ada", "blackwell"),
+    generations: tuple[str, ...] = GENERATIONS,
     health_interval_s: float = 0.5,
     wait_for_model: str | None = None,
 ) -> Iterator[SimCluster]:
@@ -135,3 +137,14 @@ def sim_cluster(
             cortex.stop(timeout=30)
         ray.shutdown()
         cluster.shutdown()
+
+
+@contextmanager
+def ready_sim_cluster(
+    spec: str, work_dir: Path, model: str, generations: tuple[str, ...] = GENERATIONS
+) -> Iterator[SimCluster]:
+    """sim_cluster once cortex serves `model` and both its replicas (as
+    two_replica_spec writes it) are ready."""
+    with sim_cluster(spec, work_dir, generations, wait_for_model=model) as cluster:
+        cluster.wait_ready(model, 2)
+        yield cluster

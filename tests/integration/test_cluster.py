@@ -28,7 +28,7 @@ import pytest
 import ray
 
 from harness.figures import recorded_figures
-from harness.sim_cluster import SimCluster, sim_cluster, two_replica_spec
+from harness.sim_cluster import SimCluster, ready_sim_cluster, two_replica_spec
 from harness.streaming_load import Load, Outcome, stream_once
 
 MODEL = "sim-ada-plus"
@@ -59,8 +59,7 @@ kv_cache_dtype = "fp8"
 
 @pytest.fixture(scope="module")
 def ray_cluster(logs_dir: Path) -> Iterator[SimCluster]:
-    with sim_cluster(SPEC, logs_dir, wait_for_model=MODEL) as cluster:
-        cluster.wait_ready(MODEL, 2)
+    with ready_sim_cluster(SPEC, logs_dir, MODEL) as cluster:
         yield cluster
 
 

@@ -22,7 +22,7 @@ import pytest
 import ray
 
 from harness.figures import recorded_figures
-from harness.sim_cluster import SimCluster, sim_cluster, two_replica_spec
+from harness.sim_cluster import SimCluster, ready_sim_cluster, two_replica_spec
 from harness.streaming_load import Load
 
 MODEL = "sim-adopt"
@@ -32,10 +32,9 @@ NAMESPACE = "neuraxis"
 
 @pytest.fixture(scope="module")
 def ray_cluster(logs_dir: Path) -> Iterator[SimCluster]:
-    with sim_cluster(
-        two_replica_spec(MODEL), logs_dir, generations=("ada", "blackwell"), wait_for_model=MODEL
+    with ready_sim_cluster(
+        two_replica_spec(MODEL), logs_dir, MODEL, ("ada", "blackwell")
     ) as cluster:
-        cluster.wait_ready(MODEL, 2)
         yield cluster
 
 
