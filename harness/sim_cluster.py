@@ -22,6 +22,7 @@ from ray.cluster_utils import Cluster
 from axon.generations import GENERATION_LABEL
 from harness.ports import free_port
 from harness.procs import Proc, wait_http_ready
+from harness.sim_specs import sim_replicas_spec
 
 NAMESPACE = "neuraxis"
 # One GPU node of each, unless a test asks for others.
@@ -32,22 +33,6 @@ def two_replica_spec(model: str) -> str:
     """A deployment-spec entry: two simulated replicas of `model` on ada or
     newer (50 ms to the first token, 20 ms between tokens)."""
     return sim_replicas_spec(model, 2)
-
-
-def sim_replicas_spec(model: str, replicas: int) -> str:
-    """A deployment-spec entry: `replicas` simulated replicas of `model` on
-    ada or newer (50 ms to the first token, 20 ms between tokens)."""
-    return f"""
-[[models]]
-id = "{model}"
-source = "sim"
-replicas = {replicas}
-min_generation = "ada"
-[models.engine]
-kind = "sim"
-sim_ttft_s = 0.05
-sim_itl_s = 0.02
-"""
 
 
 @dataclass

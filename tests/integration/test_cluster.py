@@ -29,31 +29,16 @@ import ray
 
 from harness.figures import recorded_figures
 from harness.sim_cluster import SimCluster, ready_sim_cluster, two_replica_spec
+from harness.sim_specs import pinned_replica_spec
 from harness.streaming_load import Load, Outcome, stream_once
 
 MODEL = "sim-ada-plus"
 SPEC = (
     two_replica_spec(MODEL)
-    + """
-# No hopper node in this cluster.
-[[models]]
-id = "sim-hopper"
-source = "sim"
-replicas = 1
-generations = ["hopper"]
-[models.engine]
-kind = "sim"
-
-# Ampere has no FP8 KV cache.
-[[models]]
-id = "fp8-on-ampere"
-source = "sim"
-replicas = 1
-generations = ["ampere"]
-[models.engine]
-kind = "sim"
-kv_cache_dtype = "fp8"
-"""
+    # No hopper node in this cluster.
+    + pinned_replica_spec("sim-hopper", "hopper")
+    # Ampere has no FP8 KV cache.
+    + pinned_replica_spec("fp8-on-ampere", "ampere", 'kv_cache_dtype = "fp8"')
 )
 
 

@@ -38,7 +38,7 @@ from harness.notify import NotifySocket
 from harness.ports import free_port
 from harness.procs import Proc, start_gpu_node
 from harness.redis import redis_server
-from harness.sim_cluster import sim_replicas_spec
+from harness.sim_specs import sim_replicas_spec
 from harness.streaming_load import Load
 
 MODEL = "sim-head-restart"

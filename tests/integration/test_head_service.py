@@ -28,7 +28,7 @@ from axon.process import stop_process_group
 from harness.notify import NotifySocket
 from harness.ports import free_port
 from harness.procs import Proc, child_env, start_gpu_node
-from harness.sim_cluster import sim_replicas_spec
+from harness.sim_specs import sim_replicas_spec
 
 MODEL = "sim-head-service"
 SPEC = sim_replicas_spec(MODEL, 1)
