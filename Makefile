@@ -29,11 +29,8 @@ run: $(STAMP)
 # Lint and type checks first (a minute at most), then the unit and the
 # real-process integration tests, and every benchmark in smoke mode
 # (tests/bench: a few requests each, against the session's stack).
-# pytest-xdist spreads the modules over TEST_WORKERS processes; those that
-# run a vLLM engine share one (tests/scheduling.py).
-TEST_WORKERS ?= 3
 test: lint typecheck
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -p no:cacheprovider
 
 # schemathesis against cortex's published schema (tests/fuzz): two cortexes
 # (auth off, auth required) in front of sim neurons; `make test` sends 2,000

@@ -22,24 +22,17 @@ from ray.cluster_utils import Cluster
 from axon.generations import GENERATION_LABEL
 from harness.ports import free_port
 from harness.procs import Proc, wait_http_ready
+from harness.sim_specs import sim_replicas_spec
 
 NAMESPACE = "neuraxis"
+# One GPU node of each, unless a test asks for others.
+GENERATIONS = ("ampere", "ada", "blackwell")
 
 
 def two_replica_spec(model: str) -> str:
     """A deployment-spec entry: two simulated replicas of `model` on ada or
     newer (50 ms to the first token, 20 ms between tokens)."""
-    return f"""
-[[models]]
-id = "{model}"
-source = "sim"
-replicas = 2
-min_generation = "ada"
-[models.engine]
-kind = "sim"
-sim_ttft_s = 0.05
-sim_itl_s = 0.02
-"""
+    return sim_replicas_spec(model, 2)
 
 
 @dataclass
@@ -96,7 +89,7 @@ class SimCluster:
 def sim_cluster(
     spec: str,
     work_dir: Path,
-    generations: tuple[str, ...] = ("ampere", "ada", "blackwell"),
+    generations: tuple[str, ...] = GENERATIONS,
     health_interval_s: float = 0.5,
     wait_for_model: str | None = None,
 ) -> Iterator[SimCluster]:
@@ -129,3 +122,14 @@ def sim_cluster(
             cortex.stop(timeout=30)
         ray.shutdown()
         cluster.shutdown()
+
+
+@contextmanager
+def ready_sim_cluster(
+    spec: str, work_dir: Path, model: str, generations: tuple[str, ...] = GENERATIONS
+) -> Iterator[SimCluster]:
+    """sim_cluster once cortex serves `model` and both its replicas (as
+    two_replica_spec writes it) are ready."""
+    with sim_cluster(spec, work_dir, generations, wait_for_model=model) as cluster:
+        cluster.wait_ready(model, 2)
+        yield cluster

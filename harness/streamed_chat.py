@@ -40,6 +40,18 @@ def hello_chat(model: str, max_tokens: int) -> dict[str, Any]:
     }
 
 
+def greedy_chat(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """One user message, streamed and answered greedily: the same answer (and
+    length) every time, where sampling could end it early."""
+    return {
+        "model": model,
+        "stream": True,
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": prompt}],
+    }
+
+
 @dataclass
 class StreamedChat:
     started_at: float  # time.monotonic() when the request was sent

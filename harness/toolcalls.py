@@ -37,6 +37,26 @@ CHAT_TOOLS: Any = [
         },
     }
 ]
+# get_weather asking for the city alone, as the Responses API declares a
+# function tool (chat_tool gives the chat completions form).
+CITY_WEATHER: Any = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather for a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+
+
+def chat_tool(tool: Any) -> Any:
+    """A Responses function tool as chat completions declare it: the same
+    fields, under "function"."""
+    return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+
+
 ASK = "What is the weather in Paris?"
 PARIS_ARGUMENTS = '{"city": "Paris"}'
 ANSWER = "It is sunny and 21 degrees in Paris."

@@ -8,22 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from xdist.remote import Producer
 
 from harness.stacks import SimStack, Stack, close_clients, embedded_stack, simulated_stack
-from tests.scheduling import EngineScheduling
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that end the shared stack (`ends_stack`) run after every
     other, in their own order: sorting is stable."""
     items.sort(key=lambda item: item.get_closest_marker("ends_stack") is not None)
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> EngineScheduling:
-    """Under pytest-xdist (`make test`): a module to a worker, and the
-    modules that run a vLLM engine all to one (tests/scheduling.py)."""
-    return EngineScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

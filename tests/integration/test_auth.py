@@ -249,15 +249,15 @@ def test_another_tenants_responses_do_not_exist_for_it(auth_stack: AuthStack) ->
     assert running.status_code == 200, running.text
     bid = running.json()["id"]
 
-    for method, path, body in [
-        ("GET", "/{id}", None),
-        ("GET", "/{id}?stream=true", None),
-        ("GET", "/{id}/input_items", None),
-        ("POST", "/{id}/cancel", None),
-        ("DELETE", "/{id}", None),
+    for method, path in [
+        ("GET", "/{id}"),
+        ("GET", "/{id}?stream=true"),
+        ("GET", "/{id}/input_items"),
+        ("POST", "/{id}/cancel"),
+        ("DELETE", "/{id}"),
     ]:
         for real in (rid, bid):
-            got = _responses(auth_stack, method, path.format(id=real), intruder, body)
+            got = _responses(auth_stack, method, path.format(id=real), intruder)
             missing = _responses(auth_stack, method, path.format(id="resp_missing"), intruder)
             _same_404(got, missing, real)
     chained = {"model": FAST, "input": "and then?", "previous_response_id": rid}

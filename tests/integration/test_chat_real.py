@@ -13,6 +13,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from axon.v1 import neuron_pb2 as pb
 from harness.procs import engine_load, neuron_stub
 from harness.stacks import CONTEXT, EMBEDDING_MODEL, MODEL, Stack
+from harness.streamed_chat import greedy_chat
 
 QUESTION: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is the capital of France?"}
@@ -114,14 +115,7 @@ def _wait_idle(address: str, timeout: float = 10) -> pb.LoadResponse:
 
 def test_client_disconnect_aborts_generation_in_engine(stack: Stack) -> None:
     assert _wait_idle(stack.neuron_address).running == 0
-    body = {
-        "model": MODEL,
-        "stream": True,
-        "max_tokens": 1000,
-        # Greedy: a long answer every time (sampling can end it early).
-        "temperature": 0,
-        "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
-    }
+    body = greedy_chat(MODEL, "Write a very long essay about the sea.", 1000)
     with httpx.stream("POST", f"{stack.base_url}/v1/chat/completions", json=body, timeout=60) as r:
         assert r.status_code == 200
         lines = r.iter_lines()

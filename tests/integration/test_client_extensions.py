@@ -14,19 +14,9 @@ from openai.types.chat import ChatCompletionMessageCustomToolCall
 from openai.types.responses import ResponseCustomToolCall, ResponseFunctionToolCall
 
 from harness.stacks import MODEL, Stack
+from harness.toolcalls import CITY_WEATHER, chat_tool
 
-WEATHER: Any = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
+WEATHER = chat_tool(CITY_WEATHER)
 DIGITS = "[0-9]{3}"
 
 
@@ -132,7 +122,7 @@ def test_responses_namespace_function_call_carries_its_namespace(stack: Stack) -
                     "type": "function",
                     "name": "lookup",
                     "description": "Current weather of a city.",
-                    "parameters": WEATHER["function"]["parameters"],
+                    "parameters": CITY_WEATHER["parameters"],
                 }
             ],
         }

@@ -27,48 +27,32 @@ import httpx
 import pytest
 import ray
 
-from harness.sim_cluster import SimCluster, sim_cluster, two_replica_spec
+from harness.figures import recorded_figures
+from harness.sim_cluster import SimCluster, ready_sim_cluster, two_replica_spec
+from harness.sim_specs import pinned_replica_spec
 from harness.streaming_load import Load, Outcome, stream_once
 
 MODEL = "sim-ada-plus"
 SPEC = (
     two_replica_spec(MODEL)
-    + """
-# No hopper node in this cluster.
-[[models]]
-id = "sim-hopper"
-source = "sim"
-replicas = 1
-generations = ["hopper"]
-[models.engine]
-kind = "sim"
-
-# Ampere has no FP8 KV cache.
-[[models]]
-id = "fp8-on-ampere"
-source = "sim"
-replicas = 1
-generations = ["ampere"]
-[models.engine]
-kind = "sim"
-kv_cache_dtype = "fp8"
-"""
+    # No hopper node in this cluster.
+    + pinned_replica_spec("sim-hopper", "hopper")
+    # Ampere has no FP8 KV cache.
+    + pinned_replica_spec("fp8-on-ampere", "ampere", 'kv_cache_dtype = "fp8"')
 )
 
 
 @pytest.fixture(scope="module")
 def ray_cluster(logs_dir: Path) -> Iterator[SimCluster]:
-    with sim_cluster(SPEC, logs_dir, wait_for_model=MODEL) as cluster:
-        cluster.wait_ready(MODEL, 2)
+    with ready_sim_cluster(SPEC, logs_dir, MODEL) as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="module")
 def figures(logs_dir: Path) -> Iterator[dict[str, Any]]:
     """Failover figures, written to the logs directory for the notes."""
-    found: dict[str, Any] = {}
-    yield found
-    (logs_dir / "cluster-failover.json").write_text(json.dumps(found, indent=2))
+    with recorded_figures(logs_dir / "cluster-failover.json") as found:
+        yield found
 
 
 def assert_no_unstarted_request_failed(load: Load) -> None:

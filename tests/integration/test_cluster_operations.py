@@ -28,7 +28,7 @@ import pytest
 from harness.ports import free_port
 from harness.postgres import postgres_server
 from harness.procs import REPO, Proc, child_env, wait_http_ready
-from harness.sim_cluster import SimCluster, sim_cluster, two_replica_spec
+from harness.sim_cluster import SimCluster, ready_sim_cluster, two_replica_spec
 from harness.streaming_load import Load
 
 MODEL = "sim-ops"
@@ -37,10 +37,7 @@ MODEL = "sim-ops"
 @pytest.fixture(scope="module")
 def ray_cluster(logs_dir: Path) -> Iterator[SimCluster]:
     generations = ("ada", "hopper", "blackwell")
-    with sim_cluster(
-        two_replica_spec(MODEL), logs_dir, generations=generations, wait_for_model=MODEL
-    ) as cluster:
-        cluster.wait_ready(MODEL, 2)
+    with ready_sim_cluster(two_replica_spec(MODEL), logs_dir, MODEL, generations) as cluster:
         yield cluster
 
 

@@ -33,10 +33,9 @@ from axon.process import stop_process_group
 from harness.ports import free_port
 from harness.procs import REPO, child_env, new_key
 from harness.stacks import ENGINE_START_TIMEOUT_S, MODEL
+from harness.streamed_chat import greedy_chat
 
 GRACE_S = 2
-
-pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
 
 @dataclass
@@ -150,13 +149,7 @@ def test_up_with_auth_required_takes_a_key_made_after_it_started(console: Consol
 
 
 def _stream_lines(base_url: str, key: str, started: threading.Event, lines: list[str]) -> None:
-    body = {
-        "model": MODEL,
-        "stream": True,
-        "temperature": 0,
-        "max_tokens": 4000,
-        "messages": [{"role": "user", "content": "Count from 1 to 5000, separated by commas."}],
-    }
+    body = greedy_chat(MODEL, "Count from 1 to 5000, separated by commas.", 4000)
     headers = {"Authorization": f"Bearer {key}"}
     url = f"{base_url}/v1/chat/completions"
     with httpx.stream("POST", url, json=body, headers=headers, timeout=120) as r:

@@ -13,7 +13,6 @@ printed and written to the logs directory as controller-adoption.json.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,8 @@ from typing import Any
 import pytest
 import ray
 
-from harness.sim_cluster import SimCluster, sim_cluster, two_replica_spec
+from harness.figures import recorded_figures
+from harness.sim_cluster import SimCluster, ready_sim_cluster, two_replica_spec
 from harness.streaming_load import Load
 
 MODEL = "sim-adopt"
@@ -32,18 +32,16 @@ NAMESPACE = "neuraxis"
 
 @pytest.fixture(scope="module")
 def ray_cluster(logs_dir: Path) -> Iterator[SimCluster]:
-    with sim_cluster(
-        two_replica_spec(MODEL), logs_dir, generations=("ada", "blackwell"), wait_for_model=MODEL
+    with ready_sim_cluster(
+        two_replica_spec(MODEL), logs_dir, MODEL, ("ada", "blackwell")
     ) as cluster:
-        cluster.wait_ready(MODEL, 2)
         yield cluster
 
 
 @pytest.fixture(scope="module")
 def figures(logs_dir: Path) -> Iterator[dict[str, Any]]:
-    found: dict[str, Any] = {}
-    yield found
-    (logs_dir / "controller-adoption.json").write_text(json.dumps(found, indent=2))
+    with recorded_figures(logs_dir / "controller-adoption.json") as found:
+        yield found
 
 
 def _neurons(cluster: SimCluster) -> dict[str, int]:

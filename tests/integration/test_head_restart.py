@@ -17,7 +17,6 @@ directory as head-restart.json.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -34,27 +33,18 @@ import httpx
 import pytest
 
 from axon.process import stop_process_group
+from harness.figures import recorded_figures
 from harness.notify import NotifySocket
 from harness.ports import free_port
 from harness.procs import Proc, start_gpu_node
 from harness.redis import redis_server
+from harness.sim_specs import sim_replicas_spec
 from harness.streaming_load import Load
 
 MODEL = "sim-head-restart"
 # The run without GCS fault tolerance has a model of its own: its neurons are
 # told apart from the other stack's (still running) by it.
 MODEL_NO_FT = "sim-gcs-lost"
-SPEC = """
-[[models]]
-id = "{model}"
-source = "sim"
-replicas = 1
-min_generation = "ada"
-[models.engine]
-kind = "sim"
-sim_ttft_s = 0.05
-sim_itl_s = 0.02
-"""
 
 pytestmark = pytest.mark.integration
 
@@ -166,7 +156,7 @@ def _stack(work: Path, redis: str | None, model: str = MODEL) -> Iterator[Stack]
         stack.start_head()
         stack.node = start_gpu_node(stack.address, work / "node.log")
         spec = work / "deployment.toml"
-        spec.write_text(SPEC.format(model=model))
+        spec.write_text(sim_replicas_spec(model, 1))
         stack.cortex_port, stack.admin_port = free_port(), free_port()
         stack.base_url = f"http://127.0.0.1:{stack.cortex_port}"
         stack.start_cortex()
@@ -215,9 +205,8 @@ def _neuron_pids(model: str = MODEL) -> set[int]:
 
 @pytest.fixture(scope="module")
 def figures(logs_dir: Path) -> Iterator[dict[str, Any]]:
-    found: dict[str, Any] = {}
-    yield found
-    (logs_dir / "head-restart.json").write_text(json.dumps(found, indent=2))
+    with recorded_figures(logs_dir / "head-restart.json") as found:
+        yield found
 
 
 @pytest.fixture(scope="module")

@@ -28,19 +28,10 @@ from axon.process import stop_process_group
 from harness.notify import NotifySocket
 from harness.ports import free_port
 from harness.procs import Proc, child_env, start_gpu_node
+from harness.sim_specs import sim_replicas_spec
 
 MODEL = "sim-head-service"
-SPEC = f"""
-[[models]]
-id = "{MODEL}"
-source = "sim"
-replicas = 1
-min_generation = "ada"
-[models.engine]
-kind = "sim"
-sim_ttft_s = 0.05
-sim_itl_s = 0.02
-"""
+SPEC = sim_replicas_spec(MODEL, 1)
 
 pytestmark = pytest.mark.integration
 

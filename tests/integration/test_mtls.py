@@ -21,6 +21,7 @@ from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
 from harness.ports import free_port
 from harness.procs import Proc, wait_http_ready
+from harness.sim_specs import pinned_replica_spec
 from neuraxis.cli import main
 
 pytestmark = pytest.mark.integration
@@ -216,8 +217,7 @@ def test_a_cluster_over_mutual_tls(
         monkeypatch.setenv(f"NEURAXIS_{side}_TLS_CA", str(d / "ca.crt"))
         monkeypatch.setenv(f"NEURAXIS_{side}_TLS_CERT", str(d / f"{stem}.crt"))
         monkeypatch.setenv(f"NEURAXIS_{side}_TLS_KEY", str(d / f"{stem}.key"))
-    spec = '[[models]]\nid = "sim-tls-cluster"\nsource = "sim"\nreplicas = 1\n'
-    spec += 'generations = ["ada"]\n[models.engine]\nkind = "sim"\n'
+    spec = pinned_replica_spec("sim-tls-cluster", "ada")
     with sim_cluster(spec, tmp_path, ("ada",), wait_for_model="sim-tls-cluster") as cluster:
         (replica,) = cluster.wait_ready("sim-tls-cluster", 1)
         # The controller's checks go over TLS too: only a Load call it could

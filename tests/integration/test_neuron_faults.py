@@ -20,7 +20,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from axon.errors import UnavailableError
 from axon.v1 import neuron_pb2 as pb
 from cortex.cluster.replica import Replica
 from cortex.routing.client import NeuronClient
+from harness.polling import wait_until
 from neuron.server import EXIT_ENGINE_DIED
 
 MODEL = "smollm2-135m-instruct"
@@ -41,8 +42,6 @@ START_TIMEOUT_S = 600
 # The neuron's context: the conversation is truncated to it, then prefilled
 # (~125 s at SmolLM2's own 8,192 tokens on 2 cores, seconds at this).
 CONTEXT = 2048
-
-pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
 
 @dataclass
@@ -70,15 +69,6 @@ def _gone(pid: int) -> bool:
         return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 @contextmanager
@@ -222,6 +212,6 @@ def test_a_dead_engine_fails_the_request_in_flight_and_ends_the_neuron(neuron: N
     def exited() -> bool:
         return not asyncio.run(neuron.replica.check())["running"]
 
-    assert _wait(exited, timeout_s=20), "the neuron still runs 20 s after its engine died"
+    assert wait_until(exited, timeout_s=20), "the neuron still runs 20 s after its engine died"
     print(f"the neuron exited {time.monotonic() - killed:.1f} s after its engine core died")
     assert asyncio.run(neuron.replica.check())["exit_code"] == EXIT_ENGINE_DIED

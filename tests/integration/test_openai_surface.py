@@ -56,16 +56,21 @@ def _schema_of(name: str) -> dict[str, Any]:
     return next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == name)
 
 
+def _offering_tools(messages: list[Any], tool_choice: Any, max_tokens: int) -> Any:
+    """The arguments of a greedy chat completion offered TOOLS."""
+    return {
+        "model": MODEL,
+        "messages": messages,
+        "tools": TOOLS,
+        "tool_choice": tool_choice,
+        "temperature": 0,
+        "max_tokens": max_tokens,
+    }
+
+
 @pytest.mark.parametrize("tool_choice", [NAMED, "required"])
 def test_forced_tool_call(stack: Stack, tool_choice: Any) -> None:
-    completion = stack.client().chat.completions.create(
-        model=MODEL,
-        messages=ASK,
-        tools=TOOLS,
-        tool_choice=tool_choice,
-        temperature=0,
-        max_tokens=200,
-    )
+    completion = stack.client().chat.completions.create(**_offering_tools(ASK, tool_choice, 200))
     choice = completion.choices[0]
     calls = choice.message.tool_calls or []
     assert calls, choice
@@ -84,13 +89,7 @@ def test_forced_tool_call(stack: Stack, tool_choice: Any) -> None:
 def test_forced_tool_call_streamed(stack: Stack, tool_choice: Any) -> None:
     chunks = list(
         stack.client().chat.completions.create(
-            model=MODEL,
-            messages=ASK,
-            tools=TOOLS,
-            tool_choice=tool_choice,
-            temperature=0,
-            max_tokens=200,
-            stream=True,
+            **_offering_tools(ASK, tool_choice, 200), stream=True
         )
     )
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -114,9 +113,7 @@ def test_forced_tool_call_streamed(stack: Stack, tool_choice: Any) -> None:
 def test_tool_result_fed_back_gives_an_answer(stack: Stack) -> None:
     client = stack.client()
     calls = (
-        client.chat.completions.create(
-            model=MODEL, messages=ASK, tools=TOOLS, tool_choice=NAMED, temperature=0, max_tokens=200
-        )
+        client.chat.completions.create(**_offering_tools(ASK, NAMED, 200))
         .choices[0]
         .message.tool_calls
     )
@@ -162,12 +159,7 @@ def test_auto_tool_choice_answers_a_greeting_in_text(stack: Stack) -> None:
     choice = (
         stack.client()
         .chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": "Say hello."}],
-            tools=TOOLS,
-            tool_choice="auto",
-            temperature=0,
-            max_tokens=60,
+            **_offering_tools([{"role": "user", "content": "Say hello."}], "auto", 60)
         )
         .choices[0]
     )
@@ -179,14 +171,7 @@ def test_auto_tool_choice_answers_a_greeting_in_text(stack: Stack) -> None:
 def test_auto_tool_choice_parses_the_models_call(stack: Stack) -> None:
     choice = (
         stack.client()
-        .chat.completions.create(
-            model=MODEL,
-            messages=ASKED_AGAIN,
-            tools=TOOLS,
-            tool_choice="auto",
-            temperature=0,
-            max_tokens=100,
-        )
+        .chat.completions.create(**_offering_tools(ASKED_AGAIN, "auto", 100))
         .choices[0]
     )
     assert choice.finish_reason == "tool_calls", choice

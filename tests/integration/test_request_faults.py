@@ -20,7 +20,7 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from harness.gateway import Sim, sim_gateway
+from harness.polling import wait_until
 from harness.procs import Proc, cortex_metric, engine_load
 
 MODEL = "sim-model"
@@ -71,17 +72,8 @@ def _fleet(logs_dir: Path, name: str, neuron_args: list[tuple[str, list[str]]]) 
             [n.address for n in neurons],
             [n.proc for n in neurons],
         )
-        assert _wait(lambda: all(fleet.up()), 30), fleet.up()
+        assert wait_until(lambda: all(fleet.up()), 30), fleet.up()
         yield fleet
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 # Stands in for a model whose output is held back (auto tool choice) or a
@@ -216,10 +208,10 @@ def _read_to_end(sock: socket.socket) -> bytes:
 def _disconnect_cancels(fleet: Fleet, sock: socket.socket, label: str) -> float:
     """Close the client's connection once the engine is generating; return
     how long until no request runs in any engine."""
-    assert _wait(lambda: fleet.running() >= 1, 10), f"{label}: never reached the engine"
+    assert wait_until(lambda: fleet.running() >= 1, 10), f"{label}: never reached the engine"
     closed = time.monotonic()
     sock.close()
-    assert _wait(lambda: fleet.running() == 0, 5), f"{label}: the engine kept generating"
+    assert wait_until(lambda: fleet.running() == 0, 5), f"{label}: the engine kept generating"
     took = time.monotonic() - closed
     print(f"\ndisconnect → engine cancel, {label}: {took * 1000:.0f} ms")
     return took
@@ -290,7 +282,7 @@ def _disconnect_cancels(fleet: Fleet, sock: socket.socket, label: str) -> float:
 def test_a_client_that_disconnects_cancels_the_engine_within_a_second(
     fleet: Fleet, label: str, path: str, body: dict[str, object], marker: bytes, count: int
 ) -> None:
-    assert _wait(lambda: fleet.running() == 0, 10)
+    assert wait_until(lambda: fleet.running() == 0, 10)
     sock = _open(fleet, path, body)
     if count:
         _read_until(sock, marker, count)
@@ -298,7 +290,7 @@ def test_a_client_that_disconnects_cancels_the_engine_within_a_second(
 
 
 def test_a_background_response_keeps_running_when_its_creator_leaves(fleet: Fleet) -> None:
-    assert _wait(lambda: fleet.running() == 0, 10)
+    assert wait_until(lambda: fleet.running() == 0, 10)
     body = {"model": MODEL, "input": "hi", "max_output_tokens": 100, "background": True}
     sock = _open(fleet, "/v1/responses", body)
     answer = _read_to_end(sock)  # headers and body may come in two reads
@@ -306,7 +298,7 @@ def test_a_background_response_keeps_running_when_its_creator_leaves(fleet: Flee
     response_id = json.loads(answer.split(b"\r\n\r\n", 1)[1])["id"]
     url = f"{fleet.base_url}/v1/responses/{response_id}"
     running = ("queued", "in_progress")
-    assert _wait(lambda: httpx.get(url, timeout=10).json()["status"] not in running, 30)
+    assert wait_until(lambda: httpx.get(url, timeout=10).json()["status"] not in running, 30)
     stored = httpx.get(url, timeout=10).json()
     # Generated to its end: all its max_output_tokens.
     assert stored["status"] == "incomplete", stored
@@ -334,8 +326,8 @@ def _busy_neuron(fleet: Fleet) -> int:
 
 
 def _all_back(fleet: Fleet) -> None:
-    assert _wait(lambda: all(fleet.up()), 30), fleet.up()
-    assert _wait(lambda: fleet.running() == 0, 10)
+    assert wait_until(lambda: all(fleet.up()), 30), fleet.up()
+    assert wait_until(lambda: fleet.running() == 0, 10)
 
 
 def test_requests_sent_to_a_hung_neuron_move_to_another(fleet: Fleet) -> None:
@@ -369,7 +361,7 @@ def test_a_request_started_on_a_hung_neuron_ends_with_an_error(
         _read_until(sock, b"data:", 3)
     else:  # cortex has had its first token (not yet any for the client)
         ttft = "neuraxis_time_to_first_token_seconds_count"
-        assert _wait(lambda: fleet.metric(ttft, api="chat") > firsts, 10)
+        assert wait_until(lambda: fleet.metric(ttft, api="chat") > firsts, 10)
     busy = fleet.procs[_busy_neuron(fleet)]
     with _stopped(busy):
         stopped = time.monotonic()

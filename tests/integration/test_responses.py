@@ -22,6 +22,7 @@ from harness.ports import free_port
 from harness.postgres import postgres_server
 from harness.procs import Proc, engine_load, wait_http_ready
 from harness.stacks import CONTEXT, MODEL, SimStack, Stack, strict_client
+from harness.toolcalls import CITY_WEATHER
 
 QUESTION = "What is the capital of France?"
 
@@ -53,18 +54,6 @@ def base(stack: Stack) -> str:
     through it, and test_stored_chain_survives_a_cortex_restart[postgres]
     creates, retrieves and chains through a cortex on PostgreSQL."""
     return stack.base_url
-
-
-WEATHER: Any = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the current weather for a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 
 
 def test_create(stack: Stack) -> None:
@@ -156,7 +145,7 @@ def test_forced_tool_call_then_result_then_answer(base: str) -> None:
     first = client.responses.create(
         model=MODEL,
         input="What is the weather in Paris?",
-        tools=[WEATHER],
+        tools=[CITY_WEATHER],
         tool_choice={"type": "function", "name": "get_weather"},
         temperature=0,
     )
@@ -166,7 +155,7 @@ def test_forced_tool_call_then_result_then_answer(base: str) -> None:
     second = client.responses.create(
         model=MODEL,
         previous_response_id=first.id,
-        tools=[WEATHER],
+        tools=[CITY_WEATHER],
         temperature=0,
         tool_choice="none",
         max_output_tokens=40,
@@ -186,7 +175,7 @@ def test_function_call_events_when_streamed(stack: Stack) -> None:
     events = _events(
         stack,
         input="Weather in Rome?",
-        tools=[WEATHER],
+        tools=[CITY_WEATHER],
         temperature=0,
         tool_choice={"type": "function", "name": "get_weather"},
     )
@@ -403,7 +392,7 @@ def test_parallel_tool_calls_false_gives_one_call(stack: Stack) -> None:
     response = stack.client().responses.create(
         model=MODEL,
         input="Weather in Paris and in Rome?",
-        tools=[WEATHER],
+        tools=[CITY_WEATHER],
         temperature=0,
         tool_choice="required",
         parallel_tool_calls=False,
@@ -575,7 +564,7 @@ def _calls(stack: Stack, **body: Any) -> list[Any]:
     response = strict_client(stack.base_url).responses.create(
         model=MODEL,
         input=TWO_CITIES,
-        tools=[WEATHER],
+        tools=[CITY_WEATHER],
         tool_choice="required",
         temperature=0,
         **body,

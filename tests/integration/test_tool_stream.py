@@ -13,7 +13,6 @@ tests/unit/neuron/engine/vllm/test_tool_parsers.py.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import httpx
 
@@ -26,6 +25,7 @@ from harness.toolcalls import (
     RESPONSES_TOOLS,
     SAYS_THEN_CALLS,
     timed_sse,
+    timed_tool_chat,
 )
 
 
@@ -100,24 +100,8 @@ def test_responses_streams_the_call_item_while_the_model_writes_it(stack: Stack)
     assert json.loads(arguments)["city"] == "Rome"
 
 
-def _chat(stack: Stack, messages: Any) -> list[tuple[float, dict[str, Any]]]:
-    """The streamed choice's deltas with their arrival times; the last one
-    carries the finish reason."""
-    body = {
-        "model": MODEL,
-        "messages": messages,
-        "tools": CHAT_TOOLS,
-        "tool_choice": "auto",
-        "temperature": 0,
-        "max_tokens": 150,
-        "stream": True,
-    }
-    chunks = timed_sse(f"{stack.base_url}/v1/chat/completions", body)
-    return [(t, c["choices"][0]) for t, c in chunks if c["choices"]]
-
-
 def test_chat_streams_text_before_a_call_as_content_first(stack: Stack) -> None:
-    deltas = _chat(stack, SAYS_THEN_CALLS)
+    deltas = timed_tool_chat(stack.base_url, MODEL, SAYS_THEN_CALLS)
     texts = [(t, d["delta"]["content"]) for t, d in deltas if d["delta"].get("content")]
     calls = [(t, c) for t, d in deltas for c in d["delta"].get("tool_calls") or []]
     assert texts and calls, deltas
@@ -131,7 +115,7 @@ def test_chat_streams_text_before_a_call_as_content_first(stack: Stack) -> None:
 
 
 def test_chat_streams_two_parallel_calls_one_after_the_other(stack: Stack) -> None:
-    deltas = _chat(stack, CALLS_TWICE)
+    deltas = timed_tool_chat(stack.base_url, MODEL, CALLS_TWICE)
     calls = [(t, c) for t, d in deltas for c in d["delta"].get("tool_calls") or []]
     named = [(t, c) for t, c in calls if c.get("id")]
     assert [(c["index"], c["function"]["name"]) for _, c in named] == [

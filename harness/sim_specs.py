@@ -1,0 +1,37 @@
+"""Deployment-spec entries for simulated replicas, written as TOML text for
+the tests and benchmarks that start a cluster of them. No Ray here: a test
+that only writes a spec for `neuraxis head` need not import it."""
+
+from __future__ import annotations
+
+
+def sim_replicas_spec(model: str, replicas: int) -> str:
+    """A deployment-spec entry: `replicas` simulated replicas of `model` on
+    ada or newer (50 ms to the first token, 20 ms between tokens)."""
+    return f"""
+[[models]]
+id = "{model}"
+source = "sim"
+replicas = {replicas}
+min_generation = "ada"
+[models.engine]
+kind = "sim"
+sim_ttft_s = 0.05
+sim_itl_s = 0.02
+"""
+
+
+def pinned_replica_spec(model: str, generation: str, engine: str = "") -> str:
+    """A deployment-spec entry: one simulated replica of `model` that only a
+    `generation` node may host; `engine`: more lines of its [models.engine]
+    table."""
+    return f"""
+[[models]]
+id = "{model}"
+source = "sim"
+replicas = 1
+generations = ["{generation}"]
+[models.engine]
+kind = "sim"
+{engine}
+"""
