@@ -1,49 +1,32 @@
 """The Responses API through the real stack, judged by the pinned openai
 client in strict mode: objects, the whole event sequence, tools across turns
 through previous_response_id, the store (retrieve, input_items, delete,
-store: false, a cortex restart) and failures."""
+store: false, a cortex restart). Background runs, cancels, truncation and
+failures: test_responses_runs.py."""
 
 from __future__ import annotations
 
 import json
-import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
 from pydantic import BaseModel
 
-from harness.gateway import Sim, sim_gateway
 from harness.ports import free_port
 from harness.postgres import postgres_server
-from harness.procs import Proc, engine_load, wait_http_ready
-from harness.stacks import CONTEXT, MODEL, SimStack, Stack, strict_client
+from harness.procs import Proc, wait_http_ready
+from harness.stacks import MODEL, Stack, strict_client
 from harness.toolcalls import CITY_WEATHER
-
-QUESTION = "What is the capital of France?"
+from tests.integration.responses import QUESTION, check_event_stack, cortex_args, stream_events
 
 
 @pytest.fixture(scope="module")
 def postgres_dsn() -> Iterator[str]:
     with postgres_server() as dsn:
         yield dsn
-
-
-def _cortex_args(stack: Stack, port: int, store: list[str]) -> list[str]:
-    return [
-        "cortex",
-        "--port",
-        str(port),
-        "--neuron",
-        stack.neuron_address,
-        "--model",
-        MODEL,
-        *store,
-    ]
 
 
 @pytest.fixture
@@ -68,51 +51,9 @@ def test_create(stack: Stack) -> None:
     assert response.error is None and response.incomplete_details is None
 
 
-def _events(stack: Stack, **body: Any) -> list[dict[str, Any]]:
-    body = {"model": MODEL, "stream": True, **body}
-    with httpx.stream("POST", f"{stack.base_url}/v1/responses", json=body, timeout=120) as r:
-        assert r.status_code == 200, r.read()
-        lines = list(r.iter_lines())
-    events = []
-    for i, line in enumerate(lines):
-        if line.startswith("data: "):
-            event = json.loads(line[6:])
-            assert lines[i - 1] == f"event: {event['type']}"
-            events.append(event)
-    return events
-
-
-def _check_event_stack(events: list[dict[str, Any]]) -> str:
-    """Every delta inside its added/done pair, indices consistent, sequence
-    numbers 0..n-1; returns the text the deltas add up to."""
-    assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    assert [e["type"] for e in events[:2]] == ["response.created", "response.in_progress"]
-    open_items: dict[int, str] = {}
-    open_parts: set[tuple[str, int]] = set()
-    text: dict[str, list[str]] = {}
-    for e in events[2:-1]:
-        kind = e["type"]
-        if kind == "response.output_item.added":
-            open_items[e["output_index"]] = e["item"]["id"]
-        elif kind == "response.content_part.added":
-            assert open_items[e["output_index"]] == e["item_id"]
-            open_parts.add((e["item_id"], e["content_index"]))
-        elif kind == "response.output_text.delta":
-            assert (e["item_id"], e["content_index"]) in open_parts
-            text.setdefault(e["item_id"], []).append(e["delta"])
-        elif kind == "response.output_text.done":
-            assert e["text"] == "".join(text[e["item_id"]])
-        elif kind == "response.content_part.done":
-            open_parts.remove((e["item_id"], e["content_index"]))
-        elif kind == "response.output_item.done":
-            assert open_items.pop(e["output_index"]) == e["item"]["id"]
-    assert not open_items and not open_parts
-    return "".join("".join(parts) for parts in text.values())
-
-
 def test_stream_event_stack(stack: Stack) -> None:
-    events = _events(stack, input=QUESTION, temperature=0)
-    streamed = _check_event_stack(events)
+    events = stream_events(stack, input=QUESTION, temperature=0)
+    streamed = check_event_stack(events)
     assert events[-1]["type"] == "response.completed"
     final = events[-1]["response"]
     assert final["status"] == "completed" and final["usage"]["output_tokens"] > 0
@@ -134,8 +75,8 @@ def test_incomplete_when_max_output_tokens_cut(stack: Stack) -> None:
     assert response.status == "incomplete"
     assert response.incomplete_details is not None
     assert response.incomplete_details.reason == "max_output_tokens"
-    events = _events(stack, input="Write a long story about a dragon.", max_output_tokens=5)
-    _check_event_stack(events)
+    events = stream_events(stack, input="Write a long story about a dragon.", max_output_tokens=5)
+    check_event_stack(events)
     assert events[-1]["type"] == "response.incomplete"
     assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
 
@@ -172,14 +113,14 @@ def test_forced_tool_call_then_result_then_answer(base: str) -> None:
 
 
 def test_function_call_events_when_streamed(stack: Stack) -> None:
-    events = _events(
+    events = stream_events(
         stack,
         input="Weather in Rome?",
         tools=[CITY_WEATHER],
         temperature=0,
         tool_choice={"type": "function", "name": "get_weather"},
     )
-    _check_event_stack(events)
+    check_event_stack(events)
     kinds = [e["type"] for e in events]
     assert "response.function_call_arguments.delta" in kinds
     done = next(e for e in events if e["type"] == "response.function_call_arguments.done")
@@ -271,7 +212,7 @@ def test_stored_chain_survives_a_cortex_restart(
     else:
         store = ["--postgres-dsn", str(request.getfixturevalue("postgres_dsn"))]
     port = free_port()
-    args = _cortex_args(stack, port, store)
+    args = cortex_args(stack, port, store)
     base = f"http://127.0.0.1:{port}"
     first_cortex = Proc(args, logs_dir / f"cortex-restart-{backend}-1.log")
     try:
@@ -296,287 +237,3 @@ def test_stored_chain_survives_a_cortex_restart(
         assert second.usage.input_tokens > first.usage.input_tokens  # type: ignore[union-attr]
     finally:
         second_cortex.stop()
-
-
-def test_failure_mid_stream_ends_with_response_failed(sim_stack: SimStack) -> None:
-    body = {
-        "model": sim_stack.failing_model,
-        "input": "Hi",
-        "stream": True,
-        "max_output_tokens": 10,
-    }
-    with httpx.stream("POST", f"{sim_stack.base_url}/v1/responses", json=body, timeout=60) as r:
-        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
-    assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    assert events[-1]["type"] == "response.failed"
-    failed = events[-1]["response"]
-    assert failed["status"] == "failed"
-    assert failed["error"]["code"] and failed["error"]["message"]
-    # The SDK's stream helper (strict) reads the same ending.
-    with strict_client(sim_stack.base_url).responses.stream(
-        model=sim_stack.failing_model, input="Hi", max_output_tokens=10
-    ) as stream:
-        last = list(stream)[-1]
-    assert last.type == "response.failed"
-    assert last.response.error is not None and last.response.error.message
-
-
-def _wait_status(client: Any, response_id: str, done: set[str], timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    response = client.responses.retrieve(response_id)
-    while response.status not in done and time.monotonic() < deadline:
-        time.sleep(0.2)
-        response = client.responses.retrieve(response_id)
-    return response
-
-
-def test_background_response_completes(stack: Stack) -> None:
-    client = stack.client()
-    queued = client.responses.create(model=MODEL, input=QUESTION, temperature=0, background=True)
-    assert queued.status in ("queued", "in_progress") and queued.background is True
-    done = _wait_status(client, queued.id, {"completed", "failed", "incomplete"})
-    assert done.status == "completed" and "Paris" in done.output_text
-
-
-def test_cancel_background_response_aborts_generation(stack: Stack) -> None:
-    client = stack.client()
-    queued = client.responses.create(
-        model=MODEL,
-        input="Write a very long essay about the sea.",
-        temperature=1,
-        max_output_tokens=1000,
-        background=True,
-    )
-    _wait_status(client, queued.id, {"in_progress"})
-    # Cancel while the engine is generating it (not before it got there).
-    deadline = time.monotonic() + 30
-    while engine_load(stack.neuron_address).running == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert engine_load(stack.neuron_address).running == 1
-    cancelled = client.responses.cancel(queued.id)
-    assert cancelled.status == "cancelled"
-    assert client.responses.retrieve(queued.id).status == "cancelled"
-    deadline = time.monotonic() + 10
-    load = engine_load(stack.neuron_address)
-    while load.running and time.monotonic() < deadline:
-        time.sleep(0.1)
-        load = engine_load(stack.neuron_address)
-    assert load.running == 0
-
-
-def test_cancel_of_a_foreground_response_is_400(stack: Stack) -> None:
-    client = stack.client()
-    response = client.responses.create(model=MODEL, input="Hi", max_output_tokens=3)
-    with pytest.raises(openai.BadRequestError):
-        client.responses.cancel(response.id)
-
-
-def test_truncation_auto_drops_the_oldest_turns(stack: Stack) -> None:
-    per_turn = CONTEXT // 8  # ten turns: over the context by a fifth
-    roles = ["user", "assistant"]
-    long_turns: Any = [
-        {"role": roles[i % 2], "content": f"Note {i}: " + "hello " * per_turn} for i in range(10)
-    ] + [{"role": "user", "content": QUESTION}]
-    with pytest.raises(openai.BadRequestError) as info:
-        stack.client().responses.create(model=MODEL, input=long_turns, max_output_tokens=10)
-    assert info.value.code == "context_length_exceeded"
-    response = stack.client().responses.create(
-        model=MODEL, input=long_turns, max_output_tokens=10, truncation="auto", temperature=0
-    )
-    assert response.status in ("completed", "incomplete")
-    assert response.usage is not None and response.usage.input_tokens <= CONTEXT - 10
-    assert response.truncation == "auto"
-
-
-def test_parallel_tool_calls_false_gives_one_call(stack: Stack) -> None:
-    response = stack.client().responses.create(
-        model=MODEL,
-        input="Weather in Paris and in Rome?",
-        tools=[CITY_WEATHER],
-        temperature=0,
-        tool_choice="required",
-        parallel_tool_calls=False,
-    )
-    calls = [item for item in response.output if item.type == "function_call"]
-    assert len(calls) == 1 and response.parallel_tool_calls is False
-    json.loads(calls[0].arguments)
-
-
-def test_client_disconnect_aborts_the_generation(stack: Stack) -> None:
-    deadline = time.monotonic() + 10
-    while engine_load(stack.neuron_address).running and time.monotonic() < deadline:
-        time.sleep(0.1)  # earlier tests' requests leave first
-    body = {
-        "model": MODEL,
-        "input": "Write a very long essay about the sea.",
-        "stream": True,
-        "temperature": 0,
-        "max_output_tokens": 1000,
-    }
-    with httpx.stream("POST", f"{stack.base_url}/v1/responses", json=body, timeout=60) as r:
-        deltas = 0
-        for line in r.iter_lines():
-            deltas += line.startswith("event: response.output_text.delta")
-            if deltas >= 5:
-                break
-        assert engine_load(stack.neuron_address).running == 1
-    deadline = time.monotonic() + 10
-    while engine_load(stack.neuron_address).running and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert engine_load(stack.neuron_address).running == 0
-
-
-def test_stream_replay_of_a_stored_response(stack: Stack) -> None:
-    events = _events(stack, input=QUESTION, temperature=0)
-    response_id = events[-1]["response"]["id"]
-    url = f"{stack.base_url}/v1/responses/{response_id}"
-    with httpx.stream("GET", url, params={"stream": "true"}) as r:
-        replayed = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: ")]
-    assert replayed == events
-    with httpx.stream("GET", url, params={"stream": "true", "starting_after": 3}) as r:
-        tail = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: ")]
-    assert tail == events[4:]
-
-
-def test_background_response_cut_by_a_cortex_crash_ends_failed(
-    stack: Stack, logs_dir: Path
-) -> None:
-    port = free_port()
-    state = ["--state-dir", str(logs_dir / "crash-state")]
-    args = _cortex_args(stack, port, state)
-    base = f"http://127.0.0.1:{port}"
-    first = Proc(args, logs_dir / "cortex-crash-1.log")
-    try:
-        wait_http_ready(first, f"{base}/readyz", 60)
-        client = strict_client(base)
-        queued = client.responses.create(
-            model=MODEL,
-            input="Write a very long essay about the sea.",
-            max_output_tokens=1000,
-            background=True,
-        )
-        _wait_status(client, queued.id, {"in_progress"})
-    finally:
-        first.stop(signal.SIGKILL)
-    second = Proc(args, logs_dir / "cortex-crash-2.log")
-    try:
-        wait_http_ready(second, f"{base}/readyz", 60)
-        failed = strict_client(base).responses.retrieve(queued.id)
-        assert failed.status == "failed"
-        assert failed.error is not None and "restarted" in failed.error.message
-    finally:
-        second.stop()
-    deadline = time.monotonic() + 10
-    while engine_load(stack.neuron_address).running and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert engine_load(stack.neuron_address).running == 0
-
-
-def test_neuron_killed_mid_stream_ends_with_response_failed(logs_dir: Path) -> None:
-    sim = Sim("sim-slow", ["--sim-itl-s", "0.05"])
-    state = ["--state-dir", str(logs_dir / "killed-state")]
-    ready = "/v1/models/sim-slow"
-    with sim_gateway(logs_dir, "killed", *state, sims=[sim], ready=ready) as running:
-        base, neuron = running.base_url, running.neuron.proc
-        body = {"model": "sim-slow", "input": "Hi", "stream": True, "max_output_tokens": 200}
-        events = []
-        with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=60) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: "):
-                    events.append(json.loads(line[6:]))
-                    if events[-1]["type"] == "response.output_text.delta" and neuron.alive():
-                        neuron.stop(signal.SIGKILL)
-        assert [e["sequence_number"] for e in events] == list(range(len(events)))
-        assert events[-1]["type"] == "response.failed"
-        assert events[-1]["response"]["error"]["message"]
-        stored = strict_client(base).responses.retrieve(events[-1]["response"]["id"])
-        assert stored.status == "failed"
-
-
-# --- the response object real clients read (issue 16 part 1) ------------------
-
-
-def test_every_sdk_field_and_the_stored_copy_equal_to_the_created(stack: Stack) -> None:
-    body = {
-        "model": MODEL,
-        "input": QUESTION,
-        "temperature": 0,
-        "max_output_tokens": 20,
-        "prompt_cache_key": "france",
-        "safety_identifier": "hashed-user-1",
-        "user": "u-1",
-        "service_tier": "auto",
-        "client_metadata": {"x-client": "integration"},
-    }
-    created = httpx.post(f"{stack.base_url}/v1/responses", json=body, timeout=120).json()
-    stored = httpx.get(f"{stack.base_url}/v1/responses/{created['id']}", timeout=10).json()
-    assert stored == created
-    sdk_fields = {f.alias or n for n, f in openai.types.responses.Response.model_fields.items()}
-    assert sdk_fields <= set(created)
-    assert created["status"] in ("completed", "incomplete")
-    if created["status"] == "completed":
-        assert created["completed_at"] >= created["created_at"]
-    assert created["prompt_cache_key"] == "france" and created["service_tier"] == "default"
-    assert created["safety_identifier"] == "hashed-user-1" and created["user"] == "u-1"
-    assert created["client_metadata"] == {"x-client": "integration"}
-    # The strict SDK reads it, completed_at included.
-    response = strict_client(stack.base_url).responses.retrieve(created["id"])
-    assert response.completed_at == created["completed_at"]
-
-
-def test_completed_at_on_a_completed_response(stack: Stack) -> None:
-    before = int(time.time())
-    response = strict_client(stack.base_url).responses.create(
-        model=MODEL, input=QUESTION, temperature=0
-    )
-    assert response.status == "completed"
-    assert response.completed_at is not None and before <= response.completed_at <= time.time()
-
-
-def test_logprobs_on_text_deltas_and_on_the_part(stack: Stack) -> None:
-    events = _events(
-        stack,
-        input=QUESTION,
-        temperature=0,
-        max_output_tokens=12,
-        top_logprobs=2,
-        include=["message.output_text.logprobs"],
-    )
-    _check_event_stack(events)
-    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
-    assert deltas and all(d["logprobs"] for d in deltas)
-    for entry in (lp for d in deltas for lp in d["logprobs"]):
-        assert entry["logprob"] <= 0 and len(entry["top_logprobs"]) == 2
-    (part,) = next(e for e in events if e["type"] == "response.output_item.done")["item"]["content"]
-    assert part["logprobs"] == [lp for d in deltas for lp in d["logprobs"]]
-    plain = _events(stack, input=QUESTION, temperature=0, max_output_tokens=12)
-    assert all(e["logprobs"] == [] for e in plain if e["type"] == "response.output_text.delta")
-
-
-# A prompt the small model answers with two calls when tool_choice is required.
-TWO_CITIES = (
-    "What is the weather in Paris and what is the weather in Tokyo? "
-    "Call the tool once for each city."
-)
-
-
-def _calls(stack: Stack, **body: Any) -> list[Any]:
-    response = strict_client(stack.base_url).responses.create(
-        model=MODEL,
-        input=TWO_CITIES,
-        tools=[CITY_WEATHER],
-        tool_choice="required",
-        temperature=0,
-        **body,
-    )
-    assert response.status == "completed"
-    return [item for item in response.output if item.type == "function_call"]
-
-
-def test_max_tool_calls_caps_the_calls_in_a_response(stack: Stack) -> None:
-    # The same request without the cap makes several calls: the cap, not the
-    # model, is what leaves one.
-    assert len(_calls(stack)) >= 2
-    capped = _calls(stack, max_tool_calls=1)
-    assert len(capped) == 1 and capped[0].name == "get_weather"
-    json.loads(capped[0].arguments)
