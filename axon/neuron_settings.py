@@ -36,7 +36,13 @@ class NeuronSettings(LogSettings):
     engine: Literal["vllm", "sim"] = Field("vllm", description="engine")
     model: str = Field(
         DEFAULT_CHAT_MODEL,
-        description="bundled model id (prepared into the cache on start) or model directory",
+        description="bundled model id (prepared into the cache on start), model directory, "
+        "or Hugging Face repo id (org/name: vLLM fetches it into the hub cache, HF_HOME)",
+    )
+    revision: str | None = Field(
+        None,
+        min_length=1,
+        description="the repo id's pinned revision: a branch, tag or commit (default: main)",
     )
     task: ModelTask = Field(
         ModelTask.GENERATE,

@@ -26,6 +26,7 @@ from neuron.engine.vllm.args import VllmOptions
 from neuron.gpu import check_installed_for, detect, host_generation, load_nvml
 from neuron.models.bundled import BUNDLED_MODELS
 from neuron.models.prepare import default_cache_dir, model_dir, prepare
+from neuron.models.source import HubModel, is_repo_id, misplaced_revision, unknown_source
 
 log = logging.getLogger("neuraxis.neuron")
 
@@ -65,6 +66,7 @@ def vllm_options(settings: NeuronSettings, model: ResolvedModel) -> VllmOptions:
     return VllmOptions(
         served_id=model.served_id,
         model_path=model.path,
+        revision=model.revision,
         task=model.task,
         dtype=settings.dtype,
         quantization=settings.quantization,
@@ -79,16 +81,23 @@ def vllm_options(settings: NeuronSettings, model: ResolvedModel) -> VllmOptions:
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    path: Path
+    # A model directory, or a Hugging Face repo id vLLM resolves itself.
+    path: Path | str
     served_id: str
     task: ModelTask
     tool_parser: str | None
+    revision: str | None = None
 
 
 def resolve_model(settings: NeuronSettings, prepare_bundled: bool = True) -> ResolvedModel:
     """A bundled model id is prepared into the cache (or, without
-    `prepare_bundled`, only located there); anything else is a path."""
+    `prepare_bundled`, only located there); a directory with a config.json
+    is loaded as it is; a Hugging Face repo id goes to vLLM as it is, after
+    `check_hub_cache` in offline mode."""
     bundled = BUNDLED_MODELS.get(settings.model)
+    path = Path(settings.model).expanduser()
+    if settings.revision is not None and (bundled or (path / "config.json").is_file()):
+        raise SystemExit(f"neuron: {misplaced_revision(settings.model, settings.revision)}")
     if bundled is not None:
         cache = settings.cache_dir or default_cache_dir()
         if prepare_bundled:
@@ -98,15 +107,30 @@ def resolve_model(settings: NeuronSettings, prepare_bundled: bool = True) -> Res
         return ResolvedModel(
             path, settings.served_id or bundled.served_id, bundled.task, bundled.tool_parser
         )
-    path = Path(settings.model).expanduser()
-    if not (path / "config.json").is_file():
-        known = ", ".join(sorted(BUNDLED_MODELS))
-        raise SystemExit(
-            f"neuron: model '{settings.model}' is neither a bundled model ({known}) "
-            "nor a model directory with a config.json"
-        )
     task = settings.task
-    return ResolvedModel(path, settings.served_id or path.name, task, None)
+    if (path / "config.json").is_file():
+        return ResolvedModel(path, settings.served_id or path.name, task, None)
+    if is_repo_id(settings.model):
+        check_hub_cache(HubModel(settings.model, settings.revision))
+        served_id = settings.served_id or settings.model
+        return ResolvedModel(settings.model, served_id, task, None, settings.revision)
+    raise SystemExit(f"neuron: model {unknown_source(settings.model, BUNDLED_MODELS)}")
+
+
+def check_hub_cache(model: HubModel) -> None:
+    """In offline mode, a repo whose files are not in the hub cache stops
+    the neuron here, naming the repo, the cache and the command that
+    fetches it; online, vLLM fetches what is missing as it starts."""
+    from neuron.models.hub import HubError, hub_cache, locate, offline_mode
+
+    if not offline_mode():
+        log.info("model %s: from the hub cache %s, fetched if missing", model, hub_cache())
+        return
+    try:
+        snapshot = locate(model, hub_cache())
+    except HubError as e:
+        raise SystemExit(f"neuron: {e}") from None
+    log.info("model %s: in the hub cache at %s", model, snapshot)
 
 
 def detect_generation(settings: NeuronSettings, nvml: Any | None) -> Generation:

@@ -38,7 +38,11 @@ class VllmOptions:
     spec's `[models.engine]` passed down as flags)."""
 
     served_id: str
-    model_path: Path
+    # A model directory, or a Hugging Face repo id (`org/name`) that vLLM
+    # resolves into the host's hub cache (neuron/models/hub.py).
+    model_path: Path | str
+    # The repo id's pinned revision (branch, tag or commit); None: main.
+    revision: str | None = None
     task: ModelTask = ModelTask.GENERATE
     # None: the generation's (float32 on the CPU, bfloat16 on GPUs).
     dtype: str | None = None
@@ -88,6 +92,11 @@ def engine_launch(options: VllmOptions, generation: Generation) -> EngineLaunch:
         # Worker processes on the GPUs this replica holds (Ray's num_gpus,
         # CUDA_VISIBLE_DEVICES); the neuron itself is no Ray worker.
         kwargs["distributed_executor_backend"] = "mp"
+    if options.revision:
+        # The tokenizer is loaded from the same repo, and vLLM takes its
+        # revision apart (main when not given): both pinned alike.
+        kwargs["revision"] = options.revision
+        kwargs["tokenizer_revision"] = options.revision
     if options.quantization:
         kwargs["quantization"] = options.quantization
     if options.max_model_len is not None:

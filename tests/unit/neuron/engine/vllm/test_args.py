@@ -182,3 +182,28 @@ def test_vllm_takes_the_arguments(generation: Generation) -> None:
     if generation is not CPU:
         assert args.compilation_config.mode is CompilationMode.VLLM_COMPILE
         assert args.compilation_config.cudagraph_mode is CUDAGraphMode.FULL_AND_PIECEWISE
+
+
+def test_a_repo_id_and_its_revision_reach_the_engine_as_they_are() -> None:
+    pinned = VllmOptions(served_id="qwen", model_path="Qwen/Qwen3-0.6B", revision="v1.2")
+    kwargs = engine_launch(pinned, CPU).kwargs
+    assert kwargs["model"] == "Qwen/Qwen3-0.6B"
+    # The tokenizer comes from the same repo: pinned to the same revision.
+    assert (kwargs["revision"], kwargs["tokenizer_revision"]) == ("v1.2", "v1.2")
+    unpinned = engine_launch(
+        VllmOptions(served_id="qwen", model_path="Qwen/Qwen3-0.6B"), CPU
+    ).kwargs
+    assert "revision" not in unpinned and "tokenizer_revision" not in unpinned
+
+
+def test_vllm_takes_a_repo_id_and_its_revision() -> None:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    pinned = VllmOptions(served_id="qwen", model_path="Qwen/Qwen3-0.6B", revision="abc123")
+    launch = engine_launch(pinned, CPU)
+    args = AsyncEngineArgs(**launch.kwargs)
+    assert (args.model, args.revision, args.tokenizer_revision) == (
+        "Qwen/Qwen3-0.6B",
+        "abc123",
+        "abc123",
+    )
