@@ -44,6 +44,8 @@ def replica_settings(model: ModelSpec, generation: Generation) -> NeuronSettings
         value = getattr(engine, name)
         if value:
             fields[name] = value
+    if model.revision and engine.kind == "vllm":
+        fields["revision"] = model.revision
     # Validated as a model, not built as settings: the controller's own
     # environment (its NEURAXIS_NEURON_*) must not leak into a replica's.
     return NeuronSettings.model_validate(fields)

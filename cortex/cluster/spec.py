@@ -4,7 +4,10 @@ A TOML file on the cortex side, one `[[models]]` table per model:
 
     [[models]]
     id = "smollm2-135m-instruct"   # the id clients ask for
-    source = "smollm2-135m-instruct"  # a bundled model id or a model directory
+    source = "smollm2-135m-instruct"  # a bundled model id, a model directory on
+                                      # the neuron hosts, or a Hugging Face repo
+                                      # id (org/name) fetched into their HF_HOME
+    # revision = "v1.0"            # with a repo id: its pinned branch, tag or commit
     replicas = 2
     min_generation = "ada"         # or: generations = ["ada", "blackwell"]
     tensor_parallel_size = 1
@@ -58,6 +61,8 @@ class ModelSpec(BaseModel):
 
     id: str = Field(min_length=1)
     source: str = Field(min_length=1)
+    # A Hugging Face repo id's pinned revision; None: its main branch.
+    revision: str | None = Field(None, min_length=1)
     task: Literal["generate", "embed"] | None = None
     replicas: int = Field(1, ge=0)
     generations: list[Generation] | None = None
@@ -143,13 +148,13 @@ def parse_spec(text: str, source: str) -> DeploymentSpec:
         err = e.errors()[0]
         loc = tuple(err["loc"])
         where = ".".join(str(p) for p in loc) or "(file)"
-        line = _line_of(text, loc)
+        line = line_of(text, loc)
         at = f" line {line}" if line else ""
         message = str(err["msg"]).removeprefix("Value error, ")
         raise SpecError(f"{source}:{at}: {where}: {message}") from None
 
 
-def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
+def line_of(text: str, loc: tuple[Any, ...]) -> int | None:
     """The line of the setting at `loc` (models, index, key...), or of its
     `[[models]]` table when the key itself is missing."""
     if len(loc) < 2 or loc[0] != "models" or not isinstance(loc[1], int):

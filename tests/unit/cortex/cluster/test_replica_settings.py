@@ -70,3 +70,13 @@ def test_the_environment_reads_back_as_the_same_settings(monkeypatch: pytest.Mon
     assert read.model_dump() == settings.model_dump()
     assert read.task is ModelTask.EMBED and read.tensor_parallel_size == 2
     assert read.generation is Generation.BLACKWELL
+
+
+def test_a_repo_ids_revision_reaches_the_neuron() -> None:
+    model = _model(source="Qwen/Qwen3-0.6B", revision="v1.2", generations=["cpu"])
+    env = settings_env(replica_settings(model, Generation.CPU))
+    assert env["NEURAXIS_NEURON_MODEL"] == "Qwen/Qwen3-0.6B"
+    assert env["NEURAXIS_NEURON_REVISION"] == "v1.2"
+    assert "NEURAXIS_NEURON_REVISION" not in settings_env(
+        replica_settings(_model(generations=["cpu"]), Generation.CPU)
+    )
