@@ -98,3 +98,45 @@ def test_the_new_tables_alone_draw_no_warning(tmp_path: Path) -> None:
     config = tmp_path / "cortex.toml"
     config.write_text('[routing]\npolicy = "power_of_two"\n[auth]\nmode = "off"\n')
     assert check(config, None, None) == [f"{config}: ok"]
+
+
+def test_a_source_no_neuron_could_load_is_refused_with_its_line(tmp_path: Path) -> None:
+    spec = tmp_path / "deployment.toml"
+    spec.write_text(
+        '[[models]]\nid = "a"\nsource = "Qwen/Qwen3-0.6B"\nrevision = "v1.2"\n'
+        'generations = ["cpu"]\n\n'
+        '[[models]]\nid = "b"\nsource = "qwen3"\ngenerations = ["cpu"]\n\n'
+        '[[models]]\nid = "c"\nsource = "/var/lib/neuraxis/models/qwen"\nrevision = "v1"\n'
+        'generations = ["cpu"]\n\n'
+        # The simulated engine loads nothing: its source is a name.
+        '[[models]]\nid = "d"\nsource = "sim"\ngenerations = ["cpu"]\n[models.engine]\n'
+        'kind = "sim"\n'
+    )
+    assert check(None, None, spec) == [
+        f"error: {spec}: line 9: models.1.source: 'qwen3' is neither a bundled model "
+        "(all-minilm-l6-v2, smollm2-135m-instruct), a model directory (with a config.json) "
+        "nor a Hugging Face repo id (org/name)",
+        f"error: {spec}: line 15: models.2.revision: revision 'v1' pins a Hugging Face repo "
+        "id, and '/var/lib/neuraxis/models/qwen' is none",
+    ]
+    assert main(["config", "check", "--deployment", str(spec)]) == 1
+
+
+def test_repo_ids_bundled_ids_and_directories_pass(tmp_path: Path) -> None:
+    spec = tmp_path / "deployment.toml"
+    spec.write_text(
+        '[[models]]\nid = "a"\nsource = "Qwen/Qwen3-0.6B"\nrevision = "v1.2"\n'
+        'generations = ["cpu"]\n'
+        '[[models]]\nid = "b"\nsource = "smollm2-135m-instruct"\ngenerations = ["cpu"]\n'
+        '[[models]]\nid = "c"\nsource = "/var/lib/neuraxis/models/qwen"\ngenerations = ["cpu"]\n'
+    )
+    assert check(None, None, spec) == [f"{spec}: ok (a×1, b×1, c×1)"]
+
+
+def test_the_neurons_model_is_checked_alike(tmp_path: Path) -> None:
+    neuron = tmp_path / "neuron.toml"
+    neuron.write_text('model = "Qwen/Qwen3-0.6B"\nrevision = "v1.2"\n')
+    assert check(None, neuron, None) == [f"{neuron}: ok"]
+    neuron.write_text('model = "qwen3"\n')
+    (line,) = check(None, neuron, None)
+    assert line.startswith(f"error: {neuron}: model: 'qwen3' is neither a bundled model")
