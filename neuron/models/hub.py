@@ -67,7 +67,9 @@ def pull(model: HubModel, cache_dir: Path) -> Path:
     try:
         found = snapshot_download(model.repo_id, revision=model.revision, cache_dir=cache_dir)
     except LocalEntryNotFoundError as e:
-        raise HubError(_unreachable(model, cache_dir, e.__cause__)) from None
+        # Not in the cache, and the hub could not say what is there: the
+        # cause says why (offline mode, no connection, an error answered).
+        raise HubError(_not_fetched(model, cache_dir, e.__cause__)) from None
     except RevisionNotFoundError:
         raise HubError(f"{model.repo_id} has no revision '{model.revision}'") from None
     except RepositoryNotFoundError:
@@ -76,24 +78,25 @@ def pull(model: HubModel, cache_dir: Path) -> Path:
             "private or gated: HF_TOKEN (or `hf auth login`) gives the token that may read it"
         ) from None
     except (HfHubHTTPError, httpx2.HTTPError) as e:
-        raise HubError(_unreachable(model, cache_dir, e)) from None
+        raise HubError(_not_fetched(model, cache_dir, e)) from None
     except OSError as e:
         raise HubError(f"cannot write the model cache {cache_dir}: {e}") from None
     return Path(str(found))
 
 
-def _unreachable(model: HubModel, cache_dir: Path, cause: BaseException | None) -> str:
+def _not_fetched(model: HubModel, cache_dir: Path, cause: BaseException | None) -> str:
     if isinstance(cause, OfflineModeIsEnabled):
         return (
             f"{model} is not in the model cache {cache_dir}, and offline mode is on "
             "(HF_HUB_OFFLINE=1): unset it for the pull"
         )
-    # One line: some causes carry the library's advice on further lines.
-    reason = (
-        f" ({type(cause).__name__}: {' '.join(str(cause).split())})" if cause is not None else ""
-    )
+    # One line: the library's messages carry advice on further lines.
+    reason = f" ({type(cause).__name__}: {' '.join(str(cause).split())})" if cause else ""
+    if isinstance(cause, HfHubHTTPError):
+        problem = f"the Hugging Face hub at {constants.ENDPOINT} answered an error{reason}"
+    else:
+        problem = f"the Hugging Face hub at {constants.ENDPOINT} could not be reached{reason}"
     return (
-        f"the Hugging Face hub at {constants.ENDPOINT} could not be reached{reason}, "
-        f"and {model} is not in the model cache {cache_dir}: HF_ENDPOINT sets the hub's "
-        "address (a mirror), HTTPS_PROXY a proxy, HF_TOKEN the token"
+        f"{problem}, and {model} is not (or not wholly) in the model cache {cache_dir}: "
+        "HF_ENDPOINT sets the hub's address (a mirror), HTTPS_PROXY a proxy, HF_TOKEN the token"
     )
