@@ -46,8 +46,9 @@ def offline_mode() -> bool:
 
 
 def locate(model: HubModel, cache_dir: Path) -> Path:
-    """The model's snapshot directory in `cache_dir`, looked up on disk only;
-    HubError when it is not there (or is known to be incomplete)."""
+    """The model's snapshot directory in `cache_dir`, looked up on disk only
+    (the neuron's check in offline mode); HubError, saying what to do, when
+    it is not there (or is known to be incomplete)."""
     try:
         found = snapshot_download(
             model.repo_id, revision=model.revision, cache_dir=cache_dir, local_files_only=True
