@@ -150,7 +150,11 @@ def start_up(log_path: Path, state_dir: Path | None = None, extra: Sequence[str]
     # Each stack keeps its state beside its log unless told otherwise, laid out
     # as $XDG_STATE_HOME/neuraxis would be (XDG_STATE_HOME=<log>-state).
     args += ["--state-dir", str(state_dir or up_state_dir(log_path))]
-    proc = Proc(args, log_path)
+    # A prompt at the model's 8,192-token context (the truncation tests) takes
+    # about 120 s of prefill on this project's 2-core machines: the default
+    # first-token deadline (120 s) cut it on 0a5fecd and after alike.
+    slow_prefill = {"NEURAXIS_CORTEX_DEADLINES__FIRST_TOKEN_S": "300"}
+    proc = Proc(args, log_path, slow_prefill)
     return Embedded(proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}")
 
 

@@ -27,10 +27,11 @@ from harness.procs import (
 MODEL = "smollm2-135m-instruct"
 EMBEDDING_MODEL = "all-minilm-l6-v2"
 ENGINE_START_TIMEOUT_S = 600
-# The shared stack's context length (`up --max-model-len`): a prompt at
-# SmolLM2's own 8,192 tokens takes ~125 s of prefill on 2 cores, one at 2,048
-# a few seconds, and the truncation and over-context cases ask no more.
-CONTEXT = 2048
+# The shared stack's context length (`up --max-model-len`): SmolLM2's own.
+# A smaller one would make the truncation case's prefill seconds instead of
+# ~125 s, but the Codex CLI's first request (its instructions and tools)
+# needs more than 2,048 tokens (test_codex: context_length_exceeded).
+CONTEXT = 8192
 
 
 # Every client a test made, closed when the test ends (tests/conftest.py): a
