@@ -4,6 +4,7 @@ server: chunked bodies, frames split across chunks, keep-alive, timing."""
 from __future__ import annotations
 
 import asyncio
+import statistics
 from collections.abc import AsyncIterator
 
 import pytest
@@ -68,7 +69,10 @@ async def test_counts_frames_and_times_content_gaps(server: str) -> None:
     assert level.events == level.requests * len(FRAMES)
     # Two gaps a request: tok0 -> tok1 -> tok2 (the role chunk starts nothing).
     assert len(level.gaps) == 2 * level.requests
-    assert min(level.gaps) >= GAP_S * 0.9
+    # The server sleeps GAP_S between frames; one frame delayed on a busy
+    # machine arrives late and the next one early, so a single gap may be
+    # short (17.9 ms was seen): the typical one may not.
+    assert statistics.median(level.gaps) >= GAP_S * 0.9
 
 
 async def test_a_refusal_is_an_error() -> None:
