@@ -98,7 +98,7 @@ def neuron(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Neuron]:
     """One neuron for the probes while a conversation is prepared (which
     leave it running) and then the engine death that ends it, in that order:
     a vLLM neuron's start less than one each."""
-    with _started("probed-then-killed", tmp_path_factory.mktemp("neuron")) as started:
+    with _started("probed-then-engine-killed", tmp_path_factory.mktemp("neuron")) as started:
         yield started
 
 
