@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -39,6 +39,7 @@ from pydantic_settings import (
 )
 
 S = TypeVar("S", bound=BaseSettings)
+G = TypeVar("G", bound="SettingsGroup")
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,13 @@ class SettingsGroup(BaseModel):
     its fields, defaults and descriptions are written once, here."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def group(model: type[G], description: str) -> G:
+    """A service's field holding one group: the group's own defaults, and
+    `description` as the help of its flags' section."""
+    field: G = Field(default_factory=model, description=description)
+    return field
 
 
 class SettingsError(Exception):

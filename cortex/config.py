@@ -31,7 +31,7 @@ from pydantic_settings import SettingsConfigDict
 
 from axon.grpc_limits import MAX_MESSAGE_BYTES
 from axon.logs import LogSettings
-from axon.settings import Flag, SettingsGroup, SourcedSettings
+from axon.settings import Flag, SettingsGroup, SourcedSettings, group
 from axon.tls import TlsFiles, tls_files
 from cortex.api.caps import RequestCaps
 from cortex.api.responses.upkeep import UpkeepSettings
@@ -197,30 +197,20 @@ class CortexSettings(SourcedSettings, LogSettings):
     )
     tls_key: Path | None = Field(None, description="mutual TLS: tls_cert's private key (PEM)")
 
-    admin: AdminSettings = Field(default_factory=AdminSettings, description="admin listener")
-    http: HttpSettings = Field(default_factory=HttpSettings, description="client connections")
-    caps: RequestCaps = Field(default_factory=RequestCaps, description="request caps")
-    admission: AdmissionOptions = Field(
-        default_factory=AdmissionOptions, description="admission control"
-    )
-    routing: RoutingSettings = Field(default_factory=RoutingSettings, description="routing")
-    pool: PoolSettings = Field(default_factory=PoolSettings, description="the neuron pool")
-    deadlines: Deadlines = Field(default_factory=Deadlines, description="request deadlines")
-    retry_budget: RetryBudgetOptions = Field(
-        default_factory=RetryBudgetOptions, description="the retry budget"
-    )
-    ejection: EjectionOptions = Field(
-        default_factory=EjectionOptions, description="outlier ejection"
-    )
-    auth: AuthSettings = Field(default_factory=AuthSettings, description="API keys")
-    store: StoreSettings = Field(default_factory=StoreSettings, description="the store")
-    responses: UpkeepSettings = Field(
-        default_factory=UpkeepSettings, description="stored responses' upkeep"
-    )
-    ray: RaySettings = Field(default_factory=RaySettings, description="cluster mode: Ray")
-    controller: ControllerSettings = Field(
-        default_factory=ControllerSettings, description="cluster mode: the controller"
-    )
+    admin: AdminSettings = group(AdminSettings, "admin listener")
+    http: HttpSettings = group(HttpSettings, "client connections")
+    caps: RequestCaps = group(RequestCaps, "request caps")
+    admission: AdmissionOptions = group(AdmissionOptions, "admission control")
+    routing: RoutingSettings = group(RoutingSettings, "routing")
+    pool: PoolSettings = group(PoolSettings, "the neuron pool")
+    deadlines: Deadlines = group(Deadlines, "request deadlines")
+    retry_budget: RetryBudgetOptions = group(RetryBudgetOptions, "the retry budget")
+    ejection: EjectionOptions = group(EjectionOptions, "outlier ejection")
+    auth: AuthSettings = group(AuthSettings, "API keys")
+    store: StoreSettings = group(StoreSettings, "the store")
+    responses: UpkeepSettings = group(UpkeepSettings, "stored responses' upkeep")
+    ray: RaySettings = group(RaySettings, "cluster mode: Ray")
+    controller: ControllerSettings = group(ControllerSettings, "cluster mode: the controller")
 
     # The top-level spellings every grouped setting had before round 3: TOML
     # keys, NEURAXIS_CORTEX_<OLD> and --old-name still set it (and `neuraxis
