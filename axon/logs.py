@@ -20,9 +20,9 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, Self, TextIO
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings
 
 LogFormat = Literal["auto", "text", "json"]
@@ -42,6 +42,13 @@ class LogSettings(BaseSettings):
     json_logs: bool | None = Field(
         None, description="deprecated: log_format = json (true) or text (false)"
     )
+
+    @model_validator(mode="after")
+    def _old_json_logs(self) -> Self:
+        """The old spelling sets the format, unless log_format is given too."""
+        if self.json_logs is not None and "log_format" not in self.model_fields_set:
+            self.log_format = "json" if self.json_logs else "text"
+        return self
 
 
 # Attributes every LogRecord has; anything else came in through `extra`.

@@ -148,12 +148,6 @@ class NeuronSettings(LogSettings):
         """The mutual-TLS files, or None: plaintext gRPC."""
         return tls_files(self.tls_ca, self.tls_cert, self.tls_key)
 
-    @model_validator(mode="after")
-    def _old_json_logs(self) -> NeuronSettings:
-        if self.json_logs is not None and "log_format" not in self.model_fields_set:
-            self.log_format = "json" if self.json_logs else "text"
-        return self
-
 
 # The settings `neuraxis neuron agent` reads (and so offers as options); the
 # rest are the replicas' business.

@@ -281,12 +281,6 @@ class CortexSettings(SourcedSettings, LogSettings):
         return self
 
     @model_validator(mode="after")
-    def _old_json_logs(self) -> CortexSettings:
-        if self.json_logs is not None and "log_format" not in self.model_fields_set:
-            self.log_format = "json" if self.json_logs else "text"
-        return self
-
-    @model_validator(mode="after")
     def _mode(self) -> CortexSettings:
         if self.cluster_mode:
             if self.controller.deployment is None:
