@@ -275,13 +275,10 @@ class CortexSettings(SourcedSettings, LogSettings):
         return value
 
     @model_validator(mode="after")
-    def _admin_apart(self) -> CortexSettings:
+    def _consistent(self) -> CortexSettings:
+        """What no one field can check alone (the first that fails is the error)."""
         if self.admin.port and self.admin.port == self.port:
             raise ValueError(f"the admin port and port are both {self.port}: give them two ports")
-        return self
-
-    @model_validator(mode="after")
-    def _mode(self) -> CortexSettings:
         if self.cluster_mode:
             if self.controller.deployment is None:
                 raise ValueError("cluster mode ([ray] address or head) needs a deployment spec")
@@ -289,10 +286,6 @@ class CortexSettings(SourcedSettings, LogSettings):
                 raise ValueError("give either neurons (static mode) or a Ray cluster, not both")
             if self.ray.head and self.ray.address:
                 raise ValueError("give either [ray] head (start one here) or address, not both")
-        return self
-
-    @model_validator(mode="after")
-    def _tls_complete(self) -> CortexSettings:
         tls_files(self.tls_ca, self.tls_cert, self.tls_key)
         return self
 
