@@ -15,7 +15,7 @@ catalogue does with these types lives there, not here.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
@@ -43,13 +43,13 @@ HostedType = Literal[
 ]
 
 
-def by_type(*tags: tuple[str, type[BaseModel]]) -> Discriminator:
+def by_type(*tags: tuple[str, type[BaseModel] | str]) -> Discriminator:
     """Pick a union's member by the value's `type`. Members are tagged with
-    their class name, not the `type` value: pydantic puts the tag into an
-    error's location, and cortex/api/errors.py drops class names from the
-    `param` it reports ("tools[0].function.name", not
-    "tools[0].function.function.name")."""
-    names = {kind: model.__name__ for kind, model in tags}
+    their class name (or, in a generic union, a name in the same CamelCase),
+    not the `type` value: pydantic puts the tag into an error's location,
+    and cortex/api/errors.py drops class names from the `param` it reports
+    ("tools[0].function.name", not "tools[0].function.function.name")."""
+    names = {kind: model if isinstance(model, str) else model.__name__ for kind, model in tags}
 
     def tag(value: Any) -> str | None:
         kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
@@ -92,19 +92,22 @@ class GrammarInputFormat(BaseModel):
     definition: str
 
 
+_Grammar = TypeVar("_Grammar", bound=BaseModel)
+
+# A custom tool's input: free text, or text a grammar constrains (the
+# grammar spelled flat in the Responses API, nested in chat's).
+CustomFormat = Annotated[
+    Annotated[TextInputFormat, Tag("TextInputFormat")] | Annotated[_Grammar, Tag("GrammarFormat")],
+    by_type(("text", TextInputFormat), ("grammar", "GrammarFormat")),
+]
+
+
 class CustomTool(_FunctionExtras):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     type: Literal["custom"]
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str | None = None
-    format: (
-        Annotated[
-            Annotated[TextInputFormat, Tag("TextInputFormat")]
-            | Annotated[GrammarInputFormat, Tag("GrammarInputFormat")],
-            by_type(("text", TextInputFormat), ("grammar", GrammarInputFormat)),
-        ]
-        | None
-    ) = None
+    format: CustomFormat[GrammarInputFormat] | None = None
 
 
 class NamespaceTool(BaseModel):
@@ -202,14 +205,7 @@ class ChatCustomDef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str | None = None
-    format: (
-        Annotated[
-            Annotated[TextInputFormat, Tag("TextInputFormat")]
-            | Annotated[ChatGrammarFormat, Tag("ChatGrammarFormat")],
-            by_type(("text", TextInputFormat), ("grammar", ChatGrammarFormat)),
-        ]
-        | None
-    ) = None
+    format: CustomFormat[ChatGrammarFormat] | None = None
 
 
 class ChatCustomTool(BaseModel):
