@@ -219,17 +219,17 @@ async def _join_cluster(
     follow its endpoint table and report to it in the background
     (`received` is set once the first table has reached the pool)."""
     from cortex.cluster.client import Followed, connect, ensure_controller, follow_cluster
+    from cortex.cluster.controller import ControllerConfig
     from cortex.cluster.plane import ControlPlane
 
     assert settings.ray.address is not None
     await asyncio.to_thread(connect, settings.ray.address)
-    controller = await asyncio.to_thread(
-        ensure_controller,
-        spec,
-        settings.controller.health_interval_s,
-        settings.controller.replica_start_timeout_s,
-        settings.tls,
+    config = ControllerConfig(
+        health_interval_s=settings.controller.health_interval_s,
+        start_timeout_s=settings.controller.replica_start_timeout_s,
+        tls=settings.tls,
     )
+    controller = await asyncio.to_thread(ensure_controller, spec, config)
     log.info("cluster mode: following the controller at %s", settings.ray.address)
     followed = Followed(received=received, plane=ControlPlane(settings.ray.address))
     return asyncio.create_task(follow_cluster(controller, pool, followed))

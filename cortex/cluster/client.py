@@ -22,7 +22,7 @@ import ray
 from ray.exceptions import AuthenticationError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from axon.tls import TlsFiles
+from cortex.cluster.controller import ControllerConfig
 from cortex.cluster.plane import ControlPlane, watch_head
 from cortex.cluster.ray_backend import (
     CONTROLLER_NAME,
@@ -78,9 +78,7 @@ class ControllerLink:
     it (the spec and the controller's settings) when it is gone."""
 
     spec: DeploymentSpec
-    health_interval_s: float
-    start_timeout_s: float
-    tls: TlsFiles | None = None
+    config: ControllerConfig
     actor: Any = None
 
     def reconnect(self) -> None:
@@ -91,23 +89,16 @@ class ControllerLink:
             # reports find no actor, and say so at debug level).
             self.actor = None
             rejoin()
-        self.actor = _controller_actor(
-            self.spec, self.health_interval_s, self.start_timeout_s, self.tls
-        )
+        self.actor = _controller_actor(self.spec, self.config)
         ray.get(self.actor.apply.remote(spec_to_dict(self.spec)), timeout=APPLY_S)
 
 
-def ensure_controller(
-    spec: DeploymentSpec,
-    health_interval_s: float,
-    start_timeout_s: float = 900.0,
-    tls: TlsFiles | None = None,
-) -> ControllerLink:
+def ensure_controller(spec: DeploymentSpec, config: ControllerConfig) -> ControllerLink:
     """Start the controller, or find the one already running, and give it
     the spec. It runs on the head node (which leaves only with the cluster),
     detached from this process, so that a cortex restart leaves the replicas
     serving; Ray restarts it when it dies."""
-    link = ControllerLink(spec, health_interval_s, start_timeout_s, tls)
+    link = ControllerLink(spec, config)
     link.reconnect()
     return link
 
@@ -132,12 +123,7 @@ def rejoin() -> None:
     connect(_joined)
 
 
-def _controller_actor(
-    spec: DeploymentSpec,
-    health_interval_s: float,
-    start_timeout_s: float,
-    tls: TlsFiles | None,
-) -> Any:
+def _controller_actor(spec: DeploymentSpec, config: ControllerConfig) -> Any:
     here = _head_node_id() or ray.get_runtime_context().get_node_id()
     return ControllerActor.options(
         name=CONTROLLER_NAME,
@@ -149,12 +135,7 @@ def _controller_actor(
         # Ray restarts a controller that dies; the replicas, detached, stay.
         max_restarts=-1,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
-    ).remote(
-        health_interval_s=health_interval_s,
-        start_timeout_s=start_timeout_s,
-        tls=tls,
-        spec=spec_to_dict(spec),
-    )
+    ).remote(config=config, spec=spec_to_dict(spec))
 
 
 def _head_node_id() -> str | None:

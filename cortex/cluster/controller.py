@@ -24,6 +24,7 @@ import logging
 from dataclasses import dataclass
 
 from axon.generations import Generation
+from axon.tls import TlsFiles
 from cortex.cluster import decisions
 from cortex.cluster.adoption import adopt
 from cortex.cluster.backend import ClusterBackend, ReplicaRequest, ReplicaStartError
@@ -44,9 +45,13 @@ log = logging.getLogger("neuraxis.controller")
 
 @dataclass(frozen=True)
 class ControllerConfig:
+    """What the controller runs with: cortex's [controller] settings, and
+    cortex's TLS files (the controller runs on cortex's node) for the neurons."""
+
     health_interval_s: float = 2.0
     start_timeout_s: float = 900.0
     drain_timeout_s: float = 60.0
+    tls: TlsFiles | None = None
 
 
 class Controller:

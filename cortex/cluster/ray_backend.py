@@ -27,7 +27,6 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from axon.errors import NeuraxisError
 from axon.generations import GENERATION_LABEL, Generation
-from axon.tls import TlsFiles
 from cortex.cluster.backend import (
     Health,
     Liveness,
@@ -267,17 +266,8 @@ class ControllerShell:
     first call adopts the running replicas and applies it, so the
     controller comes back even before cortex re-applies its own."""
 
-    def __init__(
-        self,
-        health_interval_s: float = 2.0,
-        start_timeout_s: float = 900.0,
-        drain_timeout_s: float = 60.0,
-        tls: TlsFiles | None = None,
-        spec: dict[str, Any] | None = None,
-    ) -> None:
-        """`tls`: cortex's files, read here (the controller runs on cortex's node)."""
-        config = ControllerConfig(health_interval_s, start_timeout_s, drain_timeout_s)
-        credentials = channel_credentials(tls) if tls else None
+    def __init__(self, config: ControllerConfig, spec: dict[str, Any] | None = None) -> None:
+        credentials = channel_credentials(config.tls) if config.tls else None
         self._controller = Controller(RayBackend(credentials), SystemClock(), config)
         self._initial = spec
 
