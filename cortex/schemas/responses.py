@@ -109,6 +109,9 @@ AnyItem = (
     | ReasoningItem
 )
 InputItem = Annotated[AnyItem, Field(discriminator="type")]
+# A call the model made, and the answer to one, whichever kind the tool is.
+ToolCallItem = FunctionCallItem | CustomToolCallItem
+ToolOutputItem = FunctionCallOutputItem | CustomToolCallOutputItem
 
 
 class TextFormat(BaseModel):

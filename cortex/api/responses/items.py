@@ -15,11 +15,10 @@ from cortex.api.tools import model_name
 from cortex.schemas.responses import (
     AnyItem,
     CustomToolCallItem,
-    CustomToolCallOutputItem,
-    FunctionCallItem,
-    FunctionCallOutputItem,
     InputItem,
     MessageItem,
+    ToolCallItem,
+    ToolOutputItem,
 )
 
 Item = AnyItem
@@ -69,21 +68,21 @@ def to_messages(instructions: str | None, items: list[Item]) -> list[pb.ChatMess
     for item in items:
         if isinstance(item, MessageItem):
             messages.append(pb.ChatMessage(role=item.role, content=item.text()))
-        elif isinstance(item, FunctionCallItem | CustomToolCallItem):
+        elif isinstance(item, ToolCallItem):
             call = _call(item)
             last = messages[-1] if messages else None
             if last is not None and last.role == "assistant" and last.tool_calls:
                 last.tool_calls.append(call)  # parallel calls form one turn
             else:
                 messages.append(pb.ChatMessage(role="assistant", content="", tool_calls=[call]))
-        elif isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem):
+        elif isinstance(item, ToolOutputItem):
             messages.append(
                 pb.ChatMessage(role="tool", content=item.output, tool_call_id=item.call_id)
             )
     return messages
 
 
-def _call(item: FunctionCallItem | CustomToolCallItem) -> pb.ToolCall:
+def _call(item: ToolCallItem) -> pb.ToolCall:
     """A call as the model was offered its tool (cortex/api/tools.py): under
     its namespaced name, a custom tool's input as its one argument."""
     name = model_name(item.name, item.namespace)

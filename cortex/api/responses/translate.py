@@ -9,13 +9,7 @@ from axon.v1 import neuron_pb2 as pb
 from cortex.api import params, tools
 from cortex.api.responses.items import Item, parse_items, to_messages
 from cortex.recording import Recorder
-from cortex.schemas.responses import (
-    CustomToolCallItem,
-    CustomToolCallOutputItem,
-    FunctionCallItem,
-    FunctionCallOutputItem,
-    ResponsesRequest,
-)
+from cortex.schemas.responses import ResponsesRequest, ToolCallItem, ToolOutputItem
 from cortex.store.base import ResponseStore, StoredResponse
 
 _MAX_CHAIN = 1000
@@ -81,12 +75,9 @@ def check_call_outputs(conversation: list[Item]) -> None:
     stored chain)."""
     calls: set[str] = set()
     for item in conversation:
-        if isinstance(item, FunctionCallItem | CustomToolCallItem):
+        if isinstance(item, ToolCallItem):
             calls.add(item.call_id)
-        elif (
-            isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem)
-            and item.call_id not in calls
-        ):
+        elif isinstance(item, ToolOutputItem) and item.call_id not in calls:
             raise InvalidRequestError(
                 f"No tool call found for function call output with call_id '{item.call_id}'.",
                 param="input",
