@@ -18,7 +18,7 @@ from typing import Any, Literal
 from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
 from cortex.schemas.common import RefusesUnsupported, SamplingFields, stop_list
-from cortex.schemas.vllm_sampling import VllmSamplingFields
+from cortex.schemas.vllm_sampling import SamplingRequest, VllmSamplingFields
 
 ToolMode = Literal["none", "auto", "required"]
 FormatKind = Literal["text", "json_object", "json_schema"]
@@ -54,7 +54,7 @@ class Generation:
 
 
 def sampling_of(
-    body: SamplingFields, *, max_tokens: int | None, logprobs: int | None
+    body: SamplingRequest, *, max_tokens: int | None, logprobs: int | None
 ) -> pb.SamplingParams:
     """The internal sampling of chat and legacy completions, which share
     their sampling fields' names with it (vLLM's extensions included)."""
@@ -62,13 +62,12 @@ def sampling_of(
     sampling = pb.SamplingParams(
         stop=stop_list(body.stop), max_tokens=max_tokens, logprobs=logprobs, **shared
     )
-    if isinstance(body, VllmSamplingFields):
-        for name in VllmSamplingFields.SCALARS:
-            value = getattr(body, name)
-            if value is not None:
-                setattr(sampling, name, value)
-        for name in VllmSamplingFields.LISTS:
-            getattr(sampling, name).extend(getattr(body, name) or [])
+    for name in VllmSamplingFields.SCALARS:
+        value = getattr(body, name)
+        if value is not None:
+            setattr(sampling, name, value)
+    for name in VllmSamplingFields.LISTS:
+        getattr(sampling, name).extend(getattr(body, name) or [])
     return sampling
 
 

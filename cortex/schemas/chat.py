@@ -11,15 +11,13 @@ from cortex.schemas.common import (
     ChoiceLogprobs,
     CompletionObject,
     CompletionUsage,
-    RefusesUnsupported,
-    SamplingFields,
     TokenCount,
     joined_text,
     only_text_parts,
 )
 from cortex.schemas.tools import ChatNamedCustomChoice, ChatTool, by_type
 from cortex.schemas.tools import ChatNamedToolChoice as NamedToolChoice
-from cortex.schemas.vllm_sampling import VLLM_UNSUPPORTED, VllmSamplingFields
+from cortex.schemas.vllm_sampling import VLLM_UNSUPPORTED, SamplingRequest
 
 
 class TextPart(BaseModel):
@@ -142,9 +140,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(SamplingFields, VllmSamplingFields, RefusesUnsupported):
-    # OpenAI rejects unknown arguments too; a typo should not pass unnoticed.
-    model_config = ConfigDict(extra="forbid")
+class ChatCompletionRequest(SamplingRequest):
     UNSUPPORTED = (
         "functions",
         "function_call",

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from cortex.schemas.chat import StreamOptions
-from cortex.schemas.common import (
-    CompletionObject,
-    CompletionUsage,
-    RefusesUnsupported,
-    SamplingFields,
-    TokenCount,
-)
-from cortex.schemas.vllm_sampling import VLLM_UNSUPPORTED, VllmSamplingFields
+from cortex.schemas.common import CompletionObject, CompletionUsage, TokenCount
+from cortex.schemas.vllm_sampling import VLLM_UNSUPPORTED, SamplingRequest
 
 
-class CompletionRequest(SamplingFields, VllmSamplingFields, RefusesUnsupported):
-    model_config = ConfigDict(extra="forbid")
+class CompletionRequest(SamplingRequest):
     UNSUPPORTED = ("suffix", "logit_bias", *VLLM_UNSUPPORTED)
 
     model: str = Field(min_length=1)

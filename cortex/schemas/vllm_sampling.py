@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Self
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cortex.schemas.common import UINT32_END
+from cortex.schemas.common import UINT32_END, RefusesUnsupported, SamplingFields
 
 # vLLM's token ids are int32 in the engine.
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
@@ -80,3 +80,12 @@ class VllmSamplingFields(BaseModel):
         if self.length_penalty is not None and self.length_penalty != 1:
             raise ValueError("'length_penalty' applies to beam search, which is not supported")
         return self
+
+
+class SamplingRequest(SamplingFields, VllmSamplingFields, RefusesUnsupported):
+    """What a chat and a legacy completions request have in common: the
+    shared sampling fields, vLLM's extensions, the fields refused by name,
+    and no unknown argument (OpenAI rejects them too; a typo should not
+    pass unnoticed)."""
+
+    model_config = ConfigDict(extra="forbid")
