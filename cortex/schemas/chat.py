@@ -220,9 +220,8 @@ class Choice(BaseModel):
     finish_reason: str
 
 
-class ChatCompletion(CompletionObject):
+class ChatCompletion(CompletionObject[Choice]):
     object: Literal["chat.completion"] = "chat.completion"
-    choices: list[Choice]
     usage: CompletionUsage
 
 
@@ -235,7 +234,5 @@ class ChunkChoice(BaseModel):
     finish_reason: str | None = None
 
 
-class ChatCompletionChunk(CompletionObject):
+class ChatCompletionChunk(CompletionObject[ChunkChoice]):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    choices: list[ChunkChoice]
-    usage: CompletionUsage | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, ClassVar, Protocol, Self
+from typing import Annotated, Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from pydantic import BaseModel, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
@@ -137,12 +137,18 @@ class FunctionFields(BaseModel):
     strict: bool | None = None
 
 
-class CompletionObject(BaseModel):
-    """The head of every chat and legacy completion object and chunk; each
-    names its own `object`."""
+_Choice = TypeVar("_Choice", bound=BaseModel)
+
+
+class CompletionObject(BaseModel, Generic[_Choice]):
+    """Every chat and legacy completion object and chunk: each names its own
+    `object` and kind of choice (and a full chat completion always has its
+    usage)."""
 
     id: str
     object: str
     created: int
     model: str
     system_fingerprint: str | None = None
+    choices: list[_Choice]
+    usage: CompletionUsage | None = None

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from cortex.schemas.chat import StreamOptions
-from cortex.schemas.common import CompletionObject, CompletionUsage, TokenCount
+from cortex.schemas.common import CompletionObject, TokenCount
 from cortex.schemas.vllm_sampling import VLLM_UNSUPPORTED, SamplingRequest
 
 
@@ -43,7 +43,5 @@ class CompletionChoice(BaseModel):
     finish_reason: Literal["stop", "length", "content_filter"] | None
 
 
-class Completion(CompletionObject):
+class Completion(CompletionObject[CompletionChoice]):
     object: Literal["text_completion"] = "text_completion"
-    choices: list[CompletionChoice]
-    usage: CompletionUsage | None = None
