@@ -49,9 +49,8 @@ CREATE INDEX IF NOT EXISTS neuraxis_api_key_leases_key
 """
 _SCHEMA_LOCK = 0x6E78_6B65_7973  # "nxkeys": any constant other code does not use
 _SELECT = f"SELECT {', '.join(KEY_COLUMNS)} FROM neuraxis_api_keys "
-_LOCK_USAGE = (
-    "SELECT window_start, requests, tokens FROM neuraxis_api_key_usage WHERE key_id = $1 FOR UPDATE"
-)
+_USAGE = "SELECT window_start, requests, tokens FROM neuraxis_api_key_usage WHERE key_id = $1"
+_LOCK_USAGE = _USAGE + " FOR UPDATE"
 _IN_FLIGHT = "SELECT COUNT(*) FROM neuraxis_api_key_leases WHERE key_id = $1 AND expires_at > $2"
 _STORE_USAGE = (
     "UPDATE neuraxis_api_key_usage SET window_start = $2, requests = $3, tokens = $4 "
@@ -144,15 +143,7 @@ class PostgresKeyStore(KeyStore):
             await conn.execute("DELETE FROM neuraxis_api_key_leases WHERE id = $1", lease_id)
 
     async def usage(self, key_id: str, now: float) -> Usage:
-        pool = await self._connection_pool()
-        row = await pool.fetchrow(
-            "SELECT window_start, requests, tokens FROM neuraxis_api_key_usage WHERE key_id = $1",
-            key_id,
-        )
-        in_flight = await pool.fetchval(_IN_FLIGHT, key_id, now)
-        if row is None:
-            return Usage(in_flight=in_flight)
-        return Usage(window=row[0], requests=row[1], tokens=row[2], in_flight=in_flight)
+        return await _read_usage(await self._connection_pool(), _USAGE, key_id, now)
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -166,6 +157,14 @@ async def _locked_usage(conn: Any, key_id: str, now: float) -> Usage:
         "VALUES ($1, 0, 0, 0) ON CONFLICT (key_id) DO NOTHING",
         key_id,
     )
-    row = await conn.fetchrow(_LOCK_USAGE, key_id)
+    return await _read_usage(conn, _LOCK_USAGE, key_id, now)
+
+
+async def _read_usage(conn: Any, query: str, key_id: str, now: float) -> Usage:
+    """The key's counters as `query` reads them (_USAGE, or _LOCK_USAGE in a
+    transaction), with its requests in flight (leases not expired at `now`)."""
+    row = await conn.fetchrow(query, key_id)
     in_flight = await conn.fetchval(_IN_FLIGHT, key_id, now)
+    if row is None:
+        return Usage(in_flight=in_flight)
     return Usage(window=row[0], requests=row[1], tokens=row[2], in_flight=in_flight)
