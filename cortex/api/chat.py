@@ -86,8 +86,6 @@ def _params(body: ChatCompletionRequest, catalog: tools.Catalog) -> params.Gener
         named = catalog.resolve(choice.function.name, custom=False)
     elif isinstance(choice, ChatNamedCustomChoice):
         named = catalog.resolve(choice.custom.name, custom=True)
-    fmt = body.response_format
-    schema = fmt.json_schema if fmt is not None else None
     return params.Generation(
         model=body.model,
         sampling=params.sampling_of(
@@ -103,8 +101,7 @@ def _params(body: ChatCompletionRequest, catalog: tools.Catalog) -> params.Gener
         else choice,
         named_tool=named,
         parallel_tool_calls=body.parallel_tool_calls,
-        format_kind=fmt.type if fmt is not None else None,
-        format_schema=schema.schema_ if schema is not None else None,
+        format=body.response_format,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
@@ -36,6 +36,17 @@ _FORMATS = {
 }
 
 
+class OutputFormat(Protocol):
+    """A request's output format as both APIs give it: its kind, and the
+    schema a json_schema format constrains the output to."""
+
+    @property
+    def type(self) -> FormatKind: ...
+
+    @property
+    def schema_(self) -> dict[str, Any] | None: ...
+
+
 @dataclass(frozen=True)
 class Generation:
     """One API request's shared parameters, in the internal spelling."""
@@ -48,8 +59,7 @@ class Generation:
     tool_mode: ToolMode | None = None
     named_tool: str | None = None  # tool_choice naming one function
     parallel_tool_calls: bool | None = None
-    format_kind: FormatKind | None = None
-    format_schema: dict[str, Any] | None = None
+    format: OutputFormat | None = None
     truncate_oldest: bool = False
 
 
@@ -128,8 +138,8 @@ def internal_request(
         request.tool_choice.name = params.named_tool
     elif params.tool_mode is not None:
         request.tool_choice.mode = _TOOL_MODES[params.tool_mode]
-    if params.format_kind is not None:
-        request.response_format.kind = _FORMATS[params.format_kind]
-        if params.format_schema is not None:
-            request.response_format.schema_json = json.dumps(params.format_schema)
+    if params.format is not None:
+        request.response_format.kind = _FORMATS[params.format.type]
+        if params.format.schema_ is not None:
+            request.response_format.schema_json = json.dumps(params.format.schema_)
     return request

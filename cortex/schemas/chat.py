@@ -134,6 +134,11 @@ class ResponseFormatIn(BaseModel):
             raise ValueError("'json_schema' is required when type is 'json_schema'")
         return self
 
+    @property
+    def schema_(self) -> dict[str, Any] | None:
+        """json_schema's schema: what the Responses API's format holds flat."""
+        return self.json_schema.schema_ if self.json_schema is not None else None
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -52,8 +52,7 @@ def generation_params(body: ResponsesRequest, recorder: Recorder | None) -> para
         tool_mode=mode,
         named_tool=named,
         parallel_tool_calls=body.parallel_tool_calls,
-        format_kind=fmt.type if fmt is not None else None,
-        format_schema=fmt.schema_ if fmt is not None else None,
+        format=fmt,
         truncate_oldest=body.truncation == "auto",
     )
     params.check(shared)

@@ -74,6 +74,23 @@ def test_translation_to_internal_request() -> None:
     assert not req.sampling.HasField("top_p")
 
 
+def test_a_json_schema_format_reaches_the_internal_request_with_its_nested_schema() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    body = ChatCompletionRequest.model_validate(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "s", "schema": schema},
+            },
+        }
+    )
+    req = to_generate_request(body, "id-3")
+    assert req.response_format.kind == pb.RESPONSE_FORMAT_KIND_JSON_SCHEMA
+    assert json.loads(req.response_format.schema_json) == schema
+
+
 def test_unsupported_field_is_rejected_with_param() -> None:
     body = ChatCompletionRequest.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "a"}], "logit_bias": {"1": 2}}

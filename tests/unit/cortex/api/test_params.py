@@ -12,7 +12,7 @@ from axon.v1 import neuron_pb2 as pb
 from cortex.api import params
 from cortex.schemas.chat import ChatCompletionRequest
 from cortex.schemas.completions import CompletionRequest
-from cortex.schemas.responses import ResponsesRequest
+from cortex.schemas.responses import ResponsesRequest, TextFormat
 
 
 def _gen(**fields: object) -> params.Generation:
@@ -67,8 +67,7 @@ def test_internal_request_for_a_conversation() -> None:
         tools=[params.tool("f", None, {"type": "object"}, True)],
         named_tool="f",
         parallel_tool_calls=False,
-        format_kind="json_schema",
-        format_schema={"type": "object"},
+        format=TextFormat.model_validate({"type": "json_schema", "schema": {"type": "object"}}),
         truncate_oldest=True,
     )
     messages = [pb.ChatMessage(role="user", content="hi")]
