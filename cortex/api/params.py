@@ -11,9 +11,11 @@ stay in that endpoint's module.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel
 
 from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
@@ -68,7 +70,7 @@ def sampling_of(
 ) -> pb.SamplingParams:
     """The internal sampling of chat and legacy completions, which share
     their sampling fields' names with it (vLLM's extensions included)."""
-    shared = {name: getattr(body, name) for name in _SAMPLING}
+    shared = same_named(body, _SAMPLING)
     sampling = pb.SamplingParams(
         stop=stop_list(body.stop), max_tokens=max_tokens, logprobs=logprobs, **shared
     )
@@ -79,6 +81,12 @@ def sampling_of(
     for name in VllmSamplingFields.LISTS:
         getattr(sampling, name).extend(getattr(body, name) or [])
     return sampling
+
+
+def same_named(body: BaseModel, names: Iterable[str]) -> dict[str, Any]:
+    """`body`'s fields of these names, which the internal SamplingParams
+    spells alike: what each API passes on as it is."""
+    return {name: getattr(body, name) for name in names}
 
 
 def tool(name: str, description: str | None, parameters: Any, strict: bool | None) -> pb.Tool:

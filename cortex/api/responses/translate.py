@@ -13,6 +13,9 @@ from cortex.schemas.responses import ResponsesRequest, ToolCallItem, ToolOutputI
 from cortex.store.base import ResponseStore, StoredResponse
 
 _MAX_CHAIN = 1000
+# The sampling fields the Responses API takes, named as the internal
+# SamplingParams names them.
+_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
 # The `include` value asking for token logprobs on output_text.
 LOGPROBS = "message.output_text.logprobs"
 
@@ -41,11 +44,8 @@ def generation_params(body: ResponsesRequest, recorder: Recorder | None) -> para
         model=body.model,
         sampling=pb.SamplingParams(
             max_tokens=body.max_output_tokens,
-            temperature=body.temperature,
-            top_p=body.top_p,
-            frequency_penalty=body.frequency_penalty,
-            presence_penalty=body.presence_penalty,
             logprobs=logprobs(body),
+            **params.same_named(body, _SAMPLING),
         ),
         stream=body.stream,
         tools=catalog.tools,

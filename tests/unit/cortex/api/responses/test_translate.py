@@ -181,11 +181,12 @@ def test_stored_custom_calls_keep_their_ids() -> None:
     assert normalise(item)["id"].startswith("ctc_")
 
 
-def test_penalties_reach_the_sampling() -> None:
-    sampling = generation_params(
-        _body(frequency_penalty=0.5, presence_penalty=-1), NoRecorder()
-    ).sampling
+def test_the_sampling_fields_reach_the_sampling() -> None:
+    body = _body(temperature=0.25, top_p=0.5, frequency_penalty=0.5, presence_penalty=-1)
+    sampling = generation_params(body, NoRecorder()).sampling
+    assert sampling.temperature == 0.25 and sampling.top_p == 0.5
     assert sampling.frequency_penalty == 0.5 and sampling.presence_penalty == -1
+    assert not generation_params(_body(), NoRecorder()).sampling.HasField("temperature")
 
 
 @pytest.mark.parametrize(
