@@ -266,7 +266,15 @@ class ControllerShell:
     first call adopts the running replicas and applies it, so the
     controller comes back even before cortex re-applies its own."""
 
-    def __init__(self, config: ControllerConfig, spec: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        config: ControllerConfig | None = None,
+        spec: dict[str, Any] | None = None,
+        **former: Any,
+    ) -> None:
+        # Ray restarts a detached controller with the arguments it was created
+        # with, and an earlier cortex passed the config's fields one by one.
+        config = config or ControllerConfig(**former)
         credentials = channel_credentials(config.tls) if config.tls else None
         self._controller = Controller(RayBackend(credentials), SystemClock(), config)
         self._initial = spec
