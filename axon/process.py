@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 
@@ -141,6 +141,20 @@ def ray_binary() -> str:
     if found is None:
         raise FileNotFoundError("the `ray` command is not installed beside neuraxis")
     return found
+
+
+# The environment of every `ray start`. On SIGTERM, `ray start --block` drains
+# its node for up to RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S (Ray 2.60: 30 s by
+# default), waiting for every worker lease to come back. A neuraxis node's
+# replicas are detached actors that never give theirs back, and the
+# controller drains them itself before a node goes (`neuraxis node drain`,
+# `neuraxis cluster stop`): Ray's wait only added 30 s to every stop.
+RAY_START_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+
+
+def ray_start_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: this process's) with RAY_START_ENV."""
+    return {**(os.environ if env is None else env), **RAY_START_ENV}
 
 
 # Options of every `ray start` (head and host agents). Every driver joins

@@ -40,6 +40,7 @@ from axon.process import (
     QUIET_RAY_ARGS,
     die_with_parent,
     ray_binary,
+    ray_start_env,
     stop_process_group,
 )
 from axon.sdnotify import notify
@@ -143,7 +144,9 @@ def supervise(
     was asked for and passed on."""
     sys.stdout.flush()
     sys.stderr.flush()
-    child = subprocess.Popen(cmd, start_new_session=True, preexec_fn=die_with_parent)
+    child = subprocess.Popen(
+        cmd, env=ray_start_env(), start_new_session=True, preexec_fn=die_with_parent
+    )
     forwarded: list[int] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:

@@ -19,6 +19,7 @@ from axon.process import (
     QUIET_RAY_ARGS,
     die_with_parent,
     ray_binary,
+    ray_start_env,
 )
 
 # Ray's object store holds only small control messages here.
@@ -71,7 +72,7 @@ def start_head(
             head_command(port, node_ip, labels, fixed_ports=fixed_ports),
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
-            env=env,
+            env=ray_start_env(env),
             start_new_session=True,
             preexec_fn=die_with_parent,
         )

@@ -54,6 +54,12 @@ def test_ready_once_the_node_has_joined_and_the_childs_status_is_the_agents(
     assert calls and all(pgid == calls[0] for pgid in calls)
 
 
+def test_ray_start_is_told_not_to_wait_out_its_drain(notify_socket: NotifySocket) -> None:
+    """Ray's own drain on SIGTERM would wait 30 s for detached replicas."""
+    script = '[ "$RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S" = 0 ] && exit 7 || exit 1'
+    assert supervise(["sh", "-c", script], lambda pgid: None, "joined", 0.05) == 7
+
+
 def test_no_ready_for_a_child_that_never_joins(notify_socket: NotifySocket) -> None:
     assert supervise(["sh", "-c", "sleep 0.3; exit 1"], lambda pgid: None, "joined", 0.05) == 1
     assert "READY=1" not in _drain(notify_socket)
