@@ -17,10 +17,11 @@ import grpc
 import httpx
 
 from axon.generations import GENERATION_LABEL
-from axon.process import QUIET_RAY_ARGS, ray_binary, stop_process_group
+from axon.process import QUIET_RAY_ARGS, ray_binary, ray_start_env, stop_process_group
 from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
 from harness.ports import free_port
+from harness.terminal import Terminal
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,17 +76,44 @@ class Proc:
     """A `neuraxis ...` child in its own process group, logging to a file."""
 
     def __init__(
-        self, args: list[str], log_path: Path, extra_env: dict[str, str] | None = None
+        self,
+        args: list[str],
+        log_path: Path,
+        extra_env: dict[str, str] | None = None,
+        terminal: bool = False,
     ) -> None:
+        """With `terminal`, the child's output is a pseudo-terminal (what
+        a person sees: `self.terminal`), copied to `log_path` as it comes."""
         self.log_path = log_path
+        env = {**child_env(), **(extra_env or {})}
+        command = [sys.executable, "-m", "neuraxis.cli", *args]
+        self.terminal: Terminal | None = None
+        if terminal:
+            # Not under systemd, whatever runs the tests: its journal
+            # variables would make the child log for the journal instead.
+            for name in ("JOURNAL_STREAM", "INVOCATION_ID"):
+                env.pop(name, None)
+            self.terminal = Terminal(log_path)
+            slave = self.terminal.slave
+            self.popen = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=slave,
+                stderr=slave,
+                env=env,
+                cwd=REPO,
+                start_new_session=True,
+            )
+            self.terminal.start()
+            return
         # The child writes through its own copy of the descriptor; ours is
         # closed at once, so no open file outlives a Proc that is never stopped.
         with open(log_path, "wb") as log:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "neuraxis.cli", *args],
+                command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**child_env(), **(extra_env or {})},
+                env=env,
                 cwd=REPO,
                 start_new_session=True,
             )
@@ -97,7 +125,10 @@ class Proc:
         return self.popen.poll() is None
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        return stop_process_group(self.popen, sig, timeout)
+        code = stop_process_group(self.popen, sig, timeout)
+        if self.terminal is not None:
+            self.terminal.join()  # its last words copied to the log
+        return code
 
 
 def log_tail(log_path: Path, lines: int = 40) -> str:
@@ -141,9 +172,15 @@ class Embedded:
     admin_url: str
 
 
-def start_up(log_path: Path, state_dir: Path | None = None, extra: Sequence[str] = ()) -> Embedded:
+def start_up(
+    log_path: Path,
+    state_dir: Path | None = None,
+    extra: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
+    terminal: bool = False,
+) -> Embedded:
     """`neuraxis up` (Ray, the controller, the replicas and cortex) on free
-    ports, with `extra` options (e.g. --replicas 2)."""
+    ports, with `extra` options (e.g. --replicas 2), on a terminal if asked."""
     port, admin = free_port(), free_port()
     args = ["up", "--port", str(port), "--admin-port", str(admin), "--ray-port", str(free_port())]
     args += extra
@@ -154,7 +191,7 @@ def start_up(log_path: Path, state_dir: Path | None = None, extra: Sequence[str]
     # about 120 s of prefill on this project's 2-core machines: the default
     # first-token deadline (120 s) cut it on 0a5fecd and after alike.
     slow_prefill = {"NEURAXIS_CORTEX_DEADLINES__FIRST_TOKEN_S": "300"}
-    proc = Proc(args, log_path, slow_prefill)
+    proc = Proc(args, log_path, {**slow_prefill, **(extra_env or {})}, terminal)
     return Embedded(proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}")
 
 
@@ -189,7 +226,7 @@ def start_gpu_node(
     """A second Ray node joining the head at `address` as a GPU host's agent
     would start it (two logical GPUs labelled `generation`, replicas on
     127.0.0.1), in a session of its own; its output goes to `log_path`."""
-    env = {**child_env(), "NEURAXIS_REPLICA_HOST": "127.0.0.1"}
+    env = ray_start_env({**child_env(), "NEURAXIS_REPLICA_HOST": "127.0.0.1"})
     args = [ray_binary(), "start", "--address", address, "--block", *QUIET_RAY_ARGS]
     args += ["--num-cpus", "1"]
     args += ["--num-gpus", "2", "--labels", f"{GENERATION_LABEL}={generation}"]

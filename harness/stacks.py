@@ -23,6 +23,7 @@ from harness.procs import (
     up_state_dir,
     wait_http_ready,
 )
+from harness.terminal import Terminal
 
 MODEL = "smollm2-135m-instruct"
 EMBEDDING_MODEL = "all-minilm-l6-v2"
@@ -32,6 +33,10 @@ ENGINE_START_TIMEOUT_S = 600
 # ~125 s, but the Codex CLI's first request (its instructions and tools)
 # needs more than 2,048 tokens (test_codex: context_length_exceeded).
 CONTEXT = 8192
+# cortex's graceful shutdown on the shared stack: short, so that a stream
+# which would run on for minutes is still open when it runs out (the last
+# test's Ctrl-C: tests/integration/test_embedded_shutdown.py).
+SHUTDOWN_GRACE_S = 2
 
 
 # Every client a test made, closed when the test ends (tests/conftest.py): a
@@ -77,11 +82,20 @@ class Stack(Endpoints):
     proc: Proc
     state_dir: Path
 
+    @property
+    def terminal(self) -> Terminal:
+        """What `up` printed, as a person at its terminal saw it."""
+        assert self.proc.terminal is not None
+        return self.proc.terminal
+
 
 @contextmanager
 def embedded_stack(logs_dir: Path) -> Iterator[Stack]:
+    """`neuraxis up` as a person runs it: on a terminal (so its console is
+    the one test_console.py reads; cortex's JSON logs are then not printed)."""
     log = logs_dir / "up.log"
-    up = start_up(log, extra=["--max-model-len", str(CONTEXT)])
+    grace = {"NEURAXIS_CORTEX_SHUTDOWN_GRACE_S": str(SHUTDOWN_GRACE_S)}
+    up = start_up(log, extra=["--max-model-len", str(CONTEXT)], extra_env=grace, terminal=True)
     try:
         wait_http_ready(up.proc, f"{up.base_url}/readyz", ENGINE_START_TIMEOUT_S)
         neurons = neuron_addresses(up.admin_url)

@@ -1,26 +1,45 @@
 """The end of the session's `neuraxis up` (the shared stack, so these run
-last: tests/conftest.py orders every `ends_stack` test after the others).
-A SIGKILLed replica neuron leaves no vLLM EngineCore behind; when the chat
-neuron's engine core dies the neuron answers UNAVAILABLE (and cortex 503);
-and on Ctrl-C (SIGINT) `up` leaves no process behind, the engines' included.
+last, in this order: tests/conftest.py orders every `ends_stack` test after
+the others).
+
+- When the chat neuron's engine core dies under a request, that request
+  fails with UNAVAILABLE naming the cause (not a hang), cortex answers 503
+  with Retry-After, and the neuron exits within seconds (its exit status,
+  EXIT_ENGINE_DIED: tests/unit/neuron/test_server.py); the controller then
+  starts another, which serves.
+- A SIGKILLed replica neuron leaves no vLLM EngineCore behind.
+- Ctrl-C (SIGINT to the terminal's process
+  group) during a streamed request ends the stream with its terminal events
+  within cortex's short graceful shutdown (harness/stacks.py), and `up`
+  stops without a traceback and leaves no process behind, the engines'
+  included.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
+import threading
 import time
 
-import grpc
 import httpx
 import psutil
 import pytest
 
+from axon.errors import UnavailableError
 from axon.v1 import neuron_pb2 as pb
-from harness.procs import neuron_stub
-from harness.stacks import EMBEDDING_MODEL, MODEL, Stack
+from cortex.routing.client import NeuronClient
+from harness.polling import wait_until
+from harness.stacks import EMBEDDING_MODEL, MODEL, SHUTDOWN_GRACE_S, Stack
+from harness.streamed_chat import greedy_chat
 
 pytestmark = [pytest.mark.integration, pytest.mark.ends_stack]
+
+# How long the controller may take to have a new chat replica serving:
+# placing it and a vLLM engine start on two cores shared with other tests.
+REPLACED_WITHIN_S = 400
 
 
 def _neuron(up: psutil.Process, model: str) -> psutil.Process:
@@ -44,26 +63,20 @@ def _engine_cores(neuron: psutil.Process) -> list[psutil.Process]:
     ]
 
 
-def test_no_engine_core_outlives_a_sigkilled_neuron(stack: Stack) -> None:
-    # The embedding model's replica: the chat model's serves the test after.
-    neuron = _neuron(psutil.Process(stack.proc.popen.pid), EMBEDDING_MODEL)
-    cores = _engine_cores(neuron)
-    assert cores, "no EngineCore process found under the neuron"
-    os.kill(neuron.pid, signal.SIGKILL)
-    _, alive = psutil.wait_procs(cores, timeout=10)
-    assert alive == [], "an EngineCore outlived its SIGKILLed neuron"
+def _gone(process: psutil.Process) -> bool:
+    try:
+        return bool(process.status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
 
 
-def test_a_dead_engine_is_unavailable_and_ctrl_c_stops_everything(stack: Stack) -> None:
-    r = httpx.post(
-        f"{stack.base_url}/v1/chat/completions",
-        json={
-            "model": MODEL,
-            "temperature": 0,
-            "messages": [{"role": "user", "content": "What is the capital of France?"}],
-        },
-        timeout=60,
-    )
+def _chat(stack: Stack, content: str = "Hello") -> httpx.Response:
+    body = {"model": MODEL, "temperature": 0, "messages": [{"role": "user", "content": content}]}
+    return httpx.post(f"{stack.base_url}/v1/chat/completions", json=body, timeout=60)
+
+
+def test_a_dead_engine_fails_the_request_in_flight_and_ends_the_neuron(stack: Stack) -> None:
+    r = _chat(stack, "What is the capital of France?")
     assert "Paris" in r.json()["choices"][0]["message"]["content"]
     up = psutil.Process(stack.proc.popen.pid)
     tree = up.children(recursive=True)
@@ -72,37 +85,92 @@ def test_a_dead_engine_is_unavailable_and_ctrl_c_stops_everything(stack: Stack) 
     names = " ".join(" ".join(p.cmdline()) for p in tree)
     assert "neuron" in names and "cortex" in names and "raylet" in names
 
-    # Kill the engine core: the neuron must say UNAVAILABLE, not hang.
-    cores = _engine_cores(_neuron(up, MODEL))
+    neuron = _neuron(up, MODEL)
+    cores = _engine_cores(neuron)
     assert cores, "no EngineCore process found under the chat neuron"
-    cores[0].kill()
     request = pb.GenerateRequest(
-        request_id="after-engine-death",
+        request_id="in-flight",
         model=MODEL,
-        messages=[pb.ChatMessage(role="user", content="Hello")],
+        messages=[pb.ChatMessage(role="user", content="Count from 1 to 1000, one per line.")],
+        sampling=pb.SamplingParams(max_tokens=1000, temperature=0),
     )
-    with grpc.insecure_channel(stack.neuron_address) as channel:
-        stub = neuron_stub(channel)
-        code = None
-        for _ in range(50):
-            try:
-                list(stub.Generate(request, timeout=10))
-            except grpc.RpcError as e:
-                code = e.code()
-                break
-            time.sleep(0.2)
-    assert code == grpc.StatusCode.UNAVAILABLE
-    r = httpx.post(
-        f"{stack.base_url}/v1/chat/completions",
-        json={"model": MODEL, "messages": [{"role": "user", "content": "Hello"}]},
-        timeout=60,
-    )
-    assert r.status_code == 503 and "retry-after" in r.headers
 
-    # Whatever started meanwhile (the controller replacing both replicas)
-    # must stop too.
+    async def run() -> None:
+        client = NeuronClient(stack.neuron_address)
+        try:
+            stream = client.generate(request, timeout=120)
+            await anext(stream)
+            for core in cores:
+                core.kill()
+            with pytest.raises(UnavailableError, match="engine core"):
+                async for _ in stream:
+                    pass
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+    killed = time.monotonic()
+    refused = _chat(stack)
+    assert refused.status_code == 503 and "retry-after" in refused.headers, refused.text
+    assert wait_until(lambda: _gone(neuron), timeout_s=20), (
+        "the neuron still runs 20 s after its engine died"
+    )
+    print(f"the neuron exited {time.monotonic() - killed:.1f} s after its engine core died")
+
+
+def test_the_controller_replaces_the_replica_whose_engine_died(stack: Stack) -> None:
+    began = time.monotonic()
+    assert wait_until(lambda: _chat(stack).status_code == 200, REPLACED_WITHIN_S, 1.0), (
+        stack.proc.log_tail()
+    )
+    print(f"a new chat replica served {time.monotonic() - began:.0f} s after this test began")
+
+
+def test_no_engine_core_outlives_a_sigkilled_neuron(stack: Stack) -> None:
+    neuron = _neuron(psutil.Process(stack.proc.popen.pid), EMBEDDING_MODEL)
+    cores = _engine_cores(neuron)
+    assert cores, "no EngineCore process found under the neuron"
+    os.kill(neuron.pid, signal.SIGKILL)
+    _, alive = psutil.wait_procs(cores, timeout=10)
+    assert alive == [], "an EngineCore outlived its SIGKILLed neuron"
+
+
+def _stream_lines(stack: Stack, started: threading.Event, lines: list[str]) -> None:
+    body = greedy_chat(MODEL, "Count from 1 to 5000, separated by commas.", 4000)
+    url = f"{stack.base_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, timeout=120) as r:
+        for line in r.iter_lines():
+            if line:
+                lines.append(line)
+                if '"content":"' in line and '"content":""' not in line:
+                    started.set()
+
+
+def test_ctrl_c_during_a_stream_ends_it_and_stops_everything(stack: Stack) -> None:
+    up = psutil.Process(stack.proc.popen.pid)
+    started, lines = threading.Event(), list[str]()
+    client = threading.Thread(target=_stream_lines, args=(stack, started, lines))
+    client.start()
+    assert started.wait(timeout=60), lines
+    # Whatever started meanwhile (the embedding replica's replacement,
+    # loading now) must stop too.
     tree = up.children(recursive=True)
-    stack.proc.popen.send_signal(signal.SIGINT)
-    assert stack.proc.popen.wait(timeout=90) == 0
+    os.killpg(stack.proc.popen.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    client.join(timeout=SHUTDOWN_GRACE_S + 60)
+    assert not client.is_alive()
+    assert stack.proc.popen.wait(timeout=120) == 0
+    text = stack.terminal.wait_for(r"^neuraxis: stopped$", 10, stack.proc.alive)
     _, alive = psutil.wait_procs(tree, timeout=10)
     assert alive == [], f"left behind: {[p.pid for p in alive]}"
+
+    # The stream ended with its terminal events: the error chunk, then [DONE].
+    assert lines[-1] == "data: [DONE]"
+    error = json.loads(lines[-2].removeprefix("data: ")).get("error")
+    assert error is not None, f"the stream ended before the cutoff: {lines[-3:]}"
+    assert error["code"] == "service_unavailable"
+    # Stopped without a traceback or a JSON line.
+    after = text[text.index("Press Ctrl-C to stop.") :]
+    print(after[-2000:])
+    assert "Traceback" not in after and "Exception in ASGI" not in after
+    assert not [line for line in after.split("\n") if line.lstrip().startswith("{")]
+    assert after.index("neuraxis: stopped") > after.index("neuraxis: stopping")

@@ -9,15 +9,17 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from harness import services
+from harness.polling import wait_until
 from harness.ports import free_port
 from harness.procs import REPO
-from harness.stacks import MODEL, Stack
+from harness.stacks import MODEL, SimStack, Stack
 
 DEPLOY = REPO / "deploy"
 RULES = DEPLOY / "prometheus/rules.yml"
@@ -189,32 +191,56 @@ def test_dashboard_and_rules_use_only_live_metric_names(stack: Stack) -> None:
     assert used <= live, f"not exported: {sorted(used - live)}"
 
 
-def test_json_logs_carry_the_request_id_and_no_text(stack: Stack) -> None:
-    marker = f"zebra-{uuid.uuid4().hex}"
-    r = httpx.post(
-        f"{stack.base_url}{CHAT}",
-        json={"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": marker}]},
-        timeout=60,
-    )
-    request_id = r.headers["x-request-id"]
-    assert request_id == r.json()["id"]
-    # cortex logs to `up`'s output; the replicas' neurons to their own files.
-    log_paths = [stack.proc.log_path, *sorted((stack.state_dir / "replicas").glob("*.log"))]
-    assert len(log_paths) == 3
-    deadline = time.monotonic() + 10
+def _logged(paths: list[Path], request_id: str, loggers: set[str]) -> list[dict[str, Any]]:
+    """The JSON lines of `paths` that carry `request_id`, once `loggers`
+    have all written one (logs are written a moment after the answer)."""
     lines: list[dict[str, Any]] = []
-    while time.monotonic() < deadline and len({x["logger"] for x in lines}) < 2:
-        time.sleep(0.2)
-        lines = [
+
+    def found() -> bool:
+        lines[:] = [
             json.loads(line)
-            for path in log_paths
+            for path in paths
             for line in path.read_text(errors="replace").splitlines()
             if line.startswith("{") and request_id in line
         ]
-    loggers = {line["logger"] for line in lines}
-    assert {"neuraxis.cortex.requests", "neuraxis.neuron"} <= loggers
+        return loggers <= {x["logger"] for x in lines}
+
+    wait_until(found, timeout_s=10, interval_s=0.2)
+    return lines
+
+
+def _chat_with(base_url: str, model: str, marker: str) -> str:
+    body = {"model": model, "max_tokens": 3, "messages": [{"role": "user", "content": marker}]}
+    r = httpx.post(f"{base_url}{CHAT}", json=body, timeout=60)
+    request_id: str = r.headers["x-request-id"]
+    assert request_id == r.json()["id"]
+    return request_id
+
+
+def test_json_logs_carry_the_request_id_and_no_text(
+    stack: Stack, sim_stack: SimStack, logs_dir: Path
+) -> None:
+    # The replicas' neurons (real vLLM) log to their own files; `up` on a
+    # terminal prints none of cortex's request logs, so cortex's are read
+    # where it logs to a file: the session's cortex in front of sim neurons.
+    marker = f"zebra-{uuid.uuid4().hex}"
+    request_id = _chat_with(stack.base_url, MODEL, marker)
+    replica_logs = sorted((stack.state_dir / "replicas").glob("*.log"))
+    assert len(replica_logs) == 2
+    lines = _logged(replica_logs, request_id, {"neuraxis.neuron"})
+    assert {line["logger"] for line in lines} == {"neuraxis.neuron"}
     assert all(line["request_id"] == request_id for line in lines)
-    assert not any(marker in p.read_text(errors="replace") for p in log_paths)
+    assert not any(
+        marker in p.read_text(errors="replace") for p in [*replica_logs, stack.proc.log_path]
+    )
+
+    request_id = _chat_with(sim_stack.base_url, sim_stack.healthy_model, marker)
+    # The healthy model's neuron is the stack's first (harness/stacks.py).
+    sim_logs = [logs_dir / "sim-cortex.log", logs_dir / "sim-neuron0.log"]
+    lines = _logged(sim_logs, request_id, {"neuraxis.cortex.requests", "neuraxis.neuron"})
+    assert {"neuraxis.cortex.requests", "neuraxis.neuron"} <= {line["logger"] for line in lines}
+    assert all(line["request_id"] == request_id for line in lines)
+    assert not any(marker in p.read_text(errors="replace") for p in sim_logs)
 
 
 # Metrics summed across two cortex workers: tests/integration/test_admin_listener.py
