@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-store soak install clean
+.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-store soak head-restart install clean
 
 install: $(STAMP)
 
@@ -28,9 +28,10 @@ run: $(STAMP)
 
 # Lint and type checks first (a minute at most), then the unit and the
 # real-process integration tests, and every benchmark in smoke mode
-# (tests/bench: a few requests each, against the session's stack).
+# (tests/bench: a few requests each), in two lanes side by side
+# (harness/lanes.py): the tests on the session's real stack, and the rest.
 test: lint typecheck
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m harness.lanes -q -p no:cacheprovider
 
 # schemathesis against cortex's published schema (tests/fuzz): two cortexes
 # (auth off, auth required) in front of sim neurons; `make test` sends 2,000
@@ -116,6 +117,13 @@ bench-store: $(STAMP)
 SOAK_MINUTES ?= 10
 soak: $(STAMP)
 	$(PY) -m bench.soak --minutes $(SOAK_MINUTES)
+
+# A head loss with and without GCS fault tolerance under Ray's own timeouts
+# (docs/deploy.md's figures; `make test` runs it with the nodes giving up on
+# a lost head after 10 s instead of 60): figures in head-restart.json.
+head-restart: $(STAMP)
+	NEURAXIS_HEAD_RESTART_RAY_DEFAULTS=1 $(PY) -m pytest -q -s -p no:cacheprovider \
+		tests/integration/test_head_restart.py
 
 clean:
 	rm -rf $(VENV)
