@@ -12,9 +12,30 @@ import pytest
 from harness.stacks import SimStack, Stack, close_clients, embedded_stack, simulated_stack
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that end the shared stack (`ends_stack`) run after every
-    other, in their own order: sorting is stable."""
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--lane",
+        choices=["stack", "rest"],
+        help="only the tests on the session's real stack (the `stack` fixture), or only "
+        "the others: `make test` runs both side by side (harness/lanes.py)",
+    )
+
+
+def on_stack(item: pytest.Item) -> bool:
+    return "stack" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --lane, only that lane's tests. The tests that end the shared
+    stack (`ends_stack`) run after every other, in their own order: sorting
+    is stable."""
+    lane = config.getoption("--lane")
+    if lane is not None:
+        kept = [item for item in items if on_stack(item) == (lane == "stack")]
+        dropped = [item for item in items if on_stack(item) != (lane == "stack")]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
     items.sort(key=lambda item: item.get_closest_marker("ends_stack") is not None)
 
 

@@ -1,0 +1,93 @@
+"""`make test` as two pytest runs side by side: the tests on the session's
+real stack (`neuraxis up` with vLLM: the `stack` fixture) in one, every
+other test in the other (`--lane`, tests/conftest.py). Most of the suite's
+time is waiting (engines loading, Ray nodes joining, streams, deadlines), so
+the two lanes overlap where one would wait; each lane starts the session
+fixtures it uses, once.
+
+Each lane writes to a file of its own, printed whole when the lane ends
+(interleaved output would be unreadable); the exit status is the worst
+lane's. Ctrl-C or SIGTERM interrupts both the way Ctrl-C interrupts pytest,
+so that their fixtures stop what they started.
+
+    python -m harness.lanes [PYTEST ARGS...]
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from harness.procs import REPO
+
+LANES = ("stack", "rest")
+
+
+@dataclass
+class Lane:
+    name: str
+    popen: subprocess.Popen[bytes]
+    output: Path
+    started: float
+    code: int | None = None
+    seconds: float = 0.0
+
+
+def start(name: str, args: list[str], out_dir: Path) -> Lane:
+    output = out_dir / f"lane-{name}.log"
+    # A temporary directory of its own: two pytest runs numbering theirs
+    # under /tmp/pytest-of-USER at once could clean up each other's.
+    command = [sys.executable, "-m", "pytest", "--lane", name, "--basetemp", str(out_dir / name)]
+    command += args
+    with open(output, "wb") as log:
+        popen = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    return Lane(name, popen, output, time.monotonic())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    out_dir = Path(tempfile.mkdtemp(prefix="neuraxis-lanes-"))
+    lanes = [start(name, args, out_dir) for name in LANES]
+    print(f"pytest in {len(lanes)} lanes ({', '.join(LANES)}); output in {out_dir}", flush=True)
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        for lane in lanes:
+            if lane.popen.poll() is None:
+                lane.popen.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    running = list(lanes)
+    while running:
+        for lane in list(running):
+            code = lane.popen.poll()
+            if code is None:
+                continue
+            lane.code, lane.seconds = code, time.monotonic() - lane.started
+            running.remove(lane)
+            print(f"\n===== lane {lane.name}: exit {code} in {lane.seconds:.0f} s =====")
+            print(lane.output.read_text(errors="replace"), flush=True)
+        time.sleep(0.5)
+    for lane in lanes:
+        print(f"lane {lane.name}: exit {lane.code} in {lane.seconds:.0f} s")
+    return outcome([lane.code or 0 for lane in lanes])
+
+
+def outcome(codes: list[int]) -> int:
+    """The run's exit status from the lanes': the first failure's; pytest's
+    5 (no tests collected) in one lane is none, since a selection (-k, a
+    path) may leave a lane empty, but it is when every lane is empty."""
+    failed = [code for code in codes if code not in (0, 5)]
+    if failed:
+        return failed[0]
+    return 0 if 0 in codes else 5
+
+
+if __name__ == "__main__":
+    sys.exit(main())
