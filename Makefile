@@ -34,7 +34,7 @@ test: lint typecheck
 	$(PY) -m harness.lanes -q -p no:cacheprovider
 
 # schemathesis against cortex's published schema (tests/fuzz): two cortexes
-# (auth off, auth required) in front of sim neurons; `make test` sends 2,000
+# (auth off, auth required) in front of sim neurons; `make test` sends 800
 # requests, this 20,000 (`make fuzz FUZZ_REQUESTS=N`). Counts in bench/results/fuzz/.
 FUZZ_REQUESTS ?= 20000
 fuzz: $(STAMP)
