@@ -22,7 +22,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def on_stack(item: pytest.Item) -> bool:
-    return "stack" in getattr(item, "fixturenames", ())
+    """In the stack lane: the tests on the real stack, and those marked
+    `stack_lane` to even out the lanes' times."""
+    uses = "stack" in getattr(item, "fixturenames", ())
+    return uses or item.get_closest_marker("stack_lane") is not None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

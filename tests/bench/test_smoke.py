@@ -22,6 +22,9 @@ from harness.procs import REPO, child_env
 from harness.stacks import Stack
 
 SMOKE_TIMEOUT_S = 300
+# The benchmarks with processes of their own that run in make test's stack
+# lane all the same, evening out the two lanes' times (tests/conftest.py).
+in_stack_lane = pytest.mark.stack_lane
 
 
 def _smoke(module: str, *args: str) -> str:
@@ -75,6 +78,7 @@ def test_profile_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
     assert (tmp_path / "cortex.txt").exists()
 
 
+@in_stack_lane
 def test_failover_benchmark_runs() -> None:
     out = _smoke("bench.failover")
     assert "| actor killed | 1 |" in out, out
@@ -96,6 +100,7 @@ def test_admission_benchmark_runs(tmp_path: Path) -> None:
         assert (tmp_path / name).is_file(), name
 
 
+@in_stack_lane
 def test_routing_sim_benchmark_runs(tmp_path: Path) -> None:
     out = _smoke("bench.routing_sim", "--out", str(tmp_path))
     assert "| groups | prefix_affinity |" in out, out
@@ -104,6 +109,7 @@ def test_routing_sim_benchmark_runs(tmp_path: Path) -> None:
         assert (tmp_path / name).is_file(), name
 
 
+@in_stack_lane
 def test_gateway_capacity_benchmark_runs(tmp_path: Path) -> None:
     out = _smoke("bench.gateway_capacity", "--out", str(tmp_path))
     assert "| 2 workers | 4 |" in out, out
@@ -119,6 +125,7 @@ def test_store_benchmark_runs(tmp_path: Path) -> None:
     assert (tmp_path / "store.md").is_file()
 
 
+@in_stack_lane
 def test_soak_runs(tmp_path: Path) -> None:
     # Three sim neurons behind fault proxies, 20 streams, three faults in ~20 s.
     out = _smoke("bench.soak", "--out", str(tmp_path / "soak.json"))
