@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 
 from axon.sdnotify import notify
 from cortex import metrics
@@ -27,7 +27,7 @@ from cortex.api import (
     responses,
 )
 from cortex.api.errors import install_error_handlers
-from cortex.api.gateway import Gateway, Neurons, Runs, authenticate
+from cortex.api.gateway import Gateway, Neurons, Runs
 from cortex.api.responses.run import fail_dead_siblings, fail_orphans
 from cortex.api.responses.upkeep import Upkeep, UpkeepSettings
 from cortex.auth.authenticator import Authenticator
@@ -170,14 +170,11 @@ def create_app(
     metrics.touch_store(store.backend)
     install_error_handlers(app, gateway.recorder)
     openapi.install(app, auth_required=keys is not None)
-    # Who is calling: every /v1 route depends on `authenticate`; with auth
-    # off it attaches nothing and the anonymous principal applies.
-    api = [Depends(authenticate)]
-    app.include_router(chat.router, dependencies=api)
-    app.include_router(completions.router, dependencies=api)
-    app.include_router(embeddings.router, dependencies=api)
-    app.include_router(responses.router, dependencies=api)
-    app.include_router(models.router, dependencies=api)
+    # Who is calling: every /v1 route authenticates from the headers before
+    # its body is read (cortex/api/route.py); with auth off it attaches
+    # nothing and the anonymous principal applies.
+    for api in (chat, completions, embeddings, responses, models):
+        app.include_router(api.router)
     # /metrics and /sd/neurons are the admin listener's (cortex/admin.py).
     app.include_router(health.router)
     # Innermost: it watches for the disconnect once the body has been read.

@@ -23,6 +23,7 @@ from cortex.api.choices import (
     logprobs_out,
     usage_of,
 )
+from cortex.api.route import ApiRoute
 from cortex.api.streams import next_message
 from cortex.http.disconnect import cancel_on_disconnect
 from cortex.http.sse import chunk_response
@@ -45,7 +46,7 @@ from cortex.schemas.common import ChoiceLogprobs
 from cortex.schemas.surfaces import CHAT
 from cortex.schemas.tools import ChatNamedCustomChoice, ChatNamedToolChoice
 
-router = APIRouter()
+router = APIRouter(route_class=ApiRoute)
 
 
 def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.GenerateRequest:

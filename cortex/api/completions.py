@@ -16,6 +16,7 @@ from axon.errors import InternalError, InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api import dispatch, params
 from cortex.api.choices import ChoiceState, collect, finish_reason, usage_of
+from cortex.api.route import ApiRoute
 from cortex.api.streams import merge
 from cortex.http.disconnect import cancel_on_disconnect
 from cortex.http.sse import chunk_response
@@ -27,7 +28,7 @@ from cortex.schemas.completions import (
 )
 from cortex.schemas.surfaces import COMPLETIONS
 
-router = APIRouter()
+router = APIRouter(route_class=ApiRoute)
 
 
 def to_generate_requests(body: CompletionRequest, request_id: str) -> list[pb.GenerateRequest]:

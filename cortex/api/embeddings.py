@@ -12,10 +12,11 @@ from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api import caps, dispatch
 from cortex.api.gateway import gateway_of
+from cortex.api.route import ApiRoute
 from cortex.schemas.embeddings import EmbeddingData, EmbeddingList, EmbeddingRequest, EmbeddingUsage
 from cortex.schemas.surfaces import EMBEDDINGS
 
-router = APIRouter()
+router = APIRouter(route_class=ApiRoute)
 
 
 def to_embed_request(body: EmbeddingRequest, request_id: str) -> pb.EmbedRequest:

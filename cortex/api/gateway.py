@@ -84,9 +84,15 @@ def gateway_of(request: Request) -> Gateway:
 
 
 async def authenticate(request: Request) -> None:
-    """The dependency of every `/v1/...` route: the caller's principal into
-    the request's context (none with auth off: the anonymous one stays)."""
-    authenticator = gateway_of(request).authenticator
-    if authenticator is not None:
-        header = request.headers.get("authorization")
-        context_of(request).principal = await authenticator.principal(header)
+    """What every `/v1/...` route does first, from the headers alone
+    (cortex/api/route.py): the caller's principal into the request's context
+    (none with auth off: the anonymous one stays), and a 429 for a key
+    already at its request rate or concurrency."""
+    gateway = gateway_of(request)
+    if gateway.authenticator is None:
+        return
+    header = request.headers.get("authorization")
+    principal = await gateway.authenticator.principal(header)
+    context_of(request).principal = principal
+    if gateway.limiter is not None and principal.limits.any:
+        await gateway.limiter.check(principal)

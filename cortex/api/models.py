@@ -8,10 +8,11 @@ from fastapi import APIRouter, Request
 from axon.errors import ModelNotFoundError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api.gateway import gateway_of
+from cortex.api.route import ApiRoute
 from cortex.http.context import context_of
 from cortex.schemas.models import ModelCard, ModelList
 
-router = APIRouter()
+router = APIRouter(route_class=ApiRoute)
 
 
 ENDPOINTS = {

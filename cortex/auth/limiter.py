@@ -73,10 +73,7 @@ class Limiter:
         seen = await self._store.admit(principal.key_id, lease_id, now, now + self._lease_s, decide)
         # The same pure function on the same inputs: the decision the store applied.
         decision = limits.admit(key_limits, seen, now, tokens)
-        if not decision.admitted:
-            metrics.record_rate_limited(principal.tenant, decision.limit or "requests")
-            error = TokenRateLimitError if decision.limit == "tokens" else RateLimitError
-            raise error(decision.message, retry_after_ms=math.ceil(decision.retry_after_s * 1000))
+        _raise_refused(principal, decision)
         return Admission(
             self,
             principal,
@@ -86,6 +83,14 @@ class Limiter:
             parts,
             limits.headers(key_limits, decision.usage, now),
         )
+
+    async def check(self, principal: Principal) -> None:
+        """429 if the key is already at its request rate or concurrency;
+        reserves nothing (the admission does)."""
+        assert principal.key_id is not None
+        now = self._clock()
+        usage = await self._store.usage(principal.key_id, now)
+        _raise_refused(principal, limits.precheck(principal.limits, usage, now))
 
     async def headers(self, principal: Principal) -> dict[str, str]:
         """Where the key stands now (for responses that reserve nothing)."""
@@ -126,6 +131,13 @@ class Limiter:
     async def drain(self) -> None:
         """Wait for the settlements under way (at shutdown)."""
         await asyncio.gather(*self._settling, return_exceptions=True)
+
+
+def _raise_refused(principal: Principal, decision: limits.Decision) -> None:
+    if not decision.admitted:
+        metrics.record_rate_limited(principal.tenant, decision.limit or "requests")
+        error = TokenRateLimitError if decision.limit == "tokens" else RateLimitError
+        raise error(decision.message, retry_after_ms=math.ceil(decision.retry_after_s * 1000))
 
 
 @dataclass

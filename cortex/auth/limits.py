@@ -71,6 +71,18 @@ def admit(limits: Limits, usage: Usage, now: float, tokens: int) -> Decision:
     return Decision(True, after)
 
 
+def precheck(limits: Limits, usage: Usage, now: float) -> Decision:
+    """Whether the key could be admitted at all now (a request of no
+    tokens), reserving nothing: checked from the headers, before a body is
+    read, so that a key at its rate is not worth a parse."""
+    seen = current(usage, now)
+    refusal = _refusal(limits, seen, now, 0)
+    if refusal is None:
+        return Decision(True, seen)
+    retry_after_s, limit, message = refusal
+    return Decision(False, seen, retry_after_s, limit, message)
+
+
 def _refusal(limits: Limits, seen: Usage, now: float, tokens: int) -> tuple[float, str, str] | None:
     """The first limit the request would pass: when to retry, the limit's
     name and the message (None: none refuses it)."""

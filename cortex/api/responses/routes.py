@@ -32,6 +32,7 @@ from cortex.api.responses.fields import request_fields
 from cortex.api.responses.items import normalise, parse_items
 from cortex.api.responses.translate import generation_params, history, to_generate_request
 from cortex.api.responses.upkeep import fail_expired
+from cortex.api.route import ApiRoute
 from cortex.http.context import context_of
 from cortex.http.sse import event_frame
 from cortex.routing.policy import RouteHints
@@ -39,7 +40,7 @@ from cortex.schemas.responses import ResponsesRequest
 from cortex.schemas.surfaces import RESPONSES
 from cortex.store.base import RUNNING, ResponseStore, StoredResponse
 
-router = APIRouter()
+router = APIRouter(route_class=ApiRoute)
 
 
 def _store(request: Request) -> ResponseStore:

@@ -3,7 +3,7 @@ settlements, refusals and the headers."""
 
 from __future__ import annotations
 
-from cortex.auth.limits import Limits, admit, headers, settle, window_of
+from cortex.auth.limits import Limits, admit, headers, precheck, settle, window_of
 from cortex.store.keys import Usage
 
 T0 = 1_800_000_000.0  # a window start (divisible by 60)
@@ -109,3 +109,14 @@ def test_a_concurrency_limit_has_headers_of_its_own() -> None:
 def test_windows_are_aligned_to_the_minute() -> None:
     assert window_of(T0 + 59.999) == int(T0)
     assert window_of(T0 + 60) == int(T0) + 60
+
+
+def test_the_precheck_refuses_a_key_at_its_rate_and_reserves_nothing() -> None:
+    full = Usage(window=int(T0), requests=2, tokens=0, in_flight=1)
+    refused = precheck(Limits(rpm=2), full, T0 + 15)
+    assert not refused.admitted and refused.limit == "requests"
+    assert refused.usage == full
+    assert not precheck(Limits(max_concurrent=1), full, T0).admitted
+    room = precheck(Limits(rpm=3, max_concurrent=2), full, T0)
+    assert room.admitted and room.usage == full
+    assert precheck(Limits(rpm=2), full, T0 + 60).admitted  # the window turned

@@ -1,0 +1,105 @@
+"""What a client controls at the HTTP edge cannot stall cortex (issue 31),
+through real processes: cortex with `auth = required` in front of a
+simulated neuron, raw sockets where the point is what cortex reads.
+
+Covered: a request without a valid key, or from a key already at its
+request rate, is refused from its headers before its body is read; a large
+body is still served, and a large invalid one gets the 400 that names its
+field.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harness.gateway import sim_gateway
+from neuraxis.cli import main
+
+MODEL = "sim-hardening"
+BIG = 16 * 1024 * 1024 - 4096  # under max_body_bytes (16 MiB)
+# How long a refusal may take. Without it cortex waits for the whole body
+# (none comes) until the body deadline, 60 s.
+ANSWER_S = 15.0
+
+
+@dataclass
+class Edge:
+    base_url: str
+    port: int
+    state_dir: Path
+
+    def new_key(self, *options: str) -> str:
+        out, err = io.StringIO(), io.StringIO()
+        argv = ["keys", "create", "--tenant", "t", *options, "--state-dir", str(self.state_dir)]
+        with redirect_stdout(out), redirect_stderr(err):
+            assert main(argv) == 0, err.getvalue()
+        return out.getvalue().strip()
+
+
+@pytest.fixture(scope="module")
+def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    logs = tmp_path_factory.mktemp("hardening-edge-logs")
+    state_dir = tmp_path_factory.mktemp("hardening-edge-state")
+    flags = ["--auth", "required", "--state-dir", str(state_dir)]
+    neuron = ["--sim-ttft-s", "0", "--sim-itl-s", "0"]
+    with sim_gateway(logs, "edge", *flags, served_id=MODEL, neuron_flags=neuron) as running:
+        yield Edge(running.base_url, running.cortex.port, state_dir)
+
+
+def _chat(content: str, **extra: Any) -> dict[str, Any]:
+    return {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": content}]}
+
+
+def _status_before_the_body(edge: Edge, key: str | None) -> int:
+    """Announce a body of BIG bytes, send 1 KiB of it, and read the answer."""
+    auth = b"authorization: Bearer %s\r\n" % key.encode() if key else b""
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: cortex\r\n%s"
+        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % (auth, BIG)
+    )
+    with socket.create_connection(("127.0.0.1", edge.port), timeout=ANSWER_S) as sock:
+        sock.sendall(head + b'{"model": "' + b"x" * 1024)
+        answer = sock.recv(65536)
+    return int(answer.split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize("key", [None, "nx-" + "0" * 43], ids=["missing", "unknown"])
+def test_a_request_without_a_valid_key_is_refused_before_its_body(
+    edge: Edge, key: str | None
+) -> None:
+    assert _status_before_the_body(edge, key) == 401
+
+
+def test_a_key_at_its_request_rate_is_refused_before_its_body(edge: Edge) -> None:
+    key = edge.new_key("--rpm", "1")
+    headers = {"Authorization": f"Bearer {key}"}
+    first = httpx.post(f"{edge.base_url}/v1/chat/completions", json=_chat("hi"), headers=headers)
+    assert first.status_code == 200
+    assert _status_before_the_body(edge, key) == 429
+
+
+def test_a_large_body_is_parsed_and_served(edge: Edge) -> None:
+    key = edge.new_key()
+    headers = {"Authorization": f"Bearer {key}"}
+    body = _chat("x" * 100_000)  # one word: a few sim tokens
+    answer = httpx.post(f"{edge.base_url}/v1/chat/completions", json=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    body["messages"].append({"role": "robot", "content": "x"})
+    refused = httpx.post(f"{edge.base_url}/v1/chat/completions", json=body, headers=headers)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "messages[1].role"
+    broken = json.dumps(body).encode()[:-1]
+    headers["content-type"] = "application/json"
+    refused = httpx.post(f"{edge.base_url}/v1/chat/completions", content=broken, headers=headers)
+    assert refused.status_code == 400
+    assert "could not parse the JSON body" in refused.json()["error"]["message"]
