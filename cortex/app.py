@@ -6,6 +6,7 @@ lives here."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import socket
@@ -138,6 +139,11 @@ def create_app(
         if orphans:
             log.warning("%d background responses were cut off by a restart: failed", orphans)
         readiness.store_open.set()
+        # What exists now (the imports, the app) lives as long as the
+        # process: frozen, Python's full garbage collections no longer walk
+        # it. They run with the GIL held, so each one paused the event loop
+        # for ~100 ms while a large answer was built (cortex/api/answers.py).
+        gc.freeze()
         systemd = [asyncio.create_task(readiness.announce()), asyncio.create_task(watchdog())]
         upkeeping = asyncio.create_task(upkeep.forever())
         try:

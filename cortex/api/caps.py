@@ -59,6 +59,13 @@ class RequestCaps(SettingsGroup):
         8 * 1024 * 1024,
         description="bytes of all the inputs of one /v1/embeddings request (a token id counts 4)",
     )
+    max_output_entries: PositiveInt = Field(
+        524_288,
+        description="n x max_tokens x (1 + top_logprobs) of one request (x prompts for a "
+        "/v1/completions list; max_tokens unset counts the model's context): the tokens and "
+        "log-probability alternatives its answer may hold. A non-streamed answer is built whole "
+        "in cortex's memory, ~55 bytes of JSON an entry: the default keeps it under ~30 MiB",
+    )
     max_background_per_tenant: PositiveInt = Field(
         16,
         description="background responses one tenant may have running in one cortex process",
@@ -110,12 +117,31 @@ def check_generate(
         stops = len(first.sampling.stop)
         raise _too_many("stop", "stop sequences", stops, caps.max_stop_sequences)
     _check_schemas(caps, names, first)
+    param = tokens_param or names.tokens
     wanted = first.sampling.max_tokens if first.sampling.HasField("max_tokens") else None
     if context and wanted is not None and wanted > context:
-        param = tokens_param or names.tokens
         raise InvalidRequestError(
             f"Invalid '{param}': {wanted} is more than this model's context of {context} "
             "tokens, prompt included.",
+            param=param,
+        )
+    _check_output(caps, param, internals, wanted or context)
+
+
+def _check_output(
+    caps: RequestCaps, param: str, internals: Sequence[pb.GenerateRequest], tokens: int
+) -> None:
+    """The answer's size: every choice's tokens and their alternatives (a
+    non-streamed answer is built whole in memory)."""
+    sampling = internals[0].sampling
+    top = sampling.logprobs if sampling.HasField("logprobs") else 0
+    size = len(internals) * (sampling.n or 1) * tokens * (1 + top)
+    if size > caps.max_output_entries:
+        prompts = f"{len(internals)} prompts × " if len(internals) > 1 else ""
+        raise InvalidRequestError(
+            f"Invalid '{param}': {prompts}n × {param} × (1 + top_logprobs) = {size} tokens and "
+            f"alternatives; this server answers at most {caps.max_output_entries} in one "
+            f"request. Ask for fewer tokens, choices or alternatives.",
             param=param,
         )
 

@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import Response
 
 from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api import dispatch, params, tools
+from cortex.api.answers import deferred, entries, json_answer
 from cortex.api.choices import (
     CallState,
     ChoiceState,
@@ -107,9 +108,7 @@ def _params(body: ChatCompletionRequest, catalog: tools.Catalog) -> params.Gener
 
 
 @router.post("/v1/chat/completions", response_model=None)
-async def create_chat_completion(
-    body: ChatCompletionRequest, request: Request
-) -> JSONResponse | StreamingResponse:
+async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     request_id = dispatch.claim(request, CHAT)
     internal = to_generate_request(body, request_id)
     created = int(time.time())
@@ -128,17 +127,21 @@ async def create_chat_completion(
         return chunk_response(chunks, request_id, include_usage)
     states, usage = await cancel_on_disconnect(request, collect(first, stream))
     naming = tools.chat_catalog(body.tools or []).naming
-    completion = ChatCompletion(
-        id=request_id,
-        created=created,
-        model=body.model,
-        choices=[
-            _choice(index, state, bool(body.logprobs), naming)
-            for index, state in sorted(states.items())
-        ],
-        usage=usage_of(usage),
-    )
-    return JSONResponse(completion.model_dump(), headers={"X-Request-Id": request_id})
+
+    def build() -> ChatCompletion:
+        return ChatCompletion(
+            id=request_id,
+            created=created,
+            model=body.model,
+            choices=[
+                _choice(index, state, bool(body.logprobs), naming)
+                for index, state in sorted(states.items())
+            ],
+            usage=usage_of(usage),
+        )
+
+    size = entries(usage.completion_tokens, body.top_logprobs if body.logprobs else None)
+    return await json_answer(build, size, {"X-Request-Id": request_id})
 
 
 def _call_out(call: CallState, naming: tools.CallNaming) -> ToolCallOut | CustomToolCallOut:
@@ -162,9 +165,15 @@ def _choice(
     return Choice(
         index=index,
         message=message,
-        logprobs=ChoiceLogprobs(content=logprobs_out(state.logprobs)) if with_logprobs else None,
+        logprobs=_deferred_logprobs(state.logprobs) if with_logprobs else None,
         finish_reason=finish_reason(state.finish),
     )
+
+
+def _deferred_logprobs(entries: list[pb.TokenLogprob]) -> ChoiceLogprobs:
+    """The logprobs of a whole choice, converted only as they are encoded
+    (cortex/api/answers.py): there may be hundreds of thousands."""
+    return ChoiceLogprobs.model_construct(content=deferred(entries, logprobs_out), refusal=None)
 
 
 class _Chunker:

@@ -4,7 +4,7 @@ whole choice for a non-streamed answer."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from axon.errors import UnavailableError
@@ -41,7 +41,7 @@ def usage_of(usage: pb.Usage) -> CompletionUsage:
     )
 
 
-def logprobs_out(entries: list[pb.TokenLogprob]) -> list[TokenLogprobOut]:
+def logprobs_out(entries: Sequence[pb.TokenLogprob]) -> list[TokenLogprobOut]:
     return [
         TokenLogprobOut(
             token=e.token,

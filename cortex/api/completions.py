@@ -10,11 +10,12 @@ import time
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import Response
 
 from axon.errors import InternalError, InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api import dispatch, params
+from cortex.api.answers import entries, json_answer
 from cortex.api.choices import ChoiceState, collect, finish_reason, usage_of
 from cortex.api.route import ApiRoute
 from cortex.api.streams import merge
@@ -52,9 +53,7 @@ def to_generate_requests(body: CompletionRequest, request_id: str) -> list[pb.Ge
 
 
 @router.post("/v1/completions", response_model=None)
-async def create_completion(
-    body: CompletionRequest, request: Request
-) -> JSONResponse | StreamingResponse:
+async def create_completion(body: CompletionRequest, request: Request) -> Response:
     request_id = dispatch.claim(request, COMPLETIONS)
     internals = to_generate_requests(body, request_id)
     created = int(time.time())
@@ -70,16 +69,20 @@ async def create_completion(
     results = await cancel_on_disconnect(
         request, asyncio.gather(*(collect(f, s) for f, s in zip(firsts, streams, strict=True)))
     )
-    choices = []
-    for p, (states, _) in enumerate(results):
-        for i, state in sorted(states.items()):
-            echo = prompts[p] if body.echo else ""
-            choices.append(_choice(p * n + i, state, echo, body.logprobs is not None))
     total = pb.Usage()
     for _, usage in results:
         _count(total, usage)
-    completion = base.model_copy(update={"choices": choices, "usage": usage_of(total)})
-    return JSONResponse(completion.model_dump(), headers={"X-Request-Id": request_id})
+
+    def build() -> Completion:
+        choices = []
+        for p, (states, _) in enumerate(results):
+            for i, state in sorted(states.items()):
+                echo = prompts[p] if body.echo else ""
+                choices.append(_choice(p * n + i, state, echo, body.logprobs is not None))
+        return base.model_copy(update={"choices": choices, "usage": usage_of(total)})
+
+    size = entries(total.completion_tokens, body.logprobs)
+    return await json_answer(build, size, {"X-Request-Id": request_id})
 
 
 def _count(total: pb.Usage, usage: pb.Usage) -> None:

@@ -64,6 +64,7 @@ def app() -> Iterator[tuple[TestClient, HoldingPool]]:
             max_completion_prompts=3,
             max_prompts_times_n=4,
             max_background_per_tenant=1,
+            max_output_entries=1000,
         ),
     )
     with TestClient(create_app(settings, pool=pool)) as client:
@@ -111,6 +112,24 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         {"messages": [_user("a")], "max_completion_tokens": 5000},
         "max_completion_tokens",
     ),
+    # n × max_tokens × (1 + top_logprobs) (× prompts) over max_output_entries
+    (
+        "chat/completions",
+        {"messages": [_user("a")], "n": 4, "max_tokens": 50, "logprobs": True, "top_logprobs": 5},
+        "max_tokens",
+    ),
+    (
+        "chat/completions",
+        {
+            "messages": [_user("a")],
+            "max_completion_tokens": 90,
+            "logprobs": True,
+            "top_logprobs": 20,
+        },
+        "max_completion_tokens",
+    ),
+    ("chat/completions", {"messages": [_user("a")], "n": 11}, "max_tokens"),  # × the context
+    ("completions", {"prompt": ["a", "b"], "n": 2, "max_tokens": 50, "logprobs": 5}, "max_tokens"),
     ("completions", {"prompt": ["a", "b", "c", "d"]}, "prompt"),
     ("completions", {"prompt": ["a", "b", "c"], "n": 2}, "n"),
     ("completions", {"prompt": "a", "max_tokens": 5000}, "max_tokens"),
