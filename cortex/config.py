@@ -73,6 +73,13 @@ class HttpSettings(SettingsGroup):
         "it 408 request_timeout and the connection is closed (60 s: max_body_bytes at "
         "about 280 KB/s)",
     )
+    send_timeout_s: PositiveFloat = Field(
+        30.0,
+        description="time a client may go without reading any of its answer while cortex "
+        "has more to send; past it the connection is dropped with what was waiting for it "
+        "(a client that never reads a large answer held it in memory for ever) and a stream "
+        "is cancelled, freeing its engine slot (within the idle deadline, idle_timeout_s)",
+    )
     max_header_count: PositiveInt = Field(
         100, description="most headers a request may have; past it 431 headers_too_large"
     )

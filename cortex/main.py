@@ -267,6 +267,7 @@ def client_limits(settings: CortexSettings) -> ClientLimits:
     return ClientLimits(
         header_timeout_s=settings.http.header_timeout_s,
         body_timeout_s=settings.http.body_timeout_s,
+        send_timeout_s=settings.http.send_timeout_s,
         max_header_count=settings.http.max_header_count,
         max_header_bytes=settings.http.max_header_bytes,
     )

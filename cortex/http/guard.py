@@ -10,9 +10,18 @@
 - a deadline for the body: `request_body_timeout_s` from the end of the
   head to the end of the body;
 - limits on the head: `max_header_count` headers and `max_header_bytes`
-  for the request line and headers together (httptools sets none).
+  for the request line and headers together (httptools sets none);
+- a deadline for sending: once more of an answer waits in the transport
+  than its high-water mark, the client must read some of it
+  (`MIN_SEND_PROGRESS`) within `send_timeout_s`, again and again until it
+  is sent. uvicorn has no write timeout: a client that never reads held
+  its whole answer (125 MiB from a 7.8 MiB `echo` request) in cortex's
+  memory, and a stream it stopped reading held its engine slot until the
+  600 s total deadline. Past the deadline the connection is dropped (an
+  abort: what waits is discarded) and the handler sees the client leave,
+  which cancels a stream.
 
-Past a deadline the client gets 408 `request_timeout` (a connection that
+Past the head or body deadline the client gets 408 `request_timeout` (a connection that
 sent nothing is just closed), past a limit 431 `headers_too_large`, both in
 the OpenAI error envelope, and the connection is closed. The handler of a
 request whose body timed out sees the client leave (`http.disconnect`),
@@ -29,7 +38,11 @@ receive buffer before it is read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
+import struct
+import termios
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +62,10 @@ log = logging.getLogger("neuraxis.cortex")
 
 # How long a refused connection is read (and dropped) after its answer.
 LINGER_S = 2.0
+# What a client must read of its answer in each send deadline to keep its
+# connection (2 KiB/s at 30 s). A client that reads nothing still takes a
+# few KiB: what its kernel's receive buffer holds.
+MIN_SEND_PROGRESS = 64 * 1024
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -59,6 +76,7 @@ class ClientLimits:
     body_timeout_s: float
     max_header_count: int
     max_header_bytes: int
+    send_timeout_s: float
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -74,6 +92,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._header_count = 0
         self._lingering = False  # refused: the answer is sent, input is dropped
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._unsent = 0  # bytes waiting in the transport when the send deadline was armed
 
     # --- the deadlines ----------------------------------------------------
 
@@ -97,6 +117,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._stop_send_deadline()
         super().connection_lost(exc)
 
     def _head_timed_out(self) -> None:
@@ -122,6 +143,61 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             )
         else:  # the app already answered: nothing more can be said
             self.transport.close()
+
+    # --- the send deadline ------------------------------------------------
+
+    def pause_writing(self) -> None:
+        """The transport holds more than its high-water mark: the client must
+        read some of it within the deadline."""
+        super().pause_writing()
+        if self._send_timer is None:
+            self._unsent = self._unacknowledged()
+            self._send_timer = self.loop.call_later(
+                self._limits.send_timeout_s, self._send_deadline_passed
+            )
+
+    def resume_writing(self) -> None:
+        self._stop_send_deadline()
+        super().resume_writing()
+
+    def _unacknowledged(self) -> int:
+        """Bytes the client has not received: in the transport's buffer and in
+        the kernel's send queue. The kernel keeps taking bytes from the
+        transport until its own (growing) send buffer is full, so the
+        transport's buffer alone shrinks for a while though the client reads
+        nothing."""
+        pending = self.transport.get_write_buffer_size()
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # not Linux: the transport's alone
+                queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+                pending += struct.unpack("i", queued)[0]
+        return pending
+
+    def _stop_send_deadline(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_deadline_passed(self) -> None:
+        # A closing transport counts too: uvicorn closes an idle kept-alive
+        # connection after 5 s, and a close waits for the buffer to be sent.
+        self._send_timer = None
+        unsent = self._unacknowledged()
+        if self._unsent - unsent >= MIN_SEND_PROGRESS:  # it reads, slowly: another period
+            self._unsent = unsent
+            self._send_timer = self.loop.call_later(
+                self._limits.send_timeout_s, self._send_deadline_passed
+            )
+            return
+        log.warning(
+            "dropped a connection from %s: its client read none of its answer in %g s "
+            "(%d bytes waiting)",
+            self.client,
+            self._limits.send_timeout_s,
+            unsent,
+        )
+        self.transport.abort()
 
     # --- parser callbacks -------------------------------------------------
 

@@ -15,14 +15,18 @@ from cortex.main import _options, client_limits
 
 def test_the_limits_come_from_the_settings() -> None:
     http = HttpSettings(
-        header_timeout_s=3, body_timeout_s=7, max_header_count=12, max_header_bytes=999
+        header_timeout_s=3,
+        body_timeout_s=7,
+        max_header_count=12,
+        max_header_bytes=999,
+        send_timeout_s=5,
     )
     settings = CortexSettings(http=http)
-    assert client_limits(settings) == ClientLimits(3, 7, 12, 999)
+    assert client_limits(settings) == ClientLimits(3, 7, 12, 999, 5)
 
 
 def test_the_defaults_are_what_the_docs_say() -> None:
-    assert client_limits(CortexSettings()) == ClientLimits(10.0, 60.0, 100, 16 * 1024)
+    assert client_limits(CortexSettings()) == ClientLimits(10.0, 60.0, 100, 16 * 1024, 30.0)
 
 
 def test_uvicorn_gets_the_guarded_protocol_in_a_form_workers_can_unpickle() -> None:
