@@ -6,11 +6,19 @@ postgres_keys.py, whose docstrings say how exact each is across workers and
 instances).
 
 cortex does not tokenize (the neuron owns the tokenizer), so the prompt is
-estimated as its serialized request size in bytes / 4 (about 4 characters
-per token for English text and code; tools and schemas count, since the
-template renders them into the prompt). The output cap is the request's
+reserved at a bound its real count cannot pass: every token of a tokenizer
+covers at least one byte of text, so a prompt has at most as many tokens as
+its bytes (the serialized request's, framing included: the framing of a
+message is more bytes than the template's tokens around it), plus what the
+chat template writes of its own (`TEMPLATE_TOKENS`: a default system
+prompt, the tools' preamble; `TOOL_TOKENS` for the JSON it wraps around
+each tool), and never more than the model's context. Token-id inputs
+(embeddings) are counted exactly. The output cap is the request's
 max_tokens, or the model's context length when it sets none, times n.
-The real usage replaces the estimate at settlement.
+So a reservation is at most about 4 times the tokens of English text (3-4
+bytes a token), and settles to the real usage when the request ends: the
+difference goes back to the window (bytes/4 was the estimate before, and
+text of one byte a token ran 4 times past a key's tpm).
 
 A request that fails gives its tokens back (it still counts as a request);
 one dropped before its usage arrived (the client left) is charged its
@@ -36,20 +44,37 @@ from cortex.store.keys import Adjust, KeyStore, Usage
 
 log = logging.getLogger("neuraxis.cortex")
 
-BYTES_PER_TOKEN = 4
+# What a chat template writes besides the messages: a default system
+# prompt, the tools' preamble, the turn markers of the answer (SmolLM2's
+# default system prompt is ~40 tokens, Qwen2.5's tools preamble ~100).
+TEMPLATE_TOKENS = 256
+# The JSON a template wraps around each tool's name, description and
+# parameters ({"type": "function", "function": {"name": ...}}: ~80 bytes).
+TOOL_TOKENS = 96
+# Special tokens an embedding model adds to each text input (BOS, EOS).
+SPECIAL_TOKENS = 2
+
+
+def prompt_bound(request: pb.GenerateRequest, max_context: int) -> int:
+    """Tokens the prompt of `request` cannot exceed (0: context unknown)."""
+    bound = int(request.ByteSize()) + TEMPLATE_TOKENS + TOOL_TOKENS * len(request.tools)
+    return min(bound, max_context) if max_context else bound
 
 
 def estimate_generate(request: pb.GenerateRequest, max_context: int) -> int:
-    """Tokens a generation may use: prompt estimate + output cap, per choice."""
-    prompt = math.ceil(int(request.ByteSize()) / BYTES_PER_TOKEN)
+    """Tokens a generation may use: the prompt's bound + output cap, per choice."""
     sampling = request.sampling
     cap = int(sampling.max_tokens) if sampling.HasField("max_tokens") else max_context
     n = int(sampling.n) if sampling.HasField("n") else 1
-    return prompt + cap * max(1, n)
+    return prompt_bound(request, max_context) + cap * max(1, n)
 
 
 def estimate_embed(request: pb.EmbedRequest) -> int:
-    return math.ceil(int(request.ByteSize()) / BYTES_PER_TOKEN)
+    """Token ids counted, text at a token a byte (and its special tokens)."""
+    return sum(
+        len(i.tokens.ids) if i.HasField("tokens") else len(i.text.encode()) + SPECIAL_TOKENS
+        for i in request.inputs
+    )
 
 
 class Limiter:

@@ -5,14 +5,17 @@ simulated neuron, raw sockets where the point is what cortex reads.
 Covered: a request without a valid key, or from a key already at its
 request rate, is refused from its headers before its body is read; a large
 body is still served, and a large invalid one gets the 400 that names its
-field.
+field; concurrent requests of text at two bytes a token (the sim counts
+words) stay within their key's tpm.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -23,6 +26,7 @@ import httpx
 import pytest
 
 from harness.gateway import sim_gateway
+from harness.polling import wait_until
 from neuraxis.cli import main
 
 MODEL = "sim-hardening"
@@ -30,6 +34,9 @@ BIG = 16 * 1024 * 1024 - 4096  # under max_body_bytes (16 MiB)
 # How long a refusal may take. Without it cortex waits for the whole body
 # (none comes) until the body deadline, 60 s.
 ANSWER_S = 15.0
+# The sim's time to first token: concurrent requests are all admitted
+# before the first one settles.
+TTFT_S = 1.0
 
 
 @dataclass
@@ -51,7 +58,7 @@ def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
     logs = tmp_path_factory.mktemp("hardening-edge-logs")
     state_dir = tmp_path_factory.mktemp("hardening-edge-state")
     flags = ["--auth", "required", "--state-dir", str(state_dir)]
-    neuron = ["--sim-ttft-s", "0", "--sim-itl-s", "0"]
+    neuron = ["--sim-ttft-s", str(TTFT_S), "--sim-itl-s", "0"]
     with sim_gateway(logs, "edge", *flags, served_id=MODEL, neuron_flags=neuron) as running:
         yield Edge(running.base_url, running.cortex.port, state_dir)
 
@@ -103,3 +110,27 @@ def test_a_large_body_is_parsed_and_served(edge: Edge) -> None:
     refused = httpx.post(f"{edge.base_url}/v1/chat/completions", content=broken, headers=headers)
     assert refused.status_code == 400
     assert "could not parse the JSON body" in refused.json()["error"]["message"]
+
+
+def test_concurrent_requests_stay_within_the_keys_tpm(edge: Edge) -> None:
+    """Each request: 1,000 words of 2 bytes (1,010 tokens with its output),
+    reserved at its bytes and the template's share (~2,350). At bytes / 4
+    (~530 each) all four were admitted: 4,040 tokens against a tpm of 2,400."""
+    tpm = 2400
+    key = edge.new_key("--tpm", str(tpm))
+    headers = {"Authorization": f"Bearer {key}"}
+    body = {**_chat("a " * 1000), "max_tokens": 10}
+    # All four in one rate-limit window (a minute, aligned to the epoch's).
+    assert wait_until(lambda: time.time() % 60 < 45, 20)
+
+    async def four() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=edge.base_url, headers=headers, timeout=60) as c:
+            calls = [c.post("/v1/chat/completions", json=body) for _ in range(4)]
+            return await asyncio.gather(*calls)
+
+    answers = asyncio.run(four())
+    served = [a for a in answers if a.status_code == 200]
+    assert {a.status_code for a in answers} <= {200, 429}, [a.text for a in answers]
+    assert served
+    used = sum(a.json()["usage"]["total_tokens"] for a in served)
+    assert used <= tpm, f"{len(served)} served used {used} tokens against a tpm of {tpm}"

@@ -14,7 +14,14 @@ import pytest
 from axon.errors import InternalError, RateLimitError, TokenRateLimitError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api.lifecycle import Tracker, tracked
-from cortex.auth.limiter import Admission, Limiter, estimate_generate
+from cortex.auth.limiter import (
+    TEMPLATE_TOKENS,
+    Admission,
+    Limiter,
+    estimate_embed,
+    estimate_generate,
+    prompt_bound,
+)
 from cortex.auth.limits import Limits
 from cortex.auth.local_usage import counters_for
 from cortex.auth.principal import Principal
@@ -62,17 +69,38 @@ async def _settled(limiter: Limiter, store: KeyStore) -> Usage:
     return await store.usage("key_a", T0 + 2)
 
 
-def test_the_estimate_is_the_prompt_bytes_over_four_plus_the_output_cap() -> None:
+def test_the_estimate_is_the_prompt_bound_plus_the_output_cap() -> None:
     request = pb.GenerateRequest(prompt="x" * 400, sampling=pb.SamplingParams(max_tokens=50))
-
-    def prompt() -> int:  # the whole request counts, sampling included
-        return -(-int(request.ByteSize()) // 4)
-
-    assert estimate_generate(request, max_context=2048) == prompt() + 50
+    prompt = prompt_bound(request, 0)
+    assert prompt == request.ByteSize() + TEMPLATE_TOKENS
+    assert estimate_generate(request, max_context=2048) == prompt + 50
     request.sampling.n = 3
-    assert estimate_generate(request, max_context=2048) == prompt() + 150
+    assert estimate_generate(request, max_context=2048) == prompt_bound(request, 0) + 150
     request.sampling.ClearField("max_tokens")
-    assert estimate_generate(request, max_context=2048) == prompt() + 3 * 2048
+    assert estimate_generate(request, max_context=2048) == prompt_bound(request, 0) + 3 * 2048
+    # A prompt cannot pass the context (the neuron refuses or truncates it).
+    assert estimate_generate(request, max_context=300) == 300 + 3 * 300
+
+
+def test_the_prompt_bound_is_not_below_a_token_a_byte_and_the_template() -> None:
+    """The worst tokenizer (a token per byte of text) with a template that
+    writes 4 special tokens around each message (ChatML's) and a JSON
+    wrapper around each tool."""
+    messages = [pb.ChatMessage(role="user", content="é" * 50), pb.ChatMessage(role="assistant")]
+    tool = pb.Tool(name="f", description="d", parameters_json="{}")
+    request = pb.GenerateRequest(messages=messages, tools=[tool])
+    rendered = sum(4 + len(m.role) + len(m.content.encode()) for m in messages)
+    tool_json = (
+        '{"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}'
+    )
+    assert prompt_bound(request, 0) >= rendered + len(tool_json) + TEMPLATE_TOKENS
+
+
+def test_embedding_token_ids_are_counted_exactly() -> None:
+    request = pb.EmbedRequest(
+        inputs=[pb.EmbedInput(tokens=pb.TokenIds(ids=[1, 2, 3])), pb.EmbedInput(text="héllo")]
+    )
+    assert estimate_embed(request) == 3 + len("héllo".encode()) + 2
 
 
 async def test_fifty_concurrent_requests_never_pass_the_token_budget(store: KeyStore) -> None:
