@@ -70,6 +70,12 @@ async def _admit(request: Request, tokens: int, parts: int) -> Admission | None:
     return context.admission
 
 
+async def admit_request(request: Request) -> Admission | None:
+    """Count a request that generates nothing toward its key's rpm and
+    max_concurrent (no tokens); None: no limits."""
+    return await _admit(request, 0, 1)
+
+
 def _tracker(request: Request, model: str, parts: int = 1) -> Tracker:
     """The request's tracker; from here on the error handlers must not count
     it again."""

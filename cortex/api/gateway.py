@@ -61,6 +61,13 @@ class Runs:
     lease_s: float
     background: Registry = field(default_factory=dict)
     streaming: Registry = field(default_factory=dict)
+    # The tenants of background responses admitted and not yet in
+    # `background` (being routed and stored): they count toward the cap.
+    starting: list[str] = field(default_factory=list)
+
+    def background_tenants(self) -> list[str]:
+        """A tenant per background response running or starting here."""
+        return [*(run.tenant for run in self.background.values()), *self.starting]
 
 
 @dataclass(frozen=True)

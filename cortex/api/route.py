@@ -8,6 +8,11 @@ validate up to `max_body_bytes` on the event loop before its 401 (a keyless
 authenticated from its headers first, and a key already at its request rate
 or concurrency refused, before a byte of the body is read.
 
+`CountedRoute`, the Responses routes', also counts the requests without a
+body (a GET of a stored response, its replay, input items, delete, cancel)
+toward the key's rpm and max_concurrent, as a generation is counted by its
+dispatch: a replay holds a slot until its stream ends.
+
 A body larger than `PARSE_INLINE_BYTES` is then parsed and validated in a
 worker thread: pydantic on 16 MiB of small messages takes over a second,
 which on the loop would stall every other request and the health checks.
@@ -19,16 +24,18 @@ from __future__ import annotations
 import asyncio
 import email.message
 import json
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine
+from typing import Any, ClassVar
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
+from cortex.api import dispatch
 from cortex.api.gateway import authenticate
+from cortex.auth.limiter import Admission
 
 # Below this a body is parsed on the loop: the hop to a thread and back
 # costs more than parsing it.
@@ -38,9 +45,14 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 class ApiRoute(APIRoute):
+    # Whether a request without a body counts toward the key's limits.
+    counts_bodyless: ClassVar[bool] = False
+
     def get_route_handler(self) -> Handler:
         handler = super().get_route_handler()
         model = self._body_model()
+        if model is None and self.counts_bodyless:
+            handler = _counted(handler)
 
         async def authenticated_first(request: Request) -> Response:
             await authenticate(request)
@@ -61,6 +73,40 @@ class ApiRoute(APIRoute):
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             return annotation
         return None
+
+
+class CountedRoute(ApiRoute):
+    counts_bodyless = True
+
+
+def _counted(handler: Handler) -> Handler:
+    """`handler`, admitted against the key's rpm and max_concurrent and
+    settled when its answer (a stream's last byte included) is done."""
+
+    async def counted(request: Request) -> Response:
+        admission = await dispatch.admit_request(request)
+        if admission is None:
+            return await handler(request)
+        try:
+            response = await handler(request)
+        except BaseException:
+            admission.release()
+            raise
+        if isinstance(response, StreamingResponse):
+            response.body_iterator = _released(response.body_iterator, admission)
+        else:
+            admission.release()
+        return response
+
+    return counted
+
+
+async def _released(body: AsyncIterable[Any], admission: Admission) -> AsyncIterator[Any]:
+    try:
+        async for chunk in body:
+            yield chunk
+    finally:
+        admission.release()
 
 
 class _ParsedRequest(Request):

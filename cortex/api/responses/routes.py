@@ -32,7 +32,7 @@ from cortex.api.responses.fields import request_fields
 from cortex.api.responses.items import normalise, parse_items
 from cortex.api.responses.translate import generation_params, history, to_generate_request
 from cortex.api.responses.upkeep import fail_expired
-from cortex.api.route import ApiRoute
+from cortex.api.route import CountedRoute
 from cortex.http.context import context_of
 from cortex.http.sse import event_frame
 from cortex.routing.policy import RouteHints
@@ -40,7 +40,7 @@ from cortex.schemas.responses import ResponsesRequest
 from cortex.schemas.surfaces import RESPONSES
 from cortex.store.base import RUNNING, ResponseStore, StoredResponse
 
-router = APIRouter(route_class=ApiRoute)
+router = APIRouter(route_class=CountedRoute)
 
 
 def _store(request: Request) -> ResponseStore:
@@ -87,10 +87,16 @@ async def create_response(
     )
     headers = {"X-Request-Id": response_id}
     if body.background:
-        background = gateway.runs.background
-        caps.check_background(gateway.caps, tenant, (r.tenant for r in background.values()))
-        (stream,) = await dispatch.route(request, [internal], hints)
-        await runs.start_background(run, stream, background)
+        here = gateway.runs
+        # Checked and claimed with no await between: a burst cannot pass the
+        # cap while earlier ones are still being routed and stored.
+        caps.check_background(gateway.caps, tenant, here.background_tenants())
+        here.starting.append(tenant)
+        try:
+            (stream,) = await dispatch.route(request, [internal], hints)
+            await runs.start_background(run, stream, here.background)
+        finally:
+            here.starting.remove(tenant)  # in `background` by now, or failed
         return JSONResponse(run.builder.snapshot(), headers=headers)
     started = await dispatch.start(request, [internal], hints)
     first, rest = started.only

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,11 @@ from fastapi.testclient import TestClient
 
 from axon.v1 import neuron_pb2 as pb
 from cortex.api.caps import RequestCaps
+from cortex.api.gateway import gateway_of_app
 from cortex.app import create_app
 from cortex.config import CortexSettings, StoreSettings
 from cortex.routing.policy import RouteHints
+from harness.polling import wait_until
 from tests.unit.cortex.api.fakes import ScriptedPool
 from tests.unit.cortex.api.fakes import client as default_client
 
@@ -188,6 +191,27 @@ def test_background_responses_per_tenant_are_capped(app: tuple[TestClient, Holdi
     # Once the first has ended, another may start.
     r = client.post("/v1/responses", json={**body, "max_output_tokens": 2})
     assert r.status_code == 200, r.text
+
+
+def test_a_burst_of_background_responses_never_passes_the_cap(
+    app: tuple[TestClient, HoldingPool],
+) -> None:
+    """Eight at once, on the app's one event loop: each is checked and
+    claimed before the others' routing and storing awaits."""
+    client, pool = app
+    body = {"model": MODEL, "input": "a", "background": True, "max_output_tokens": 40}
+    pool.holding = True
+    try:
+        with ThreadPoolExecutor(8) as threads:
+            burst = list(threads.map(lambda _: client.post("/v1/responses", json=body), range(8)))
+        accepted = [r.json()["id"] for r in burst if r.status_code == 200]
+        assert sorted(r.status_code for r in burst) == [200] + [400] * 7
+        for response_id in accepted:
+            assert client.post(f"/v1/responses/{response_id}/cancel").status_code == 200
+    finally:
+        pool.holding = False
+    runs = gateway_of_app(client.app).runs  # type: ignore[arg-type]
+    assert wait_until(lambda: not runs.background and not runs.starting, 10)
 
 
 def test_embedding_inputs_are_capped_at_their_defaults() -> None:
