@@ -199,6 +199,8 @@ def test_a_burst_of_background_responses_never_passes_the_cap(
     """Eight at once, on the app's one event loop: each is checked and
     claimed before the others' routing and storing awaits."""
     client, pool = app
+    runs = gateway_of_app(client.app).runs  # type: ignore[arg-type]
+    assert wait_until(lambda: not runs.background, 10)  # earlier tests' runs have ended
     body = {"model": MODEL, "input": "a", "background": True, "max_output_tokens": 40}
     pool.holding = True
     try:
@@ -210,7 +212,6 @@ def test_a_burst_of_background_responses_never_passes_the_cap(
             assert client.post(f"/v1/responses/{response_id}/cancel").status_code == 200
     finally:
         pool.holding = False
-    runs = gateway_of_app(client.app).runs  # type: ignore[arg-type]
     assert wait_until(lambda: not runs.background and not runs.starting, 10)
 
 
