@@ -200,7 +200,9 @@ def _gateway(
 ) -> Gateway:
     authenticator = limiter = None
     if keys is not None:
-        authenticator = Authenticator(keys, time.time, settings.auth.cache_s)
+        authenticator = Authenticator(
+            keys, time.time, settings.auth.cache_s, settings.auth.default_limits()
+        )
         # A lease outlives the longest generation, then frees its slot.
         counters = counters_for(keys, settings.local_rate_limit_counters)
         limiter = Limiter(counters, time.time, lease_s=settings.deadlines.total_s + 60)

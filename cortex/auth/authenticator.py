@@ -37,12 +37,24 @@ class _Cached:
     principal: Principal
 
 
-def principal_for(record: ApiKey) -> Principal:
+def limits_of(record: ApiKey, defaults: Limits) -> Limits:
+    """A key's limits: its own, and the cluster's defaults for those it
+    does not name."""
+    return Limits(
+        rpm=record.rpm if record.rpm is not None else defaults.rpm,
+        tpm=record.tpm if record.tpm is not None else defaults.tpm,
+        max_concurrent=record.max_concurrent
+        if record.max_concurrent is not None
+        else defaults.max_concurrent,
+    )
+
+
+def principal_for(record: ApiKey, defaults: Limits | None = None) -> Principal:
     return Principal(
         tenant=record.tenant,
         key_id=record.id,
         models=frozenset(record.models),
-        limits=Limits(rpm=record.rpm, tpm=record.tpm, max_concurrent=record.max_concurrent),
+        limits=limits_of(record, defaults or Limits()),
     )
 
 
@@ -56,9 +68,14 @@ def bearer(authorization: str | None) -> str | None:
 
 class Authenticator:
     def __init__(
-        self, store: KeyStore, clock: Callable[[], float], cache_s: float = DEFAULT_CACHE_S
+        self,
+        store: KeyStore,
+        clock: Callable[[], float],
+        cache_s: float = DEFAULT_CACHE_S,
+        defaults: Limits | None = None,
     ) -> None:
         self._store, self._clock, self._cache_s = store, clock, cache_s
+        self._defaults = defaults or Limits()  # of keys that name none
         self._cache: dict[str, _Cached] = {}
 
     async def principal(self, authorization: str | None) -> Principal:
@@ -77,7 +94,7 @@ class Authenticator:
             raise AuthenticationError("This API key has been revoked.")
         if record.expires_at is not None and now >= record.expires_at:
             raise AuthenticationError("This API key has expired.")
-        return cached.principal if cached is not None else principal_for(record)
+        return cached.principal if cached is not None else principal_for(record, self._defaults)
 
     async def _fetch(self, key_hash: str, now: float) -> _Cached | None:
         record = await self._store.by_hash(key_hash)
@@ -86,6 +103,6 @@ class Authenticator:
             return None
         if record.revoked_at is None:
             await self._store.touch(record.id, int(now))
-        cached = _Cached(now, record, principal_for(record))
+        cached = _Cached(now, record, principal_for(record, self._defaults))
         self._cache[key_hash] = cached
         return cached

@@ -15,12 +15,15 @@ import asyncio
 import json
 import sys
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from axon.settings import load_settings
+from cortex.auth.authenticator import limits_of
 from cortex.auth.keys import KeyRequest, make_key
+from cortex.auth.limits import Limits
 from cortex.config import CortexSettings
 from cortex.store.keys import ApiKey, KeyStore, open_key_store
 from neuraxis.commands.shared import Help, Subparsers, add_group, fail
@@ -71,15 +74,15 @@ def run(args: argparse.Namespace) -> int:
     }
     settings = load_settings(CortexSettings, args.config, given)
     store = open_key_store(settings.store.state_dir, settings.store.postgres_dsn)
-    return asyncio.run(_with_store(store, args))
+    return asyncio.run(_with_store(store, args, settings.auth.default_limits()))
 
 
-async def _with_store(store: KeyStore, args: argparse.Namespace) -> int:
+async def _with_store(store: KeyStore, args: argparse.Namespace, defaults: Limits) -> int:
     try:
         if args.keys_command == "create":
             return await _create(store, args)
         if args.keys_command == "list":
-            return await _list(store, args.json)
+            return await _list(store, args.json, defaults)
         return await _revoke(store, args.id)
     finally:
         await store.close()
@@ -105,8 +108,10 @@ async def _create(store: KeyStore, args: argparse.Namespace) -> int:
     return 0
 
 
-def key_view(key: ApiKey, now: float) -> dict[str, Any]:
-    """What `keys list` shows of a key: everything but its hash."""
+def key_view(key: ApiKey, now: float, defaults: Limits | None = None) -> dict[str, Any]:
+    """What `keys list` shows of a key: everything but its hash, and the
+    limits cortex applies to it (`limits`: its own, or the cluster's
+    defaults, [auth] default_*, for those it does not name)."""
     if key.revoked_at is not None:
         state = "revoked"
     elif key.expires_at is not None and now >= key.expires_at:
@@ -125,6 +130,7 @@ def key_view(key: ApiKey, now: float) -> dict[str, Any]:
         "last_used_at": key.last_used_at,
         "revoked_at": key.revoked_at,
         "state": state,
+        "limits": asdict(limits_of(key, defaults or Limits())),
     }
 
 
@@ -134,13 +140,17 @@ def _when(epoch: int | None) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _limit(value: int | None) -> str:
-    return "-" if value is None else str(value)
+def _limit(own: int | None, applied: int | None) -> str:
+    """A limit as the table shows it: the key's own, or the default it
+    gets marked with a `*`."""
+    if own is not None:
+        return str(own)
+    return "-" if applied is None else f"{applied}*"
 
 
-async def _list(store: KeyStore, as_json: bool) -> int:
+async def _list(store: KeyStore, as_json: bool, defaults: Limits) -> int:
     now = time.time()
-    views = [key_view(k, now) for k in await store.list()]
+    views = [key_view(k, now, defaults) for k in await store.list()]
     if as_json:
         print(json.dumps(views, indent=2))
         return 0
@@ -150,9 +160,9 @@ async def _list(store: KeyStore, as_json: bool) -> int:
             v["id"],
             v["tenant"],
             ",".join(v["models"]) or "*",
-            _limit(v["rpm"]),
-            _limit(v["tpm"]),
-            _limit(v["max_concurrent"]),
+            _limit(v["rpm"], v["limits"]["rpm"]),
+            _limit(v["tpm"], v["limits"]["tpm"]),
+            _limit(v["max_concurrent"], v["limits"]["max_concurrent"]),
             _when(v["created_at"]),
             _when(v["last_used_at"]),
             v["state"],
@@ -164,6 +174,8 @@ async def _list(store: KeyStore, as_json: bool) -> int:
         print(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
+    if any("*" in cell for row in rows for cell in row[3:6]):
+        print("neuraxis: * the cluster's default ([auth] default_*)", file=sys.stderr)
     return 0
 
 

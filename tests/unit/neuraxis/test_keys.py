@@ -80,3 +80,22 @@ def test_limits_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["keys", "create", "--tenant", "acme", "--rpm", "0"])
     assert "not a positive number" in capsys.readouterr().err
+
+
+def test_list_shows_the_cluster_defaults_a_key_gets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "cortex.toml"
+    config.write_text("[auth]\ndefault_rpm = 60\ndefault_max_concurrent = 4\n")
+    state = ["--state-dir", str(tmp_path), "--config", str(config)]
+    _run(capsys, "keys", "create", "--tenant", "plain", *state)
+    _run(capsys, "keys", "create", "--tenant", "own", "--rpm", "5", *state)
+    code, out, _ = _run(capsys, "keys", "list", "--json", *state)
+    views = {v["tenant"]: v for v in json.loads(out)}
+    assert code == 0 and views["plain"]["rpm"] is None  # the key itself names none
+    assert views["plain"]["limits"] == {"rpm": 60, "tpm": None, "max_concurrent": 4}
+    assert views["own"]["limits"] == {"rpm": 5, "tpm": None, "max_concurrent": 4}
+    code, out, err = _run(capsys, "keys", "list", *state)
+    (plain,) = [line.split() for line in out.splitlines() if " plain " in line]
+    assert plain[3:6] == ["60*", "-", "4*"]
+    assert "cluster's default" in err

@@ -109,3 +109,12 @@ async def test_last_use_is_recorded_once_per_cache_period(store: KeyStore) -> No
     await auth.principal(f"Bearer {secret}")
     (record,) = await store.list()
     assert record.last_used_at == 1005
+
+
+async def test_a_key_that_names_no_limits_gets_the_defaults(store: KeyStore) -> None:
+    secret, record = make_key(KeyRequest("acme", [], tpm=500), 1000)
+    await store.add(record)
+    defaults = Limits(rpm=60, tpm=10_000, max_concurrent=2)
+    auth = Authenticator(store, Clock(1000.0), defaults=defaults)
+    principal = await auth.principal(f"Bearer {secret}")
+    assert principal.limits == Limits(rpm=60, tpm=500, max_concurrent=2)
