@@ -7,6 +7,7 @@
     ├── AuthenticationError        401 ... invalid_api_key            UNAUTHENTICATED
     ├── RateLimitError             429 requests rate_limit_exceeded   RESOURCE_EXHAUSTED
     │   └── TokenRateLimitError    429 tokens rate_limit_exceeded     RESOURCE_EXHAUSTED
+    ├── StoreQuotaError            429 insufficient_quota             RESOURCE_EXHAUSTED
     ├── NotFoundError              404 invalid_request_error          NOT_FOUND
     │   └── ModelNotFoundError     404 ... model_not_found            NOT_FOUND
     ├── UnavailableError           503 server_error, Retry-After      UNAVAILABLE
@@ -103,6 +104,13 @@ class TokenRateLimitError(RateLimitError):
     kind = "token_rate_limit_exceeded"
 
 
+class StoreQuotaError(NeuraxisError):
+    """A tenant whose stored responses take its whole share of the store:
+    nothing more is stored until some are deleted or expire."""
+
+    kind = "insufficient_quota"
+
+
 class NotFoundError(NeuraxisError):
     kind = "not_found"
 
@@ -195,6 +203,9 @@ ERROR_TABLE: dict[type[NeuraxisError], ErrorMapping] = {
     RequestTooLargeError: _request_fault(413, "request_too_large", "RESOURCE_EXHAUSTED"),
     HeadersTooLargeError: _request_fault(431, "headers_too_large", "INVALID_ARGUMENT"),
     RequestTimeoutError: _request_fault(408, "request_timeout", "DEADLINE_EXCEEDED"),
+    StoreQuotaError: _request_fault(
+        429, "insufficient_quota", "RESOURCE_EXHAUSTED", "insufficient_quota", "rate_limit_exceeded"
+    ),
     NotFoundError: _request_fault(404, None, "NOT_FOUND"),
     AuthenticationError: _request_fault(401, "invalid_api_key", "UNAUTHENTICATED"),
     RateLimitError: _rate_limited("requests"),

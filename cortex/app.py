@@ -46,6 +46,7 @@ from cortex.routing.client import NeuronClient, channel_credentials
 from cortex.routing.pool import NeuronPool
 from cortex.store.base import ResponseStore
 from cortex.store.keys import KeyStore, open_key_store
+from cortex.store.quota import StoreQuota
 from cortex.store.sqlite import SqliteResponseStore
 
 log = logging.getLogger("neuraxis.cortex")
@@ -212,6 +213,7 @@ def _gateway(
         store=store,
         runs=Runs(instance, lease_s=settings.responses.lease_s),
         recorder=recorder_for(settings.metrics_enabled),
+        quota=StoreQuota(store, settings.responses.max_stored_bytes_per_tenant),
         authenticator=authenticator,
         limiter=limiter,
     )

@@ -159,6 +159,12 @@ PURGED_RESPONSES = Counter(
     "Stored responses deleted by the retention purge (responses_ttl_days).",
     ["backend"],
 )
+STORE_BYTES = Gauge(
+    "neuraxis_store_bytes",
+    "Bytes the stored responses take in the Responses store (their JSON), measured at "
+    "every purge interval.",
+    ["backend"],
+)
 EXPIRED_LEASES = Counter(
     "neuraxis_responses_lease_expired",
     "Running responses marked failed because the instance running them stopped "

@@ -58,6 +58,9 @@ class Recorder(Protocol):
     def purged(self, backend: str, count: int) -> None:
         """Stored responses past their retention, deleted."""
 
+    def store_size(self, backend: str, size: int) -> None:
+        """The bytes the store's responses take, as last measured."""
+
     def lease_expired(self, backend: str) -> None:
         """A running response failed because its lease expired."""
 
@@ -104,6 +107,9 @@ class PrometheusRecorder:
     def purged(self, backend: str, count: int) -> None:
         metrics.PURGED_RESPONSES.labels(backend).inc(count)
 
+    def store_size(self, backend: str, size: int) -> None:
+        metrics.STORE_BYTES.labels(backend).set(size)
+
     def lease_expired(self, backend: str) -> None:
         metrics.EXPIRED_LEASES.labels(backend).inc()
 
@@ -133,6 +139,8 @@ class NoRecorder:
     def store_error(self, backend: str, op: str) -> None: ...
 
     def purged(self, backend: str, count: int) -> None: ...
+
+    def store_size(self, backend: str, size: int) -> None: ...
 
     def lease_expired(self, backend: str) -> None: ...
 

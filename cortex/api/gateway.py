@@ -1,7 +1,8 @@
 """What the API layer may use of the rest of cortex, typed, built once by
 `create_app`: the neurons behind it (`Neurons`, the pool's methods the
-handlers call), the request caps, the rate limiter, the Responses store, the
-runs of this process and the recorder of request metrics. Handlers reach it
+handlers call), the request caps, the rate limiter, the Responses store and
+each tenant's quota of it, the runs of this process and the recorder of
+request metrics. Handlers reach it
 through `gateway_of(request)`, and nothing else of the app's state; tests
 hand `create_app` any object with the `Neurons` methods.
 """
@@ -22,6 +23,7 @@ from cortex.http.context import context_of
 from cortex.recording import Recorder
 from cortex.routing.policy import RouteHints
 from cortex.store.base import ResponseStore
+from cortex.store.quota import StoreQuota
 
 if TYPE_CHECKING:
     from cortex.api.responses.run import Registry
@@ -77,6 +79,7 @@ class Gateway:
     store: ResponseStore
     runs: Runs
     recorder: Recorder
+    quota: StoreQuota | None = None  # None: no tenant's store share is capped
     authenticator: Authenticator | None = None  # None: auth off
     limiter: Limiter | None = None  # None: no key has limits (auth off)
 

@@ -156,6 +156,11 @@ class ResponseStore(abc.ABC):
         oldest first."""
 
     @abc.abstractmethod
+    async def stored_bytes(self, tenant: str | None = None) -> int:
+        """Bytes the responses of `tenant` (None: every tenant's) take in
+        the store: their JSON, as the backend keeps it."""
+
+    @abc.abstractmethod
     async def close(self) -> None:
         """Release the connection(s); harmless twice or before any use."""
 

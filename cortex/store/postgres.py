@@ -38,6 +38,7 @@ ALTER TABLE neuraxis_responses ADD COLUMN IF NOT EXISTS
 CREATE INDEX IF NOT EXISTS neuraxis_responses_created_at ON neuraxis_responses (created_at);
 CREATE INDEX IF NOT EXISTS neuraxis_responses_running
     ON neuraxis_responses (status, lease_until);
+CREATE INDEX IF NOT EXISTS neuraxis_responses_tenant ON neuraxis_responses (tenant);
 CREATE TABLE IF NOT EXISTS neuraxis_jobs (
     name TEXT PRIMARY KEY,
     holder TEXT NOT NULL,
@@ -97,6 +98,16 @@ class PostgresResponseStore(ResponseStore):
             len(prefix),
             prefix,
         )
+
+    async def stored_bytes(self, tenant: str | None = None) -> int:
+        pool = await self._connection_pool()
+        sql = (
+            "SELECT COALESCE(SUM(pg_column_size(response) + pg_column_size(input_items) "
+            "+ pg_column_size(events)), 0) FROM neuraxis_responses"
+        )
+        if tenant is None:
+            return int(await pool.fetchval(sql))
+        return int(await pool.fetchval(sql + " WHERE tenant = $1", tenant))
 
     async def delete(self, response_id: str) -> bool:
         pool = await self._connection_pool()

@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 """
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS responses_created_at ON responses (created_at);
-CREATE INDEX IF NOT EXISTS responses_running ON responses (status, lease_until)
+CREATE INDEX IF NOT EXISTS responses_running ON responses (status, lease_until);
+CREATE INDEX IF NOT EXISTS responses_tenant ON responses (tenant)
 """
 # Columns added after the first layout, for files written by older versions.
 _ADDED = {
@@ -135,6 +136,13 @@ class SqliteResponseStore(ResponseStore):
             "WHERE jobs.holder = excluded.holder OR jobs.until < ?"
         )
         return await self._write(sql, (job, holder, until, now)) > 0
+
+    async def stored_bytes(self, tenant: str | None = None) -> int:
+        # The JSON is ASCII (json.dumps escapes the rest): characters are bytes.
+        sql = "SELECT COALESCE(SUM(length(response) + length(input_items) + length(events)), 0)"
+        sql += " FROM responses" + (" WHERE tenant = ?" if tenant is not None else "")
+        args = (tenant,) if tenant is not None else ()
+        return await self._call(lambda: int(self._db.execute(sql, args).fetchone()[0]))
 
     async def _write(self, sql: str, args: tuple[Any, ...]) -> int:
         return await self._call(lambda: int(self._db.execute(sql, args).rowcount))

@@ -57,6 +57,8 @@ async def create_response(
     response_id = dispatch.claim(request, RESPONSES)
     items = [normalise(i) for i in body.items()]
     tenant = context_of(request).principal.tenant
+    if body.store and gateway.quota is not None:
+        await gateway.quota.check(tenant, int(request.headers.get("content-length") or 0))
     previous = body.previous_response_id
     earlier = await history(store, previous, tenant) if previous else []
     internal = to_generate_request(

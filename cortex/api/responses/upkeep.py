@@ -14,7 +14,8 @@ whose lease expired, purge what is past its retention.
   "purge" job lease (`ResponseStore.claim`, a row in the store both
   backends keep, so one holder per store across workers and instances;
   another takes over once it lapses) deletes the responses created more than
-  `ttl_days` ago. `ttl_days = 0` keeps them forever.
+  `ttl_days` ago. `ttl_days = 0` keeps them forever. At the same interval
+  every process measures the store's size (`neuraxis_store_bytes`).
 
 Each step's failure is logged and counted (`neuraxis_store_errors_total`)
 and tried again at the next tick. What a run does when stopped: run.py.
@@ -27,7 +28,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 from axon.settings import SettingsGroup
 from cortex.api.responses import run as runs
@@ -53,6 +54,13 @@ class UpkeepSettings(SettingsGroup):
         3600.0,
         description="how often expired stored responses are purged; one instance (or worker) "
         "sharing the store does it at a time",
+    )
+    max_stored_bytes_per_tenant: NonNegativeInt = Field(
+        1 << 30,
+        description="bytes one tenant's stored responses may take in the store (their JSON); "
+        "once over, a request with store = true is refused with 429 insufficient_quota until "
+        "some are deleted or expire (0: no quota). Checked against a count at most "
+        "2 seconds old",
     )
     lease_s: PositiveFloat = Field(
         30.0,
@@ -131,6 +139,12 @@ class Upkeep:
             log.info("purged %d expired responses in %.2f s", count, time.perf_counter() - started)
         return count
 
+    async def measure(self) -> int:
+        """Record the store's size; returns it."""
+        size = await self._store.stored_bytes()
+        self._recorder.store_size(self._store.backend, size)
+        return size
+
     async def forever(self) -> None:
         """Run every step at its interval until cancelled."""
         next_purge = 0.0
@@ -139,6 +153,7 @@ class Upkeep:
             await self._step("expire", self.expire)
             if time.monotonic() >= next_purge:
                 await self._step("purge", self.purge)
+                await self._step("measure", self.measure)
                 next_purge = time.monotonic() + self._settings.purge_interval_s
             await asyncio.sleep(self._settings.renew_s)
 

@@ -10,6 +10,7 @@ test_responses.py) and the write latency (bench/responses_vs_chat.py).
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -252,3 +253,18 @@ async def test_a_job_lease_has_one_holder_until_it_expires(open_store: Opener) -
     assert await two.claim("purge", "b", now=220.0, until=280.0) is True  # a's expired
     assert await one.claim("purge", "a", now=230.0, until=290.0) is False
     assert await one.claim("other", "a", now=230.0, until=290.0) is True
+
+
+async def test_stored_bytes_count_a_tenants_responses_and_fall_with_a_delete(
+    store: ResponseStore,
+) -> None:
+    assert await store.stored_bytes("acme") == 0
+    await store.put(_record("resp_small", tenant="acme"))
+    small = await store.stored_bytes("acme")
+    await store.put(_record("resp_big", tenant="acme", text=secrets.token_hex(10_000)))
+    await store.put(_record("resp_other", tenant="other"))
+    both = await store.stored_bytes("acme")
+    assert small > 0 and both >= small + 10_000  # (PostgreSQL compresses what it can)
+    assert await store.stored_bytes() == both + await store.stored_bytes("other")
+    assert await store.delete("resp_big")
+    assert await store.stored_bytes("acme") < both
