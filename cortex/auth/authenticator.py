@@ -13,6 +13,7 @@ request.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,8 +23,11 @@ from cortex.auth.limits import Limits
 from cortex.auth.principal import Principal
 from cortex.store.keys import ApiKey, KeyStore
 
+log = logging.getLogger("neuraxis.cortex")
+
 DEFAULT_CACHE_S = 2.0
 
+_INCORRECT = "Incorrect API key provided."
 _MISSING = (
     "You didn't provide an API key. You need to provide your API key in an "
     "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
@@ -88,12 +92,19 @@ class Authenticator:
         if cached is None or now - cached.fetched_at >= self._cache_s:
             cached = await self._fetch(key_hash, now)
         record = cached.record if cached is not None else None
+        # Unknown, revoked and expired keys get the same answer: which one a
+        # key is would tell a caller that it existed. The log says which.
+        refused = None
         if record is None or not hash_matches(record, key_hash):
-            raise AuthenticationError("Incorrect API key provided.")
-        if record.revoked_at is not None:
-            raise AuthenticationError("This API key has been revoked.")
-        if record.expires_at is not None and now >= record.expires_at:
-            raise AuthenticationError("This API key has expired.")
+            refused = "unknown"
+        elif record.revoked_at is not None:
+            refused = "revoked"
+        elif record.expires_at is not None and now >= record.expires_at:
+            refused = "expired"
+        if refused is not None or record is None:
+            if record is not None:  # a key that exists: worth an operator's eye
+                log.info("refused API key %s: %s", record.id, refused)
+            raise AuthenticationError(_INCORRECT)
         return cached.principal if cached is not None else principal_for(record, self._defaults)
 
     async def _fetch(self, key_hash: str, now: float) -> _Cached | None:

@@ -10,11 +10,11 @@ another's transaction); the `jobs` table holds the periodic jobs' leases.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cortex.store import sqlite_file
 from cortex.store.base import COLUMNS, DELETED, ResponseStore, StoredResponse, in_batches
 from cortex.store.sql import RUNNING_ROW, upsert
 
@@ -60,8 +60,7 @@ class SqliteResponseStore(ResponseStore):
     backend = "sqlite"
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite_file.connect(path)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=10000")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from cortex.store import sqlite_file
 from cortex.store.keys import KEY_COLUMNS, Adjust, ApiKey, Decide, KeyStore, Usage
 
 T = TypeVar("T")
@@ -64,8 +65,7 @@ _UPSERT_USAGE = (
 
 class SqliteKeyStore(KeyStore):
     def __init__(self, path: Path, busy_timeout_ms: int = 10_000) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite_file.connect(path)
         self._db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")

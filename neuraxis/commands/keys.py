@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -25,7 +26,7 @@ from cortex.auth.authenticator import limits_of
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.auth.limits import Limits
 from cortex.config import CortexSettings
-from cortex.store.keys import ApiKey, KeyStore, open_key_store
+from cortex.store.keys import SQLITE_FILE, ApiKey, KeyStore, open_key_store
 from neuraxis.commands.shared import Help, Subparsers, add_group, fail
 
 COMMANDS = {
@@ -73,8 +74,31 @@ def run(args: argparse.Namespace) -> int:
         if value is not None
     }
     settings = load_settings(CortexSettings, args.config, given)
+    if settings.store.postgres_dsn is None:
+        note = own_as_directory(settings.store.state_dir / SQLITE_FILE, os.geteuid())
+        if note is not None:
+            print(f"neuraxis: {note}", file=sys.stderr)
     store = open_key_store(settings.store.state_dir, settings.store.postgres_dsn)
     return asyncio.run(_with_store(store, args, settings.auth.default_limits()))
+
+
+def own_as_directory(database: Path, euid: int) -> str | None:
+    """As root, make a new SQLite file its state directory's owner's: a
+    file root makes is root's, and cortex, running as its own user, could
+    not write it. (An existing file needs nothing: SQLite gives the journal
+    files it makes as root the database's owner.) A note for stderr, or
+    None when nothing was done."""
+    if euid != 0 or database.exists() or not database.parent.is_dir():
+        return None
+    directory = database.parent.stat()
+    if directory.st_uid == 0:
+        return None
+    os.close(os.open(database, os.O_CREAT | os.O_RDWR, 0o600))
+    os.chown(database, directory.st_uid, directory.st_gid)
+    return (
+        f"made {database} as root and gave it to the state directory's owner "
+        f"(uid {directory.st_uid}), so that cortex can write it"
+    )
 
 
 async def _with_store(store: KeyStore, args: argparse.Namespace, defaults: Limits) -> int:

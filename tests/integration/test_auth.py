@@ -145,7 +145,7 @@ def test_a_revoked_key_is_refused_within_the_cache_bound(auth_stack: AuthStack) 
         time.sleep(0.1)
     response = _chat(auth_stack, key)
     _assert_401(response)
-    assert "revoked" in _error(response)["message"]
+    assert _error(response)["message"] == "Incorrect API key provided."  # as unknown
     assert auth_stack.keys("revoke", view["id"]).returncode == 1  # not twice
 
 
@@ -165,7 +165,7 @@ def test_an_expired_key_is_refused(auth_stack: AuthStack) -> None:
     asyncio.run(add())
     response = _chat(auth_stack, secret)
     _assert_401(response)
-    assert "expired" in _error(response)["message"]
+    assert _error(response)["message"] == "Incorrect API key provided."  # as unknown
 
 
 def test_keys_list_shows_everything_but_the_secret(auth_stack: AuthStack) -> None:

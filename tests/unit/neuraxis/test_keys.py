@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
+from stat import S_ISDIR
+from typing import Any
 
 import pytest
 
@@ -99,3 +102,40 @@ def test_list_shows_the_cluster_defaults_a_key_gets(
     (plain,) = [line.split() for line in out.splitlines() if " plain " in line]
     assert plain[3:6] == ["60*", "-", "4*"]
     assert "cluster's default" in err
+
+
+def test_root_gives_a_new_sqlite_file_to_the_state_directorys_owner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = tmp_path.stat()
+    chowned: list[tuple[Path, int, int]] = []
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr("os.chown", lambda p, u, g: chowned.append((Path(p), u, g)))
+    monkeypatch.setattr(Path, "stat", _owned_by(4321, Path.stat))
+    state = ["--state-dir", str(tmp_path)]
+    code, _, err = _run(capsys, "keys", "create", "--tenant", "acme", *state)
+    assert code == 0 and "uid 4321" in err
+    assert chowned == [(tmp_path / "responses.sqlite3", 4321, owner.st_gid)]
+    _run(capsys, "keys", "list", *state)  # an existing file: left as it is
+    assert len(chowned) == 1
+
+
+def _owned_by(uid: int, stat: Any) -> Any:
+    """Path.stat, with directories owned by `uid`."""
+
+    def owned(path: Path, **kwargs: Any) -> Any:
+        result = stat(path, **kwargs)
+        if not S_ISDIR(result.st_mode):
+            return result
+        fields = list(result)
+        fields[4] = uid  # st_uid
+        return os.stat_result(fields)
+
+    return owned
+
+
+def test_the_state_file_is_its_owners_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(capsys, "keys", "create", "--tenant", "acme", "--state-dir", str(tmp_path))[0] == 0
+    assert (tmp_path / "responses.sqlite3").stat().st_mode & 0o777 == 0o600

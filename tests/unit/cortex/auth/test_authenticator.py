@@ -71,7 +71,8 @@ async def test_an_expired_key_is_refused_from_its_expiry_on(store: KeyStore) -> 
     auth = Authenticator(store, clock)
     await auth.principal(f"Bearer {secret}")
     clock.now += 86_400
-    with pytest.raises(AuthenticationError, match="expired"):
+    # The same answer as an unknown key's: which a key is is the log's.
+    with pytest.raises(AuthenticationError, match=r"^Incorrect API key provided\.$"):
         await auth.principal(f"Bearer {secret}")
 
 
@@ -92,7 +93,7 @@ async def test_a_revocation_takes_effect_within_the_cache_bound(store: KeyStore)
     (record,) = await store.list()
     await store.revoke(record.id, int(clock.now))
     clock.now += 2.0
-    with pytest.raises(AuthenticationError, match="revoked"):
+    with pytest.raises(AuthenticationError, match=r"^Incorrect API key provided\.$"):
         await auth.principal(f"Bearer {secret}")
 
 

@@ -1,0 +1,25 @@
+"""The state directory's SQLite file, opened as both stores open it.
+
+A new file is made readable and writable by its owner only (0600): it
+holds API key hashes, stored prompts and answers. systemd's
+`StateDirectoryMode=` covers the packaged service; run by hand (`neuraxis
+up`, `neuraxis keys`), the umask's 0644 let every local user read them.
+SQLite gives its -wal and -shm files the database's own mode.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+MEMORY = ":memory:"
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection to `path` (made 0600 when new), in autocommit mode,
+    usable from the stores' worker threads."""
+    if str(path) != MEMORY:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))  # an existing file keeps its mode
+    return sqlite3.connect(path, check_same_thread=False, isolation_level=None)
