@@ -44,6 +44,21 @@ class RequestCaps(SettingsGroup):
         description="bytes of a structured output's JSON schema, or of one tool's parameters or "
         "grammar: the engine compiles each into a grammar before the first token",
     )
+    max_request_schema_bytes: PositiveInt = Field(
+        128 * 1024,
+        description="bytes of all the schemas and grammars of one request together (response "
+        "format, tools' parameters, custom tools' grammars): tool_choice 'required' compiles "
+        "every tool into one grammar, on the engine's few grammar workers (8 schemas of 63 KiB "
+        "took xgrammar 13.5 s)",
+    )
+    max_stop_bytes: PositiveInt = Field(
+        1024, description="bytes of each stop sequence: the engine looks for each after every token"
+    )
+    max_echo_bytes: PositiveInt = Field(
+        16 * 1024 * 1024,
+        description="bytes a /v1/completions answer with echo repeats of its prompts (prompts "
+        "x n): a 7.8 MiB prompt echoed 16 times made a 125 MiB answer",
+    )
     max_completion_prompts: PositiveInt = Field(
         128, description="prompts in one /v1/completions list"
     )
@@ -116,6 +131,9 @@ def check_generate(
     if len(first.sampling.stop) > caps.max_stop_sequences:
         stops = len(first.sampling.stop)
         raise _too_many("stop", "stop sequences", stops, caps.max_stop_sequences)
+    longest = max((len(stop.encode()) for stop in first.sampling.stop), default=0)
+    if longest > caps.max_stop_bytes:
+        raise _too_large("stop", "a stop sequence", longest, caps.max_stop_bytes)
     _check_schemas(caps, names, first)
     param = tokens_param or names.tokens
     wanted = first.sampling.max_tokens if first.sampling.HasField("max_tokens") else None
@@ -152,10 +170,29 @@ def _check_schemas(caps: RequestCaps, names: ParamNames, request: pb.GenerateReq
     schema = len(request.response_format.schema_json.encode())
     if schema > caps.max_schema_bytes:
         raise _too_large(names.schema, "the JSON schema", schema, caps.max_schema_bytes)
+    total = schema
     for tool in request.tools:
         size = len(tool.parameters_json.encode()) + len(tool.grammar.encode())
         if size > caps.max_schema_bytes:
             raise _too_large("tools", f"tool '{tool.name}''s schema", size, caps.max_schema_bytes)
+        total += size
+    # Per request too: the engine may compile them all into one grammar.
+    if total > caps.max_request_schema_bytes:
+        param = "tools" if request.tools else names.schema
+        raise _too_large(
+            param, "all the request's schemas together", total, caps.max_request_schema_bytes
+        )
+
+
+def check_echo(caps: RequestCaps, prompts: Sequence[str], n: int) -> None:
+    """A completions answer with echo holds every prompt n times."""
+    size = n * sum(len(prompt.encode()) for prompt in prompts)
+    if size > caps.max_echo_bytes:
+        raise InvalidRequestError(
+            f"Invalid 'echo': the answer would repeat {size} bytes of prompts (prompts × n); "
+            f"this server takes at most {caps.max_echo_bytes}.",
+            param="echo",
+        )
 
 
 def check_embeddings(caps: RequestCaps, inputs: Sequence[str | Sequence[int]]) -> None:

@@ -14,9 +14,10 @@ from fastapi.responses import Response
 
 from axon.errors import InternalError, InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
-from cortex.api import dispatch, params
+from cortex.api import caps, dispatch, params
 from cortex.api.answers import entries, json_answer
 from cortex.api.choices import ChoiceState, collect, finish_reason, usage_of
+from cortex.api.gateway import gateway_of
 from cortex.api.route import ApiRoute
 from cortex.api.streams import merge
 from cortex.http.disconnect import cancel_on_disconnect
@@ -59,6 +60,8 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     created = int(time.time())
     n = body.n or 1
     prompts = body.prompts()
+    if body.echo:
+        caps.check_echo(gateway_of(request).caps, prompts, n)
     started = await dispatch.start(request, internals)
     firsts, streams = started.firsts, started.streams
     base = Completion(id=request_id, created=created, model=body.model, choices=[])

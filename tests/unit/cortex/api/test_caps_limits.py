@@ -68,6 +68,9 @@ def app() -> Iterator[tuple[TestClient, HoldingPool]]:
             max_prompts_times_n=4,
             max_background_per_tenant=1,
             max_output_entries=1000,
+            max_request_schema_bytes=400,
+            max_stop_bytes=8,
+            max_echo_bytes=1000,
         ),
     )
     with TestClient(create_app(settings, pool=pool)) as client:
@@ -133,6 +136,14 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("chat/completions", {"messages": [_user("a")], "n": 11}, "max_tokens"),  # × the context
     ("completions", {"prompt": ["a", "b"], "n": 2, "max_tokens": 50, "logprobs": 5}, "max_tokens"),
+    # per request: each tool's schema under 300 bytes, together over 400
+    (
+        "chat/completions",
+        {"messages": [_user("a")], "tools": [_tool("t0", 8), _tool("t1", 8)]},
+        "tools",
+    ),
+    ("chat/completions", {"messages": [_user("a")], "stop": ["a" * 9]}, "stop"),
+    ("completions", {"prompt": ["a" * 300, "b" * 300], "echo": True, "n": 2}, "echo"),
     ("completions", {"prompt": ["a", "b", "c", "d"]}, "prompt"),
     ("completions", {"prompt": ["a", "b", "c"], "n": 2}, "n"),
     ("completions", {"prompt": "a", "max_tokens": 5000}, "max_tokens"),
