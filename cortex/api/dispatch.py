@@ -29,7 +29,7 @@ from cortex.api import caps
 from cortex.api.gateway import gateway_of
 from cortex.api.lifecycle import Tracker, outcome_of, tracked
 from cortex.api.streams import first_messages
-from cortex.auth.limiter import Admission, estimate_embed, estimate_generate
+from cortex.auth.limiter import Admission, estimate_embed, estimate_generate, output_cap
 from cortex.http.context import RequestContext, context_of
 from cortex.http.disconnect import ClientDisconnectedError, cancel_on_disconnect
 from cortex.routing.policy import RouteHints
@@ -59,14 +59,14 @@ def check_model(request: Request, model: str) -> None:
     context_of(request).principal.check_model(model)
 
 
-async def _admit(request: Request, tokens: int, parts: int) -> Admission | None:
+async def _admit(request: Request, tokens: int, parts: int, output: int = 0) -> Admission | None:
     """Reserve the request against its key's limits (None: no limits)."""
     limiter = gateway_of(request).limiter
     context = context_of(request)
     principal = context.principal
     if limiter is None or principal.key_id is None or not principal.limits.any:
         return None
-    context.admission = await limiter.admit(principal, tokens, parts)
+    context.admission = await limiter.admit(principal, tokens, parts, output)
     return context.admission
 
 
@@ -101,7 +101,8 @@ async def _route(
     context = info.max_context_length if info is not None else 0
     caps.check_generate(gateway_of(request).caps, surface, internals, context, tokens_param)
     tokens = sum(estimate_generate(r, context) for r in internals)
-    admission = await _admit(request, tokens, len(internals))
+    output = sum(output_cap(r, context) for r in internals)
+    admission = await _admit(request, tokens, len(internals), output)
     tracker = _tracker(request, model, parts=len(internals))
     # `hints` (the request's affinity keys) go to the routing policy of each.
     on_end = admission.stream_ended if admission is not None else None

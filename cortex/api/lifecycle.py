@@ -103,22 +103,25 @@ class Tracker:
 async def tracked(
     stream: AsyncIterator[pb.GenerateResponse],
     tracker: Tracker,
-    on_end: Callable[[int | None], None] | None = None,
+    on_end: Callable[[int | None, int], None] | None = None,
 ) -> AsyncGenerator[pb.GenerateResponse, None]:
     """A neuron stream, observed: first output, gaps, tokens, outcome.
 
     `on_end` (a rate-limited key's reservation) hears the tokens the stream
     used when it ends: its usage, 0 when it failed before reporting any,
     None when it was dropped before its usage arrived (the client left; the
-    engine may have spent the tokens). Here rather than in a wrapper of its
+    engine may have spent the prompt's tokens), and the choice deltas it saw
+    (each at least a token generated). Here rather than in a wrapper of its
     own: every layer of async generator costs each token of every stream."""
     ended = False
     used: int | None = None
+    generated = 0
     try:
         # Read through the cutoff: a server that stops ends it with its error.
         async for response in CUTOFF.guard(stream):
             if response.choices:
                 tracker.output()
+                generated += len(response.choices)
             if response.HasField("usage"):
                 ended = True
                 prompt, output = response.usage.prompt_tokens, response.usage.completion_tokens
@@ -133,4 +136,4 @@ async def tracked(
         if not ended:  # dropped before its end: the client went away
             tracker.finish("cancelled")
         if on_end is not None:
-            on_end(used)
+            on_end(used, generated)

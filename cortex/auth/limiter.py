@@ -22,7 +22,8 @@ text of one byte a token ran 4 times past a key's tpm).
 
 A request that fails gives its tokens back (it still counts as a request);
 one dropped before its usage arrived (the client left) is charged its
-whole reservation, since the engine may have spent it.
+prompt's reservation and the output it was seen to generate (a choice's
+delta is at least a token), not the output it never made.
 """
 
 from __future__ import annotations
@@ -61,12 +62,17 @@ def prompt_bound(request: pb.GenerateRequest, max_context: int) -> int:
     return min(bound, max_context) if max_context else bound
 
 
-def estimate_generate(request: pb.GenerateRequest, max_context: int) -> int:
-    """Tokens a generation may use: the prompt's bound + output cap, per choice."""
+def output_cap(request: pb.GenerateRequest, max_context: int) -> int:
+    """Tokens a generation may output: its cap (or the context) per choice."""
     sampling = request.sampling
     cap = int(sampling.max_tokens) if sampling.HasField("max_tokens") else max_context
     n = int(sampling.n) if sampling.HasField("n") else 1
-    return prompt_bound(request, max_context) + cap * max(1, n)
+    return cap * max(1, n)
+
+
+def estimate_generate(request: pb.GenerateRequest, max_context: int) -> int:
+    """Tokens a generation may use: the prompt's bound + output cap, per choice."""
+    return prompt_bound(request, max_context) + output_cap(request, max_context)
 
 
 def estimate_embed(request: pb.EmbedRequest) -> int:
@@ -84,9 +90,12 @@ class Limiter:
         # so that they are not garbage-collected mid-flight.
         self._settling: set[asyncio.Task[None]] = set()
 
-    async def admit(self, principal: Principal, tokens: int, parts: int = 1) -> Admission:
+    async def admit(
+        self, principal: Principal, tokens: int, parts: int = 1, output: int = 0
+    ) -> Admission:
         """Reserve one request and `tokens` for the principal's key, or raise
-        429. `parts`: how many streams report into the admission."""
+        429. `parts`: how many streams report into the admission; `output`:
+        how much of `tokens` is output (not charged unless generated)."""
         assert principal.key_id is not None
         key_limits, now = principal.limits, self._clock()
 
@@ -107,6 +116,7 @@ class Limiter:
             tokens,
             parts,
             limits.headers(key_limits, decision.usage, now),
+            output=output,
         )
 
     async def check(self, principal: Principal) -> None:
@@ -177,17 +187,24 @@ class Admission:
     reserved: int
     parts: int
     headers: dict[str, str]
+    output: int = 0  # of `reserved`, the output caps
     used: int = 0
     settled: bool = False
 
     def __post_init__(self) -> None:
         self.share = self.reserved // max(1, self.parts)  # one part's reservation
+        self.output_share = self.output // max(1, self.parts)
 
-    def stream_ended(self, used: int | None) -> None:
+    def stream_ended(self, used: int | None, generated: int = 0) -> None:
         """One part's stream ended having used `used` tokens; None: it was
-        dropped before its usage arrived, so it is charged its share of the
-        reservation (the engine may have spent it)."""
-        self.part_ended(used if used is not None else self.share)
+        dropped before its usage arrived (the client left), having been seen
+        to generate `generated` tokens at least: it is charged its share of
+        the reservation but the output it did not generate (the engine may
+        have spent its prompt)."""
+        if used is None:
+            unspent = max(0, self.output_share - generated)
+            used = self.share - unspent
+        self.part_ended(used)
 
     def part_ended(self, used: int) -> None:
         self.used += used

@@ -4,7 +4,7 @@ rate-limit reservation hears back."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -52,9 +52,9 @@ def test_outcomes_follow_the_error_table() -> None:
 
 
 async def test_a_stream_read_to_its_usage_is_a_success_with_its_tokens() -> None:
-    calls, ended = Calls(), list[int | None]()
+    calls, ended = Calls(), list[tuple[int | None, int]]()
     tracker = Tracker(calls, "chat", "m", "chatcmpl-1")
-    read = [m async for m in tracked(_stream(TOKEN, TOKEN, END), tracker, ended.append)]
+    read = [m async for m in tracked(_stream(TOKEN, TOKEN, END), tracker, _into(ended))]
     assert read == [TOKEN, TOKEN, END]
     assert calls.seen == [
         ("started", "chat", "m"),
@@ -62,26 +62,30 @@ async def test_a_stream_read_to_its_usage_is_a_success_with_its_tokens() -> None
         ("gap",),
         ("finished", "success", (3, 2), True),
     ]
-    assert ended == [5]
+    assert ended == [(5, 2)]
 
 
 async def test_a_failing_stream_finishes_once_with_its_outcome_and_gives_back_its_tokens() -> None:
-    calls, ended = Calls(), list[int | None]()
+    calls, ended = Calls(), list[tuple[int | None, int]]()
     tracker = Tracker(calls, "completions", "m", "cmpl-1")
     with pytest.raises(InvalidRequestError):
-        async for _ in tracked(_stream(InvalidRequestError("no")), tracker, ended.append):
+        async for _ in tracked(_stream(InvalidRequestError("no")), tracker, _into(ended)):
             pass
     assert calls.seen[1:] == [("finished", "client_error", (0, 0), False)]
-    assert ended == [0]
+    assert ended == [(0, 0)]
 
 
-async def test_a_stream_dropped_before_its_usage_is_cancelled_and_charged_in_full() -> None:
-    calls, ended = Calls(), list[int | None]()
-    stream = tracked(_stream(TOKEN, END), Tracker(calls, "chat", "m", "c-1"), ended.append)
+async def test_a_stream_dropped_before_its_usage_is_cancelled_with_what_it_generated() -> None:
+    calls, ended = Calls(), list[tuple[int | None, int]]()
+    stream = tracked(_stream(TOKEN, END), Tracker(calls, "chat", "m", "c-1"), _into(ended))
     assert await anext(stream) == TOKEN
     await stream.aclose()  # the client left
     assert calls.seen[-1] == ("finished", "cancelled", (0, 0), True)
-    assert ended == [None]
+    assert ended == [(None, 1)]  # no usage; one delta seen
+
+
+def _into(ended: list[tuple[int | None, int]]) -> Callable[[int | None, int], None]:
+    return lambda used, generated: ended.append((used, generated))
 
 
 async def test_a_request_of_several_streams_ends_with_its_last() -> None:

@@ -173,13 +173,21 @@ async def test_concurrency_slots_free_when_requests_end(store: KeyStore) -> None
     await limiter.admit(_principal(max_concurrent=1), 1)
 
 
-async def test_a_stream_dropped_before_its_usage_is_charged_its_reservation(
+async def test_a_stream_dropped_before_its_usage_is_charged_its_prompt_and_what_it_made(
     store: KeyStore,
 ) -> None:
+    """600 reserved, 500 of them output; three tokens came before the client left."""
     limiter = Limiter(store, Clock(T0 + 1), lease_s=600)
-    admission = await limiter.admit(_principal(tpm=1000), 600)
-    stream = cast(AsyncGenerator[pb.GenerateResponse, None], metered(_answered(), admission))
-    await anext(stream)
+    admission = await limiter.admit(_principal(tpm=1000), 600, output=500)
+    stream = cast(AsyncGenerator[pb.GenerateResponse, None], metered(_tokens(5), admission))
+    for _ in range(3):
+        await anext(stream)
     await stream.aclose()  # the client left before the end
     usage = await _settled(limiter, store)
-    assert (usage.tokens, usage.in_flight) == (600, 0)
+    assert (usage.tokens, usage.in_flight) == (100 + 3, 0)
+
+
+async def _tokens(count: int) -> AsyncIterator[pb.GenerateResponse]:
+    for _ in range(count):
+        yield pb.GenerateResponse(choices=[pb.ChoiceDelta(index=0, text="a")])
+    yield pb.GenerateResponse(usage=pb.Usage(prompt_tokens=30, completion_tokens=count))
