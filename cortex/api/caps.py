@@ -124,8 +124,8 @@ def check_generate(
                 f"server takes at most {caps.max_prompts_times_n} in one request.",
                 param="n",
             )
-    elif len(first.messages) > caps.max_messages:
-        raise _too_many(names.messages, "messages or items", len(first.messages), caps.max_messages)
+    else:
+        check_messages(caps, surface, len(first.messages))
     if len(first.tools) > caps.max_tools:
         raise _too_many("tools", "tools", len(first.tools), caps.max_tools)
     if len(first.sampling.stop) > caps.max_stop_sequences:
@@ -144,6 +144,15 @@ def check_generate(
             param=param,
         )
     _check_output(caps, param, internals, wanted or context)
+
+
+def check_messages(caps: RequestCaps, surface: Surface, count: int) -> None:
+    """Also called before a request is translated: translating a million
+    messages is work on the event loop."""
+    if count > caps.max_messages:
+        names = surface.params
+        param = names.messages if names is not None else "messages"
+        raise _too_many(param, "messages or items", count, caps.max_messages)
 
 
 def _check_output(

@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
-from cortex.api import dispatch, params, tools
+from cortex.api import caps, dispatch, params, tools
 from cortex.api.answers import deferred, entries, json_answer
 from cortex.api.choices import (
     CallState,
@@ -24,6 +24,7 @@ from cortex.api.choices import (
     logprobs_out,
     usage_of,
 )
+from cortex.api.gateway import gateway_of
 from cortex.api.route import ApiRoute
 from cortex.api.streams import next_message
 from cortex.http.disconnect import cancel_on_disconnect
@@ -110,6 +111,7 @@ def _params(body: ChatCompletionRequest, catalog: tools.Catalog) -> params.Gener
 @router.post("/v1/chat/completions", response_model=None)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     request_id = dispatch.claim(request, CHAT)
+    caps.check_messages(gateway_of(request).caps, CHAT, len(body.messages))
     internal = to_generate_request(body, request_id)
     created = int(time.time())
     hints = RouteHints(prompt_cache_key=body.prompt_cache_key)
