@@ -312,6 +312,7 @@ def touch_store(backend: str) -> None:
     STORE_WRITE.labels(backend)
     STORE_ERRORS.labels(backend, "put")
     PURGED_RESPONSES.labels(backend)
+    STORE_BYTES.labels(backend)
     EXPIRED_LEASES.labels(backend)
 
 
