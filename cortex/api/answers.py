@@ -57,7 +57,7 @@ def entries(tokens: int, top_logprobs: int | None) -> int:
 
 
 async def json_answer(
-    build: Callable[[], BaseModel], size: int, headers: Mapping[str, str]
+    build: Callable[[], BaseModel | Mapping[str, Any]], size: int, headers: Mapping[str, str]
 ) -> Response:
     """The answer `build` makes, as a JSON response; `size`: its `entries`."""
     if size <= IN_THREAD_ENTRIES:
@@ -67,8 +67,8 @@ async def json_answer(
     return Response(body, media_type="application/json", headers=dict(headers))
 
 
-def encode(value: BaseModel) -> bytes:
-    """`value.model_dump_json()`, written in pieces."""
+def encode(value: BaseModel | Mapping[str, Any]) -> bytes:
+    """`value.model_dump_json()` (a mapping: as JSON), written in pieces."""
     out: list[bytes] = []
     _write(value, out)
     return b"".join(out)
@@ -86,6 +86,13 @@ def _write(value: Any, out: list[bytes]) -> None:
             out.append(to_json(name) + b":")
             _write(item, out)
             written += 1
+        out.append(b"}")
+    elif isinstance(value, Mapping):
+        out.append(b"{")
+        for i, (key, item) in enumerate(value.items()):
+            out.append(b"," if i else b"")
+            out.append(to_json(str(key)) + b":")
+            _write(item, out)
         out.append(b"}")
     elif isinstance(value, Deferred):
         out.append(b"[")

@@ -20,10 +20,11 @@ from collections.abc import AsyncIterator
 from typing import Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from axon.errors import InvalidRequestError, NotFoundError
 from cortex.api import caps, dispatch
+from cortex.api.answers import entries, json_answer
 from cortex.api.gateway import gateway_of
 from cortex.api.responses import run as runs
 from cortex.api.responses.builder import ResponseBuilder
@@ -48,9 +49,7 @@ def _store(request: Request) -> ResponseStore:
 
 
 @router.post("/v1/responses", response_model=None)
-async def create_response(
-    body: ResponsesRequest, request: Request
-) -> JSONResponse | StreamingResponse:
+async def create_response(body: ResponsesRequest, request: Request) -> Response:
     gateway = gateway_of(request)
     shared = generation_params(body, gateway.recorder)
     store = gateway.store
@@ -107,7 +106,9 @@ async def create_response(
         frames = runs.stream(run, first, rest, registry)
         return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
     await runs.complete(request, run, first, rest)
-    return JSONResponse(run.builder.snapshot(), headers=headers)
+    usage = run.builder.usage or {}
+    size = entries(int(usage.get("output_tokens", 0)), body.top_logprobs)
+    return await json_answer(run.builder.snapshot, size, headers)
 
 
 async def _stored(request: Request, response_id: str) -> StoredResponse:

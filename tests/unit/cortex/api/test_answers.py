@@ -94,3 +94,11 @@ def test_small_answers_are_built_on_the_loop_and_large_ones_in_a_thread() -> Non
 def test_entries_count_the_tokens_and_their_alternatives() -> None:
     assert entries(4096, 20) == 4096 * 21
     assert entries(10, None) == entries(10, 0) == 10
+
+
+def test_a_mapping_is_encoded_as_json_in_pieces() -> None:
+    """A Response's snapshot (a dict) with a long list of logprobs."""
+    entry = {"token": "é\n", "logprob": -1.25, "bytes": [195, 169], "top_logprobs": []}
+    snapshot = {"id": "resp_1", "output": [{"logprobs": [entry] * (2 * SLICE + 3)}], "n": None}
+    expected = json.dumps(snapshot, ensure_ascii=False, separators=(",", ":")).encode()
+    assert encode(snapshot) == expected
