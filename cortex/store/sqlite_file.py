@@ -9,6 +9,7 @@ SQLite gives its -wal and -shm files the database's own mode.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from pathlib import Path
@@ -21,5 +22,16 @@ def connect(path: Path) -> sqlite3.Connection:
     usable from the stores' worker threads."""
     if str(path) != MEMORY:
         path.parent.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))  # an existing file keeps its mode
+        _create_private(path)
     return sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+
+
+def _create_private(path: Path) -> None:
+    """Make `path` 0600 if it does not exist; an existing file is left
+    alone, not even opened: closing a descriptor of a file drops every POSIX
+    lock this process holds on it, SQLite's locks of another connection
+    included (cortex's two stores share the file)."""
+    if path.exists():
+        return
+    with contextlib.suppress(FileExistsError):  # made meanwhile: by SQLite, as we would
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))
