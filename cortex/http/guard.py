@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import struct
 import termios
@@ -57,6 +58,7 @@ from axon.errors import (
     mapping_for,
 )
 from cortex.http.errors import error_envelope
+from cortex.routing.timer import Timer
 
 log = logging.getLogger("neuraxis.cortex")
 
@@ -87,37 +89,30 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, limits: ClientLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._limits = limits
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = Timer(self.loop)  # the head's or the body's deadline
         self._head_started = False  # a byte of the current request's head arrived
         self._head_bytes = 0
         self._header_count = 0
         self._lingering = False  # refused: the answer is sent, input is dropped
-        self._send_timer: asyncio.TimerHandle | None = None
+        self._send_timer = Timer(self.loop)
         self._unsent = 0  # bytes waiting in the transport when the send deadline was armed
 
     # --- the deadlines ----------------------------------------------------
 
     def _arm(self, seconds: float, on_expiry: Callable[[], None]) -> None:
-        self._disarm()
-        self._timer = self.loop.call_later(seconds, self._expired, on_expiry)
+        self._timer.arm(seconds, functools.partial(self._expired, on_expiry))
 
     def _expired(self, on_expiry: Callable[[], None]) -> None:
-        self._timer = None
         if not self.transport.is_closing():  # nothing to answer on a closing connection
             on_expiry()
-
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm(self._limits.header_timeout_s, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        self._stop_send_deadline()
+        self._timer.cancel()
+        self._send_timer.cancel()
         super().connection_lost(exc)
 
     def _head_timed_out(self) -> None:
@@ -150,15 +145,16 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         """The transport holds more than its high-water mark: the client must
         read some of it within the deadline."""
         super().pause_writing()
-        if self._send_timer is None:
-            self._unsent = self._unacknowledged()
-            self._send_timer = self.loop.call_later(
-                self._limits.send_timeout_s, self._send_deadline_passed
-            )
+        if not self._send_timer.armed:
+            self._arm_send_deadline()
 
     def resume_writing(self) -> None:
-        self._stop_send_deadline()
+        self._send_timer.cancel()
         super().resume_writing()
+
+    def _arm_send_deadline(self) -> None:
+        self._unsent = self._unacknowledged()
+        self._send_timer.arm(self._limits.send_timeout_s, self._send_deadline_passed)
 
     def _unacknowledged(self) -> int:
         """Bytes the client has not received: in the transport's buffer and in
@@ -174,21 +170,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 pending += struct.unpack("i", queued)[0]
         return pending
 
-    def _stop_send_deadline(self) -> None:
-        if self._send_timer is not None:
-            self._send_timer.cancel()
-            self._send_timer = None
-
     def _send_deadline_passed(self) -> None:
         # A closing transport counts too: uvicorn closes an idle kept-alive
         # connection after 5 s, and a close waits for the buffer to be sent.
-        self._send_timer = None
         unsent = self._unacknowledged()
         if self._unsent - unsent >= MIN_SEND_PROGRESS:  # it reads, slowly: another period
-            self._unsent = unsent
-            self._send_timer = self.loop.call_later(
-                self._limits.send_timeout_s, self._send_deadline_passed
-            )
+            self._arm_send_deadline()
             return
         log.warning(
             "dropped a connection from %s: its client read none of its answer in %g s "
@@ -206,7 +193,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._head_started = True
         self._head_bytes = 0
         self._header_count = 0
-        if self._timer is None:  # a later request on a kept-alive connection
+        if not self._timer.armed:  # a later request on a kept-alive connection
             self._arm(self._limits.header_timeout_s, self._head_timed_out)
 
     def on_url(self, url: bytes) -> None:
@@ -230,14 +217,14 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             )
 
     def on_headers_complete(self) -> None:
-        self._disarm()
+        self._timer.cancel()
         self._head_started = False
         super().on_headers_complete()
         if self._has_body():
             self._arm(self._limits.body_timeout_s, self._body_timed_out)
 
     def on_message_complete(self) -> None:
-        self._disarm()
+        self._timer.cancel()
         super().on_message_complete()
 
     def _has_body(self) -> bool:
@@ -274,7 +261,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def _refuse(self, error: NeuraxisError) -> None:
         """Answer `error` in the envelope and close the connection; the
         request's handler, if one runs, sees the client leave."""
-        self._disarm()
+        self._timer.cancel()
         status = mapping_for(error).http_status
         body = error_envelope(error).model_dump_json().encode()
         head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])]

@@ -19,6 +19,7 @@ from pydantic import Field, PositiveFloat
 
 from axon.errors import DeadlineExceededError
 from axon.settings import SettingsGroup
+from cortex.routing.timer import Timer
 
 
 class Deadlines(SettingsGroup):
@@ -95,7 +96,7 @@ class Watchdog:
         self._started = False
         self._since = self._loop.time()
         self.expired: str | None = None  # the deadline that passed, or "neuron down"
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = Timer(self._loop)
 
     def waiting(self) -> None:
         """The attempt starts waiting for its next message (in this task:
@@ -103,7 +104,7 @@ class Watchdog:
         self._task = asyncio.current_task()
         self._since = self._loop.time()
         self._waiting = True
-        if self._timer is None:
+        if not self._timer.armed:
             self._arm()
 
     def received(self) -> None:
@@ -118,9 +119,7 @@ class Watchdog:
             self.stop()
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
 
     def neuron_down(self) -> None:
         """The health poll found the neuron gone: end the wait now."""
@@ -135,10 +134,9 @@ class Watchdog:
 
     def _arm(self) -> None:
         seconds, _ = self._deadline.wait(self._started)
-        self._timer = self._loop.call_at(self._since + seconds, self._check)
+        self._timer.arm_at(self._since + seconds, self._check)
 
     def _check(self) -> None:
-        self._timer = None
         if not self._waiting:
             return  # armed again at the next wait
         seconds, phase = self._deadline.wait(self._started)
