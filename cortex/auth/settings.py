@@ -4,12 +4,19 @@ limiter keeps its counters."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat
 
 from axon.settings import SettingsGroup
 from cortex.auth.limits import Limits
+
+
+def _default_limit(limit: str, flag: str, more: str = "") -> Any:
+    """The field of a key limit's default: unset (no limit) or positive;
+    `flag` is the `neuraxis keys create` option that sets it per key."""
+    description = f"{limit} of a key made without {flag} (unset: no limit){more}"
+    return Field(None, gt=0, description=description)
 
 
 class AuthSettings(SettingsGroup):
@@ -39,20 +46,14 @@ class AuthSettings(SettingsGroup):
         description="how long a looked-up API key is trusted before it is read again: a "
         "revocation takes effect within this many seconds",
     )
-    default_rpm: int | None = Field(
-        None,
-        gt=0,
-        description="requests per minute of a key made without --rpm (unset: no limit); "
-        "give every cortex the same, as `neuraxis keys list` reads it from this file",
+    default_rpm: int | None = _default_limit(
+        "requests per minute",
+        "--rpm",
+        "; give every cortex the same, as `neuraxis keys list` reads it from this file",
     )
-    default_tpm: int | None = Field(
-        None, gt=0, description="tokens per minute of a key made without --tpm (unset: no limit)"
-    )
-    default_max_concurrent: int | None = Field(
-        None,
-        gt=0,
-        description="requests in flight at once of a key made without --max-concurrent "
-        "(unset: no limit)",
+    default_tpm: int | None = _default_limit("tokens per minute", "--tpm")
+    default_max_concurrent: int | None = _default_limit(
+        "requests in flight at once", "--max-concurrent"
     )
 
     def default_limits(self) -> Limits:
