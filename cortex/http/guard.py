@@ -288,4 +288,4 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.transport.close()
             return
         self.transport.write_eof()  # sent once the answer is flushed
-        self._timer = self.loop.call_later(LINGER_S, self.transport.close)
+        self._timer.arm(LINGER_S, self.transport.close)
