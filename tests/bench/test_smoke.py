@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,14 @@ def _smoke(module: str, *args: str) -> str:
     )
     assert done.returncode == 0, f"{module} exited {done.returncode}:\n{done.stderr[-4000:]}"
     return done.stdout
+
+
+def _check_writes(out: str, tables: Sequence[str], folder: Path, files: Sequence[str]) -> None:
+    """A benchmark's run printed each of `tables` and wrote `files` in `folder`."""
+    for table in tables:
+        assert table in out, out
+    for name in files:
+        assert (folder / name).is_file(), name
 
 
 def _against(stack: Stack) -> list[str]:
@@ -66,16 +75,14 @@ def test_vs_vllm_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
     # the settings resolution, the streaming client, the CPU meter, the A/B
     # loop, the table and the plots all run in seconds.
     out = _smoke("bench.vs_vllm", *_against(stack), "--out", str(tmp_path / "v.json"))
-    assert "| concurrency | output tokens/s | TTFT p50 (ms) |" in out, out
-    assert "| max_num_seqs |" in out, out
-    assert (tmp_path / "tokens_per_s.png").exists()
-    assert (tmp_path / "vs_vllm.md").exists()
+    tables = ("| concurrency | output tokens/s | TTFT p50 (ms) |", "| max_num_seqs |")
+    _check_writes(out, tables, tmp_path, ("tokens_per_s.png", "vs_vllm.md"))
 
 
 def test_profile_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
     out = _smoke("bench.profile_stages", *_against(stack), "--out", str(tmp_path))
-    assert "| process | stage | share | CPU µs / output token |" in out, out
-    assert (tmp_path / "cortex.txt").exists()
+    tables = ("| process | stage | share | CPU µs / output token |",)
+    _check_writes(out, tables, tmp_path, ("cortex.txt",))
 
 
 @in_stack_lane
@@ -95,40 +102,35 @@ def test_auth_cost_benchmark_runs() -> None:
 def test_admission_benchmark_runs(tmp_path: Path) -> None:
     # Starts its own sim neuron and two cortexes (admission on and unlimited).
     out = _smoke("bench.admission", "--out", str(tmp_path / "admission.json"))
-    assert "| admission |" in out and "| unlimited |" in out, out
-    for name in ("admission.md", "admission_goodput.png", "admission.json"):
-        assert (tmp_path / name).is_file(), name
+    files = ("admission.md", "admission_goodput.png", "admission.json")
+    _check_writes(out, ("| admission |", "| unlimited |"), tmp_path, files)
 
 
 @in_stack_lane
 def test_routing_sim_benchmark_runs(tmp_path: Path) -> None:
     out = _smoke("bench.routing_sim", "--out", str(tmp_path))
-    assert "| groups | prefix_affinity |" in out, out
-    assert "| hot | least_outstanding |" in out, out
-    for name in ("routing_sim.md", "routing_sim_ttft_cdf_groups.png", "routing_sim_share_hot.png"):
-        assert (tmp_path / name).is_file(), name
+    tables = ("| groups | prefix_affinity |", "| hot | least_outstanding |")
+    files = ("routing_sim.md", "routing_sim_ttft_cdf_groups.png", "routing_sim_share_hot.png")
+    _check_writes(out, tables, tmp_path, files)
 
 
 @in_stack_lane
 def test_gateway_capacity_benchmark_runs(tmp_path: Path) -> None:
     out = _smoke("bench.gateway_capacity", "--out", str(tmp_path))
-    assert "| 2 workers | 4 |" in out, out
-    for name in ("gateway.md", "events_per_s.png", "added_itl_p99.png"):
-        assert (tmp_path / name).is_file(), name
+    files = ("gateway.md", "events_per_s.png", "added_itl_p99.png")
+    _check_writes(out, ("| 2 workers | 4 |",), tmp_path, files)
 
 
 def test_store_benchmark_runs(tmp_path: Path) -> None:
     # Its own sim neuron, cortex and PostgreSQL server: 100 tokens, 1,000 rows.
     out = _smoke("bench.store", "--out", str(tmp_path / "store.json"))
-    assert "| events after (compacted) |" in out, out
-    assert "| postgres | 1000 |" in out, out
-    assert (tmp_path / "store.md").is_file()
+    tables = ("| events after (compacted) |", "| postgres | 1000 |")
+    _check_writes(out, tables, tmp_path, ("store.md",))
 
 
 @in_stack_lane
 def test_soak_runs(tmp_path: Path) -> None:
     # Three sim neurons behind fault proxies, 20 streams, three faults in ~20 s.
     out = _smoke("bench.soak", "--out", str(tmp_path / "soak.json"))
-    assert "| failed before first token |" in out, out
-    assert "| cut without terminal event | 0 |" in out, out
-    assert (tmp_path / "soak.md").is_file()
+    tables = ("| failed before first token |", "| cut without terminal event | 0 |")
+    _check_writes(out, tables, tmp_path, ("soak.md",))
