@@ -1,13 +1,15 @@
 """`make test` as two pytest runs side by side: the tests on the session's
-real stack (`neuraxis up` with vLLM: the `stack` fixture) in one, every
-other test in the other (`--lane`, tests/conftest.py). Most of the suite's
-time is waiting (engines loading, Ray nodes joining, streams, deadlines), so
-the two lanes overlap where one would wait; each lane starts the session
-fixtures it uses, once.
+real stack (`neuraxis up` with vLLM: the `stack` fixture, or marked
+`stack_lane`) in one, every other test in the other (`--lane`,
+tests/conftest.py). Much of a lane's time is waiting (engines loading, Ray
+nodes joining, streams, deadlines), which the other lane fills; each lane
+starts the session fixtures it uses, once.
 
 Each lane writes to a file of its own, printed whole when the lane ends
 (interleaved output would be unreadable); the exit status is the worst
-lane's. Ctrl-C or SIGTERM interrupts both the way Ctrl-C interrupts pytest,
+lane's. A test marked `quiet` (a timing a busy machine would spoil) runs
+alone: the other lane waits between two tests meanwhile (`lane_turn`).
+Ctrl-C or SIGTERM interrupts both lanes the way Ctrl-C interrupts pytest,
 so that their fixtures stop what they started.
 
     python -m harness.lanes [PYTEST ARGS...]
@@ -15,11 +17,15 @@ so that their fixtures stop what they started.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -27,6 +33,8 @@ from types import FrameType
 from harness.procs import REPO
 
 LANES = ("stack", "rest")
+# The lock file whose turns `lane_turn` takes (set by `main` for both lanes).
+LOCK_ENV = "NEURAXIS_LANES_LOCK"
 
 
 @dataclass
@@ -39,14 +47,38 @@ class Lane:
     seconds: float = 0.0
 
 
+@contextmanager
+def lane_turn(quiet: bool) -> Iterator[None]:
+    """A test's turn: shared with the other lane's current test, or, for a
+    test whose figures are timings that a busy neighbour would spoil
+    (`quiet`), alone, while the other lane waits between two tests. A
+    turnstile keeps a waiting quiet test from being starved by the other
+    lane's next turns. Nothing outside make test's lanes."""
+    path = os.environ.get(LOCK_ENV)
+    if not path:
+        yield
+        return
+    with open(f"{path}.turnstile", "a") as turnstile, open(path, "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
+        if not quiet:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
 def start(name: str, args: list[str], out_dir: Path) -> Lane:
     output = out_dir / f"lane-{name}.log"
     # A temporary directory of its own: two pytest runs numbering theirs
     # under /tmp/pytest-of-USER at once could clean up each other's.
     command = [sys.executable, "-m", "pytest", "--lane", name, "--basetemp", str(out_dir / name)]
     command += args
+    env = {**os.environ, LOCK_ENV: str(out_dir / "turns.lock")}
     with open(output, "wb") as log:
-        popen = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        popen = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     return Lane(name, popen, output, time.monotonic())
 
 
