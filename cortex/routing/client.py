@@ -12,7 +12,7 @@ polls and health checks included, goes over TLS.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Protocol, TypeVar
 
 import grpc
@@ -138,7 +138,7 @@ class NeuronClient:
 
     async def generate(
         self, request: pb.GenerateRequest, timeout: float
-    ) -> AsyncIterator[pb.GenerateResponse]:
+    ) -> AsyncGenerator[pb.GenerateResponse, None]:
         call = self._stub.Generate(request, timeout=timeout)
         try:
             async for response in call:

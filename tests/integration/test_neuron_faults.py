@@ -69,6 +69,9 @@ async def _probe(address: str, until: asyncio.Task[object]) -> list[tuple[float,
     return samples
 
 
+# A latency figure: in make test's lanes the other lane waits meanwhile (a
+# busy neighbour took the p99 from 17 to 328 ms).
+@pytest.mark.quiet
 def test_health_and_info_answer_within_100_ms_while_a_long_conversation_is_prepared(
     stack: Stack,
 ) -> None:
@@ -87,11 +90,15 @@ def test_health_and_info_answer_within_100_ms_while_a_long_conversation_is_prepa
         first: list[float] = []
 
         async def generate() -> None:
-            # The first output ends the preparation; the rest is not needed
-            # (leaving the stream cancels the request on the engine).
-            async for _ in client.generate(request, timeout=300):
+            # The first output ends the preparation; the rest is not needed:
+            # closing the stream cancels the request on the engine (left to
+            # the collector, it ran on, 7,680 tokens, into later tests).
+            stream = client.generate(request, timeout=300)
+            try:
+                await anext(stream)
                 first.append(time.perf_counter())
-                return
+            finally:
+                await stream.aclose()
 
         try:
             call: asyncio.Task[object] = asyncio.create_task(generate())

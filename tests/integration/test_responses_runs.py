@@ -151,9 +151,8 @@ def test_parallel_tool_calls_false_gives_one_call(stack: Stack) -> None:
 
 
 def test_client_disconnect_aborts_the_generation(stack: Stack) -> None:
-    deadline = time.monotonic() + 10
-    while engine_load(stack.neuron_address).running and time.monotonic() < deadline:
-        time.sleep(0.1)  # earlier tests' requests leave first
+    idle = wait_until(lambda: engine_load(stack.neuron_address).running == 0, 30)
+    assert idle, "an earlier test's request still runs on the engine"
     body = {
         "model": MODEL,
         "input": "Write a very long essay about the sea.",
