@@ -289,6 +289,11 @@ async def follow_table(
             lost = False
             log.info("the controller is back (after %d attempts)", failures)
             continue
+        if lost:
+            # Answered though the last reconnect failed: Ray restarted the
+            # actor itself, under the same handle.
+            lost = False
+            log.info("the controller is back (after %d attempts)", failures)
         failures = 0
         if table["version"] == 0:
             continue  # nothing published yet (still adopting): keep the last table

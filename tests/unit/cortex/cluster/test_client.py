@@ -52,9 +52,12 @@ class FakeLink:
         self.actor = first
         self.next: FakeController | None = None
         self.reconnects = 0
+        self.restarting = False  # Ray restarts the actor: a reconnect fails meanwhile
 
     def reconnect(self) -> None:
         self.reconnects += 1
+        if self.restarting:
+            raise RuntimeError("The actor is temporarily unavailable: the actor is restarting")
         if self.next is not None:
             self.actor = self.next
 
@@ -102,6 +105,30 @@ async def test_the_follower_keeps_the_last_table_until_a_new_controller_publishe
     finally:
         following.cancel()
     assert "lost the controller (RayActorError)" in caplog.text
+
+
+async def test_a_controller_ray_restarted_is_back_though_a_reconnect_failed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "neuraxis.cortex")
+    first = FakeController("first")
+    await first.endpoints.publish([A])
+    link, pool = FakeLink(first), FakePool()
+    link.restarting = True
+    following = asyncio.create_task(follow_table(link, pool))  # type: ignore[arg-type]
+    try:
+        await pool.wait_for(1)
+        first.died.set()
+        while "the controller is still unreachable" not in caplog.text:
+            await asyncio.sleep(0.05)
+        # Ray's restart: the same handle reaches the restarted actor.
+        restarted = FakeController("restarted")
+        await restarted.endpoints.publish([A, B])
+        link.actor = restarted
+        await pool.wait_for(2)
+        assert "the controller is back" in caplog.text
+    finally:
+        following.cancel()
 
 
 def test_retries_to_reach_the_controller_back_off_to_10_s() -> None:
