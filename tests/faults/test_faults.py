@@ -26,6 +26,11 @@ from harness.fault_fleet import IDLE_TIMEOUT_S, MODEL, Fault, FaultFleet, fault_
 from harness.procs import engine_load
 from harness.streaming_load import Outcome, stream_once
 
+# Deadlines of seconds and health checks of half a second: in make test's
+# lanes the other lane waits meanwhile (beside a vLLM prefill, healthy sim
+# neurons missed their health checks and a sim neuron took over 30 s to start).
+pytestmark = pytest.mark.quiet
+
 STREAMS = 6
 STREAM_TOKENS = 250  # 5 s at 20 ms a token: running when the fault comes
 NEW_REQUESTS = 6

@@ -33,6 +33,11 @@ from harness.gateway import Sim, sim_gateway
 from harness.polling import wait_until
 from harness.procs import Proc, cortex_metric, engine_load
 
+# Deadlines of seconds and health checks of half a second: in make test's
+# lanes the other lane waits meanwhile (beside a vLLM prefill, healthy sim
+# neurons missed their health checks and a sim neuron took over 30 s to start).
+pytestmark = pytest.mark.quiet
+
 MODEL = "sim-model"
 
 
