@@ -9,9 +9,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import grpc
 import httpx
@@ -86,37 +87,33 @@ class Proc:
         a person sees: `self.terminal`), copied to `log_path` as it comes."""
         self.log_path = log_path
         env = {**child_env(), **(extra_env or {})}
-        command = [sys.executable, "-m", "neuraxis.cli", *args]
         self.terminal: Terminal | None = None
-        if terminal:
-            # Not under systemd, whatever runs the tests: its journal
-            # variables would make the child log for the journal instead.
-            for name in ("JOURNAL_STREAM", "INVOCATION_ID"):
-                env.pop(name, None)
-            self.terminal = Terminal(log_path)
-            slave = self.terminal.slave
+        stdin: int | None
+        out: int | IO[bytes]
+        with ExitStack() as files:
+            if terminal:
+                # Not under systemd, whatever runs the tests: its journal
+                # variables would make the child log for the journal instead.
+                for name in ("JOURNAL_STREAM", "INVOCATION_ID"):
+                    env.pop(name, None)
+                self.terminal = Terminal(log_path)
+                stdin, out, err = subprocess.DEVNULL, self.terminal.slave, self.terminal.slave
+            else:
+                # The child writes through its own copy of the descriptor; ours
+                # is closed at once, so no open file outlives a Proc never stopped.
+                stdin, out = None, files.enter_context(open(log_path, "wb"))
+                err = subprocess.STDOUT
             self.popen = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=slave,
-                stderr=slave,
+                [sys.executable, "-m", "neuraxis.cli", *args],
+                stdin=stdin,
+                stdout=out,
+                stderr=err,
                 env=env,
                 cwd=REPO,
                 start_new_session=True,
             )
+        if self.terminal is not None:
             self.terminal.start()
-            return
-        # The child writes through its own copy of the descriptor; ours is
-        # closed at once, so no open file outlives a Proc that is never stopped.
-        with open(log_path, "wb") as log:
-            self.popen = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=REPO,
-                start_new_session=True,
-            )
 
     def log_tail(self, lines: int = 40) -> str:
         return log_tail(self.log_path, lines)
@@ -187,9 +184,10 @@ def start_up(
     # Each stack keeps its state beside its log unless told otherwise, laid out
     # as $XDG_STATE_HOME/neuraxis would be (XDG_STATE_HOME=<log>-state).
     args += ["--state-dir", str(state_dir or up_state_dir(log_path))]
-    # A prompt at the model's 8,192-token context (the truncation tests) takes
-    # about 120 s of prefill on this project's 2-core machines: the default
-    # first-token deadline (120 s) cut it on 0a5fecd and after alike.
+    # A first-token deadline with room for long prefills on 2 cores shared with
+    # make test's other lane: a prompt at the model's whole 8,192-token context
+    # took ~120 s, which the default (120 s) cut on 0a5fecd; the suite's longest
+    # prompts now (Codex's first request, ~3,000 tokens) take a fraction of that.
     slow_prefill = {"NEURAXIS_CORTEX_DEADLINES__FIRST_TOKEN_S": "300"}
     proc = Proc(args, log_path, {**slow_prefill, **(extra_env or {})}, terminal)
     return Embedded(proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}")
