@@ -99,7 +99,10 @@ def sim_cluster(
     )
     cortex: Proc | None = None
     try:
-        sim = SimCluster(cluster, cluster.address, "", {}, work_dir / "cluster-cortex.log")
+        # One log per cluster: modules share the logs directory, and a failed
+        # module's cortex log must survive the next module's cluster.
+        log = work_dir / f"cluster-cortex-{wait_for_model or 'any'}.log"
+        sim = SimCluster(cluster, cluster.address, "", {}, log)
         for generation in generations:
             sim.add_node(generation)
         cluster.wait_for_nodes()

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,8 @@ def assert_no_unstarted_request_failed(load: Load) -> None:
     """The failover contract: a request that had received nothing was retried
     on another replica; one cut after its first token ended with an error
     event and [DONE], never a hang or a bare disconnect."""
-    assert load.summary()["failed_before_first_token"] == 0, load.outcomes
+    unstarted = [o for o in load.outcomes if not o.finished and not o.first_token]
+    assert not unstarted, Counter(f"{o.status} {o.error}" for o in unstarted).most_common(5)
     cut = [o for o in load.outcomes if not o.finished]
     assert all(o.first_token and o.error and o.done for o in cut), cut
 
@@ -228,6 +230,15 @@ def test_status_shows_current_in_flight_counts_and_watch_refreshes(
     assert results and results[0].finished, results
 
 
+# The failover tests are quiet. In one CI run of make test, 443 of 491
+# requests were refused before their first token while the crashed neuron was
+# replaced; alone or beside busy loops they all pass. The cortex log was
+# overwritten by the next module's, so the cause is a guess: most likely the
+# surviving replica missed its 1 s Info polls beside the other lane's vLLM
+# prefill, as tests/faults' sim neurons did, leaving no ready replica.
+quiet = pytest.mark.quiet
+
+
 def _failover_under_load(
     cluster: SimCluster,
     figures: dict[str, Any],
@@ -254,6 +265,7 @@ def _failover_under_load(
     return failover
 
 
+@quiet
 def test_a_killed_replica_is_replaced_and_no_unstarted_request_fails(
     ray_cluster: SimCluster, figures: dict[str, Any]
 ) -> None:
@@ -266,6 +278,7 @@ def test_a_killed_replica_is_replaced_and_no_unstarted_request_fails(
     assert ray_cluster.generation_of(replacement["node_id"]) in ("ada", "blackwell")
 
 
+@quiet
 def test_a_crashed_neuron_is_replaced_and_cut_streams_end_with_an_error_event(
     ray_cluster: SimCluster, figures: dict[str, Any]
 ) -> None:
@@ -283,6 +296,7 @@ def test_a_crashed_neuron_is_replaced_and_cut_streams_end_with_an_error_event(
     assert "exited" in failover["reason"]
 
 
+@quiet
 def test_a_lost_node_is_replaced_elsewhere_and_no_unstarted_request_fails(
     ray_cluster: SimCluster, figures: dict[str, Any]
 ) -> None:

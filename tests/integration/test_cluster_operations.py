@@ -179,7 +179,9 @@ def test_killing_one_cortex_fails_nothing_on_the_other_and_reloads_nothing(
           f"{summary}; the killed one's own {own}; serving again {back_after:.1f} s after "
           f"its restart; replicas {pids} -> {_pids(cortexes.cluster)}")  # fmt: skip
     assert summary["failed_before_first_token"] == 0 and summary["failed_mid_stream"] == 0
-    assert summary["completed"] == summary["requests"] >= 24
+    # The other instance's load waited for 8 requests at each step: twice, or
+    # three times with the kill (the doomed load's waits add none of its own).
+    assert summary["completed"] == summary["requests"] >= (24 if kill else 16)
     assert _pids(cortexes.cluster) == pids  # no replica reloaded
     if kill:  # the restarted instance serves again
         last = doomed.outcomes[-4:]
