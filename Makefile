@@ -31,7 +31,7 @@ run: $(STAMP)
 # (tests/bench: a few requests each), in two lanes side by side
 # (harness/lanes.py): the tests on the session's real stack, and the rest.
 test: lint typecheck
-	$(PY) -m harness.lanes -q -p no:cacheprovider
+	$(PY) -m harness.lanes -q -p no:cacheprovider --durations=30
 
 # schemathesis against cortex's published schema (tests/fuzz): two cortexes
 # (auth off, auth required) in front of sim neurons; `make test` sends 800
