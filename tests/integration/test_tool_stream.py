@@ -12,6 +12,7 @@ tests/unit/neuron/engine/vllm/test_tool_parsers.py.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import httpx
@@ -29,10 +30,13 @@ from harness.toolcalls import (
 )
 
 
-def _spread(times: list[float]) -> int:
-    """How many distinct milliseconds the pieces arrived in: pieces sent in
-    one go (the whole call at the end) arrive in one or two."""
-    return len({round(t, 3) for t in times})
+def _bursts(times: list[float]) -> int:
+    """How many bursts the pieces arrived in, a burst ending where 10 ms
+    pass with nothing: pieces sent in one go (the whole call at the end)
+    arrive in one. Counting distinct milliseconds instead failed beside a
+    busy neighbour, whose CPU made the engine's steps arrive two at a time."""
+    ordered = sorted(times)
+    return 1 + sum(1 for a, b in itertools.pairwise(ordered) if b - a > 0.010)
 
 
 def test_chat_streams_the_call_while_the_model_writes_it(stack: Stack) -> None:
@@ -57,7 +61,7 @@ def test_chat_streams_the_call_while_the_model_writes_it(stack: Stack) -> None:
     # The name first, then the arguments over several engine steps, all
     # before the stream's end.
     assert named[0][0] < fragments[-1][0] <= ends[0]
-    assert _spread([t for t, _ in fragments]) >= 3, fragments
+    assert _bursts([t for t, _ in fragments]) >= 2, fragments
 
     arguments = "".join(fragment for _, fragment in fragments)
     whole = httpx.post(f"{stack.base_url}/v1/chat/completions", json=body, timeout=300).json()
@@ -94,7 +98,7 @@ def test_responses_streams_the_call_item_while_the_model_writes_it(stack: Stack)
     fragments = [(t, e["delta"]) for t, e in events if e["type"].endswith("arguments.delta")]
     opened = events[added][0]
     assert opened < fragments[-1][0] <= events[-1][0]
-    assert _spread([t for t, _ in fragments]) >= 3, fragments
+    assert _bursts([t for t, _ in fragments]) >= 2, fragments
     arguments = "".join(delta for _, delta in fragments)
     assert events[done - 1][1]["arguments"] == arguments == calls[1]["item"]["arguments"]
     assert json.loads(arguments)["city"] == "Rome"
