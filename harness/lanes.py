@@ -8,7 +8,8 @@ starts the session fixtures it uses, once.
 Each lane writes to a file of its own, printed whole when the lane ends
 (interleaved output would be unreadable); the exit status is the worst
 lane's. A test marked `quiet` (a timing a busy machine would spoil) runs
-alone: the other lane waits between two tests meanwhile (`lane_turn`).
+alone: the other lane waits between two tests meanwhile (`lane_turn`;
+consecutive quiet tests share one such turn, `Turns`).
 Ctrl-C or SIGTERM interrupts both lanes the way Ctrl-C interrupts pytest,
 so that their fixtures stop what they started.
 
@@ -25,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -68,6 +69,33 @@ def lane_turn(quiet: bool) -> Iterator[None]:
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+class Turns:
+    """One lane's turns, test after test. A quiet test followed by another
+    quiet test keeps its turn alone for it: each new quiet turn waits for the
+    other lane's current test, and tests/faults' dozen quiet tests, one turn
+    each, waited behind the other lane's benchmark smokes of a minute."""
+
+    def __init__(self) -> None:
+        self._kept: ExitStack | None = None  # the quiet turn kept for the next test
+
+    @contextmanager
+    def turn(self, quiet: bool, next_quiet: bool) -> Iterator[None]:
+        """The turn of a test that is `quiet` or not, knowing whether the
+        lane's next test is."""
+        if self._kept is not None:
+            held, self._kept = self._kept, None
+        else:
+            held = ExitStack()
+            held.enter_context(lane_turn(quiet))
+        try:
+            yield
+        finally:
+            if quiet and next_quiet:
+                self._kept = held
+            else:
+                held.close()
 
 
 def start(name: str, args: list[str], out_dir: Path) -> Lane:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.lanes import lane_turn
+from harness.lanes import Turns
 from harness.stacks import SimStack, Stack, close_clients, embedded_stack, simulated_stack
 
 
@@ -43,11 +43,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("ends_stack") is not None)
 
 
+TURNS = Turns()
+
+
+def _quiet(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("quiet") is not None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Each test (its fixtures' setup and teardown included) in its lane's
     turn: alone if it is marked `quiet` (harness/lanes.py)."""
-    with lane_turn(item.get_closest_marker("quiet") is not None):
+    with TURNS.turn(_quiet(item), _quiet(nextitem)):
         return (yield)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.lanes import LOCK_ENV, lane_turn, outcome
+from harness.lanes import LOCK_ENV, Turns, lane_turn, outcome
 
 
 @pytest.mark.parametrize(
@@ -74,6 +74,26 @@ def test_a_quiet_turn_waits_for_the_other_lanes_test_and_holds_back_the_next(
     leave_after.set()
     for thread in (holding, waiting, next_one):
         thread.join(5)
+
+
+def test_consecutive_quiet_tests_keep_one_turn_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "turns.lock"))
+    turns = Turns()
+    other, leave_other = threading.Event(), threading.Event()
+    with turns.turn(quiet=True, next_quiet=True):
+        pass
+    # Between the two quiet tests the other lane gets no turn.
+    waiting = _hold(False, other, leave_other)
+    assert not other.wait(0.3)
+    with turns.turn(quiet=True, next_quiet=False):
+        assert not other.is_set()
+    assert other.wait(5)  # the last quiet test let it go
+    leave_other.set()
+    waiting.join(5)
+    with turns.turn(quiet=False, next_quiet=False):  # and ordinary turns go on
+        pass
 
 
 def test_no_turns_outside_the_lanes(monkeypatch: pytest.MonkeyPatch) -> None:
