@@ -89,6 +89,9 @@ class NeuronClient:
         self._channel: grpc.aio.Channel | None = None
         self._stub_: pb_grpc.NeuronStub | None = None
         self._health: health_pb2_grpc.HealthStub | None = None
+        # Said once when it stops answering, not at every poll of a neuron
+        # that is gone (one warning a second until its replica was retired).
+        self._unreachable = False
 
     @property
     def _stub(self) -> pb_grpc.NeuronStub:
@@ -122,9 +125,11 @@ class NeuronClient:
     async def _unary(self, call: Awaitable[R]) -> R:
         """A unary call's answer, or its failure as the typed error."""
         try:
-            return await call
+            answer = await call
         except grpc.aio.AioRpcError as e:
             raise self._translate(e) from None
+        self._unreachable = False
+        return answer
 
     async def serving(self, timeout: float) -> bool:
         """Whether the neuron's grpc.health.v1 check says SERVING."""
@@ -142,6 +147,7 @@ class NeuronClient:
         call = self._stub.Generate(request, timeout=timeout)
         try:
             async for response in call:
+                self._unreachable = False
                 yield response
         except grpc.aio.AioRpcError as e:
             raise self._translate(e) from None
@@ -159,7 +165,9 @@ class NeuronClient:
         metadata = dict(error.trailing_metadata() or ())
         kind = metadata.get(ERROR_METADATA_KEY)
         if code == grpc.StatusCode.UNAVAILABLE and kind is None:
-            log.warning("neuron %s is unreachable: %s", self.address, error.details())
+            level = logging.DEBUG if self._unreachable else logging.WARNING
+            log.log(level, "neuron %s is unreachable: %s", self.address, error.details())
+            self._unreachable = True
             return UnavailableError(UNREACHABLE)
         param = metadata.get(PARAM_METADATA_KEY)
         return from_grpc(
