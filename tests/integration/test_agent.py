@@ -74,54 +74,13 @@ def test_the_agent_refuses_a_host_of_another_generation() -> None:
     ) in err.decode()
 
 
-def test_the_agent_joins_with_its_generation_label_and_gpus(tmp_path: Path) -> None:
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    env = dict(os.environ, **TOKEN_ENV)
-    head = start_head(port, "127.0.0.1", env=env, log_path=tmp_path / "head.log")
-    agent = None
-    try:
-        wait_for_head(address, head)
-        # The child keeps its own copy of the descriptor; ours closes here.
-        with open(tmp_path / "agent.log", "wb") as log:
-            agent = _agent(
-                ["--generation", "ada", "--ray-address", address],
-                fake_nvml_env([L40S, L40S], base=env),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 60
-        joined: list[dict[str, Any]] = []
-        while time.monotonic() < deadline and not joined:
-            assert agent.poll() is None, (tmp_path / "agent.log").read_text()[-3000:]
-            joined = [
-                n
-                for n in _nodes(address)
-                if n["alive"] and n["labels"].get("neuraxis.io/generation") == "ada"
-            ]
-            time.sleep(0.5)
-        assert joined, (tmp_path / "agent.log").read_text()[-3000:]
-        assert joined[0]["gpus"] == 2.0
-        # SIGTERM (systemd's stop) takes the node out of the cluster.
-        stop_process_group(agent, timeout_s=30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            ada = [n for n in _nodes(address) if n["labels"].get("neuraxis.io/generation") == "ada"]
-            if ada and not any(n["alive"] for n in ada):
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError("the agent's node is still alive after SIGTERM")
-    finally:
-        if agent is not None:
-            stop_process_group(agent, timeout_s=10)
-        stop_process_group(head, timeout_s=30)
-
-
-def test_agent_ready_once_its_node_has_joined(tmp_path: Path) -> None:
+def test_the_agent_joins_with_its_label_and_gpus_says_ready_and_leaves_on_sigterm(
+    tmp_path: Path,
+) -> None:
     """The unit's ExecStart (`neuraxis neuron agent`) under a notify socket:
     READY=1 arrives, and by then the node is alive in the cluster with its
-    label; SIGTERM passed on to Ray ends the agent with status 0."""
+    generation label and GPU count; SIGTERM (systemd's stop) ends the agent
+    with status 0 and takes the node out of the cluster."""
     port = free_port()
     address = f"127.0.0.1:{port}"
     env = dict(os.environ, **TOKEN_ENV)
@@ -131,10 +90,11 @@ def test_agent_ready_once_its_node_has_joined(tmp_path: Path) -> None:
     log_path = tmp_path / "agent.log"
     try:
         wait_for_head(address, head)
+        # The child keeps its own copy of the descriptor; ours closes here.
         with open(log_path, "wb") as log:
             agent = _agent(
                 ["--generation", "ada", "--ray-address", address],
-                fake_nvml_env([L40S], base={**env, "NOTIFY_SOCKET": str(notify.path)}),
+                fake_nvml_env([L40S, L40S], base={**env, "NOTIFY_SOCKET": str(notify.path)}),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -146,11 +106,19 @@ def test_agent_ready_once_its_node_has_joined(tmp_path: Path) -> None:
         print(f"agent READY after {seconds:.1f} s")
         # Nothing is sent before the node is there: it is alive now.
         ada = [n for n in _nodes(address) if n["labels"].get("neuraxis.io/generation") == "ada"]
-        assert [n["alive"] for n in ada] == [True], ada
+        assert [(n["alive"], n["gpus"]) for n in ada] == [(True, 2.0)], ada
         assert any(m.startswith("STATUS=joined the Ray cluster at") for m in notify.messages)
         agent.send_signal(signal.SIGTERM)  # systemd's stop (KillMode=mixed)
         assert agent.wait(timeout=90) == 0, log_path.read_text()[-3000:]
         notify.wait_for("STOPPING=1", lambda: True, 5, lambda: log_path.read_text()[-3000:])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            ada = [n for n in _nodes(address) if n["labels"].get("neuraxis.io/generation") == "ada"]
+            if ada and not any(n["alive"] for n in ada):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the agent's node is still alive after SIGTERM")
     finally:
         notify.close()
         if agent is not None:
