@@ -19,18 +19,13 @@ from fastapi import FastAPI
 
 from axon.sdnotify import notify
 from cortex import metrics
-from cortex.api import (
-    chat,
-    completions,
-    embeddings,
-    health,
-    models,
-    responses,
-)
+from cortex.api import chat, completions, embeddings, health, models
 from cortex.api.errors import install_error_handlers
 from cortex.api.gateway import Gateway, Neurons, Runs
+from cortex.api.responses import routes as responses
 from cortex.api.responses.run import fail_dead_siblings, fail_orphans
-from cortex.api.responses.upkeep import Upkeep, UpkeepSettings
+from cortex.api.responses.upkeep import Upkeep
+from cortex.api.responses.upkeep_settings import UpkeepSettings
 from cortex.auth.authenticator import Authenticator
 from cortex.auth.limiter import Limiter
 from cortex.auth.local_usage import counters_for

@@ -34,7 +34,7 @@ from axon.logs import LogSettings
 from axon.settings import Flag, SettingsGroup, SourcedSettings, group
 from axon.tls import TlsFiles, tls_files
 from cortex.api.caps import RequestCaps
-from cortex.api.responses.upkeep import UpkeepSettings
+from cortex.api.responses.upkeep_settings import UpkeepSettings
 from cortex.auth.settings import AuthSettings
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.deadlines import Deadlines

@@ -10,7 +10,7 @@ import pytest
 
 from axon.settings import SettingsError, group_of, load_settings
 from cortex.api.caps import RequestCaps
-from cortex.api.responses.upkeep import UpkeepSettings
+from cortex.api.responses.upkeep_settings import UpkeepSettings
 from cortex.auth.settings import AuthSettings
 from cortex.config import CortexSettings, StoreSettings
 from cortex.routing.admission import AdmissionOptions

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from axon.errors import StoreQuotaError
 from axon.v1 import neuron_pb2 as pb
-from cortex.api.responses.upkeep import UpkeepSettings
+from cortex.api.responses.upkeep_settings import UpkeepSettings
 from cortex.app import create_app
 from cortex.config import CortexSettings, StoreSettings
 from cortex.store.base import StoredResponse

@@ -9,7 +9,8 @@ import subprocess
 
 from cortex import metrics
 from cortex.api.responses import run as runs
-from cortex.api.responses.upkeep import Upkeep, UpkeepSettings
+from cortex.api.responses.upkeep import Upkeep
+from cortex.api.responses.upkeep_settings import UpkeepSettings
 from cortex.recording import PrometheusRecorder
 from cortex.store.base import ResponseStore, StoredResponse
 from harness.clock import ManualClock as Clock
