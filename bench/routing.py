@@ -314,7 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--concurrency", type=int, help="requests in flight, for every workload")
     args = cli.parse_args(argv)
     if args.smoke:
-        args.replicas = 1
+        # Every workload runs the SMOKE shape in a smoke run: one of them, and
+        # the two policies the report compares, is the whole code path.
+        args.replicas, args.workloads = 1, ["hot"]
+        args.policies = [PolicyName.LEAST_OUTSTANDING.value, PolicyName.PREFIX_AFFINITY.value]
     out = output_path(args, "routing/routing.json")
     logs = Path(tempfile.mkdtemp(prefix="bench-routing-"))
     results: list[Result] = []
