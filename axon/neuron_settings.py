@@ -26,6 +26,8 @@ from axon.tls import TlsFiles, tls_files
 # The bundled models' ids (neuron/models/bundled.py says where they come from).
 DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
+# What a request without max_tokens may generate (the setting says why).
+DEFAULT_MAX_TOKENS = 4096
 
 
 class NeuronSettings(LogSettings):
@@ -58,6 +60,16 @@ class NeuronSettings(LogSettings):
     )
     max_model_len: int | None = Field(
         None, ge=16, description="context length (default: the model's)"
+    )
+    default_max_tokens: int = Field(
+        DEFAULT_MAX_TOKENS,
+        ge=0,
+        description="the most tokens a request that sets no max_tokens (max_completion_tokens, "
+        "max_output_tokens) generates, or the context its prompt leaves if that is fewer; "
+        "0: the remaining context. OpenAI's older models' output limit: most answers end "
+        "sooner at the model's end-of-sequence token, and a request that names no bound does "
+        "not hold an engine slot, and its answer cortex's memory, for a whole long context "
+        "(128k tokens on some models)",
     )
     # The CPU backend takes whole GiB (VLLM_CPU_KVCACHE_SPACE).
     kv_cache_gib: int = Field(1, ge=1, description="KV cache size in whole GiB")

@@ -200,4 +200,5 @@ def model_info(model: ServedModel) -> pb.ModelInfo:
         created=model.created,
         auto_tool_choice=model.auto_tool_choice,
         supports_dimensions=model.supports_dimensions,
+        default_max_tokens=model.default_max_tokens,
     )

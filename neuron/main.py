@@ -43,6 +43,7 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
                 ttft_s=settings.sim_ttft_s,
                 itl_s=settings.sim_itl_s,
                 fail_after_tokens=settings.sim_fail_after_tokens,
+                default_max_tokens=settings.default_max_tokens,
                 prefix_cache=PrefixCacheOptions(
                     capacity_blocks=settings.sim_prefix_cache_blocks,
                     block_tokens=settings.sim_block_tokens,
@@ -57,6 +58,7 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
         vllm_options(settings, resolve_model(settings)),
         generation,
         prepare_threads=settings.prepare_threads,
+        default_max_tokens=settings.default_max_tokens,
     )
 
 

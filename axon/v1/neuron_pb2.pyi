@@ -325,20 +325,22 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("id", "max_context_length", "task", "created", "auto_tool_choice", "supports_dimensions")
+    __slots__ = ("id", "max_context_length", "task", "created", "auto_tool_choice", "supports_dimensions", "default_max_tokens")
     ID_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     AUTO_TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     id: str
     max_context_length: int
     task: ModelTask
     created: int
     auto_tool_choice: bool
     supports_dimensions: bool
-    def __init__(self, id: _Optional[str] = ..., max_context_length: _Optional[int] = ..., task: _Optional[_Union[ModelTask, str]] = ..., created: _Optional[int] = ..., auto_tool_choice: _Optional[bool] = ..., supports_dimensions: _Optional[bool] = ...) -> None: ...
+    default_max_tokens: int
+    def __init__(self, id: _Optional[str] = ..., max_context_length: _Optional[int] = ..., task: _Optional[_Union[ModelTask, str]] = ..., created: _Optional[int] = ..., auto_tool_choice: _Optional[bool] = ..., supports_dimensions: _Optional[bool] = ..., default_max_tokens: _Optional[int] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
     __slots__ = ("models", "engine", "generation", "ready", "metrics_port", "max_concurrency")

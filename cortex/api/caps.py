@@ -77,7 +77,8 @@ class RequestCaps(SettingsGroup):
     max_output_entries: PositiveInt = Field(
         524_288,
         description="n x max_tokens x (1 + top_logprobs) of one request (x prompts for a "
-        "/v1/completions list; max_tokens unset counts the model's context): the tokens and "
+        "/v1/completions list; max_tokens unset counts what the neuron generates without it: "
+        "its default_max_tokens, at most the model's context): the tokens and "
         "log-probability alternatives its answer may hold. A non-streamed answer is built whole "
         "in cortex's memory, ~55 bytes of JSON an entry: the default keeps it under ~30 MiB",
     )
@@ -100,16 +101,28 @@ def _too_large(param: str, what: str, size: int, cap: int) -> InvalidRequestErro
     )
 
 
+def default_output(model: pb.ModelInfo | None) -> int:
+    """What a choice that sets no max_tokens may generate on `model`: the
+    neuron's default_max_tokens (neuron/engine/base.py `check_context`
+    applies it), at most the model's context; the context where the neuron
+    sets no default (0: the model is unknown)."""
+    if model is None:
+        return 0
+    context, default = model.max_context_length, model.default_max_tokens
+    return min(default, context) if default else context
+
+
 def check_generate(
     caps: RequestCaps,
     surface: Surface,
     internals: Sequence[pb.GenerateRequest],
-    context: int,
+    model: pb.ModelInfo | None,
     tokens_param: str | None = None,
 ) -> None:
     """The caps of one API request, made of `internals` (several for a
-    completions prompt list), against a model of `context` tokens (0:
-    unknown, not checked)."""
+    completions prompt list), against `model` (None: unknown, its context
+    not checked)."""
+    context = model.max_context_length if model is not None else 0
     names = surface.params
     if names is None:
         raise ValueError(f"{surface.name} is not a generation API")
@@ -143,7 +156,7 @@ def check_generate(
             "tokens, prompt included.",
             param=param,
         )
-    _check_output(caps, param, internals, wanted or context)
+    _check_output(caps, param, internals, wanted or default_output(model))
 
 
 def check_messages(caps: RequestCaps, surface: Surface, count: int) -> None:

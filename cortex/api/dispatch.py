@@ -99,9 +99,10 @@ async def _route(
     neurons.check_task(model, pb.MODEL_TASK_GENERATE, surface.path)
     info = neurons.served_models().get(model)
     context = info.max_context_length if info is not None else 0
-    caps.check_generate(gateway_of(request).caps, surface, internals, context, tokens_param)
-    tokens = sum(estimate_generate(r, context) for r in internals)
-    output = sum(output_cap(r, context) for r in internals)
+    caps.check_generate(gateway_of(request).caps, surface, internals, info, tokens_param)
+    unset = caps.default_output(info)
+    tokens = sum(estimate_generate(r, context, unset) for r in internals)
+    output = sum(output_cap(r, unset) for r in internals)
     admission = await _admit(request, tokens, len(internals), output)
     tracker = _tracker(request, model, parts=len(internals))
     # `hints` (the request's affinity keys) go to the routing policy of each.

@@ -62,17 +62,19 @@ def prompt_bound(request: pb.GenerateRequest, max_context: int) -> int:
     return min(bound, max_context) if max_context else bound
 
 
-def output_cap(request: pb.GenerateRequest, max_context: int) -> int:
-    """Tokens a generation may output: its cap (or the context) per choice."""
+def output_cap(request: pb.GenerateRequest, unset: int) -> int:
+    """Tokens a generation may output: its max_tokens per choice, or `unset`
+    (what the model generates without one: its default, at most the context)."""
     sampling = request.sampling
-    cap = int(sampling.max_tokens) if sampling.HasField("max_tokens") else max_context
+    cap = int(sampling.max_tokens) if sampling.HasField("max_tokens") else unset
     n = int(sampling.n) if sampling.HasField("n") else 1
     return cap * max(1, n)
 
 
-def estimate_generate(request: pb.GenerateRequest, max_context: int) -> int:
-    """Tokens a generation may use: the prompt's bound + output cap, per choice."""
-    return prompt_bound(request, max_context) + output_cap(request, max_context)
+def estimate_generate(request: pb.GenerateRequest, max_context: int, unset: int) -> int:
+    """Tokens a generation may use: the prompt's bound + output cap, per choice
+    (`unset`: output_cap's)."""
+    return prompt_bound(request, max_context) + output_cap(request, unset)
 
 
 def estimate_embed(request: pb.EmbedRequest) -> int:

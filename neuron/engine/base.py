@@ -206,6 +206,9 @@ class ServedModel:
     created: int
     auto_tool_choice: bool = False
     supports_dimensions: bool = False
+    # The most a request that sets no max_tokens generates (0: the context
+    # its prompt leaves); check_context applies it.
+    default_max_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -263,8 +266,10 @@ class Engine(abc.ABC):
 def check_context(model: ServedModel, prompt_tokens: int, max_tokens: int | None) -> int:
     """Return the max_tokens to use, or raise when the prompt does not fit.
 
-    Shared by every engine so that the limits and the message are the same
-    whichever engine serves the model.
+    Shared by every engine so that the limits, the message and the default
+    are the same whichever engine serves the model. A request without
+    max_tokens gets the model's default_max_tokens, or the context its
+    prompt leaves if that is fewer: never an error because of the default.
     """
     limit = model.max_context_length
     wanted = prompt_tokens + (max_tokens or 1)
@@ -275,7 +280,10 @@ def check_context(model: ServedModel, prompt_tokens: int, max_tokens: int | None
             f"requested {wanted} tokens ({prompt_tokens} in the messages{asked}). "
             "Please reduce the length of the messages or completion."
         )
-    return max_tokens if max_tokens is not None else limit - prompt_tokens
+    if max_tokens is not None:
+        return max_tokens
+    remaining = limit - prompt_tokens
+    return min(model.default_max_tokens, remaining) if model.default_max_tokens else remaining
 
 
 def wrong_task(model_id: str, task: ModelTask) -> InvalidRequestError:

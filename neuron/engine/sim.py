@@ -40,7 +40,12 @@ class SimOptions:
     max_context_length: int = 4096
     ttft_s: float = 0.01
     itl_s: float = 0.005
+    # Where the simulated model ends an answer that sets no max_tokens (a
+    # real one stops at its end-of-sequence token), if default_max_tokens
+    # or the context has not ended it sooner.
     default_tokens: int = 16
+    # ServedModel.default_max_tokens (0: the remaining context).
+    default_max_tokens: int = 0
     # After this many tokens the request fails with an internal error (a
     # crashing engine); None means never, 0 fails before the first token.
     fail_after_tokens: int | None = None
@@ -65,6 +70,7 @@ class SimEngine(Engine):
             max_context_length=options.max_context_length,
             task=ModelTask.GENERATE,
             created=int(time.time()),
+            default_max_tokens=options.default_max_tokens,
         )
 
     @property
@@ -106,8 +112,9 @@ class SimEngine(Engine):
             else " ".join(m.content for m in request.messages)
         )
         prompt_tokens = self.prefill.prompt_tokens(text_in)
-        wanted = request.sampling.max_tokens or opts.default_tokens
-        max_tokens = min(check_context(self._model, prompt_tokens, wanted), wanted)
+        max_tokens = check_context(self._model, prompt_tokens, request.sampling.max_tokens)
+        if request.sampling.max_tokens is None:
+            max_tokens = min(max_tokens, opts.default_tokens)
         n = request.sampling.n
         self._running += 1
         try:

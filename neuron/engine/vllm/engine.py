@@ -64,6 +64,7 @@ class VllmEngine(Engine):
         options: VllmOptions,
         generation: Generation = Generation.CPU,
         prepare_threads: int = 1,
+        default_max_tokens: int = 0,
     ) -> None:
         self._options = options
         self._generation = generation
@@ -71,6 +72,7 @@ class VllmEngine(Engine):
         # One by default, as vLLM's own server does: a Hugging Face tokenizer
         # shared by threads can fail with "Already borrowed".
         self._prepare_threads = prepare_threads
+        self._default_max_tokens = default_max_tokens
         self._llm: Any = None
         self._tokenizer: Any = None
         self._model: ServedModel | None = None
@@ -122,6 +124,7 @@ class VllmEngine(Engine):
             created=int(time.time()),
             auto_tool_choice=self._parser_class is not None,
             supports_dimensions=bool(getattr(self._llm.model_config, "is_matryoshka", False)),
+            default_max_tokens=self._default_max_tokens,
         )
 
     def models(self) -> list[ServedModel]:

@@ -54,10 +54,22 @@ class HoldingPool(ScriptedPool):
             yield item
 
 
-@pytest.fixture(scope="module")
-def app() -> Iterator[tuple[TestClient, HoldingPool]]:
-    pool = HoldingPool()
-    settings = CortexSettings(
+class DefaultingPool(ScriptedPool):
+    """A scripted pool whose model's neuron generates at most `default`
+    tokens for a request without max_tokens (its Info's default_max_tokens)."""
+
+    def __init__(self, default: int) -> None:
+        super().__init__([DONE])
+        self.default = default
+
+    def served_models(self) -> dict[str, pb.ModelInfo]:
+        models = super().served_models()
+        models[MODEL].default_max_tokens = self.default
+        return models
+
+
+def _settings() -> CortexSettings:
+    return CortexSettings(
         store=StoreSettings(state_dir=Path(tempfile.mkdtemp(prefix="neuraxis-test-"))),
         caps=RequestCaps(
             max_messages=3,
@@ -73,7 +85,12 @@ def app() -> Iterator[tuple[TestClient, HoldingPool]]:
             max_echo_bytes=1000,
         ),
     )
-    with TestClient(create_app(settings, pool=pool)) as client:
+
+
+@pytest.fixture(scope="module")
+def app() -> Iterator[tuple[TestClient, HoldingPool]]:
+    pool = HoldingPool()
+    with TestClient(create_app(_settings(), pool=pool)) as client:
         yield client, pool
 
 
@@ -183,6 +200,24 @@ def test_within_the_caps_requests_are_served(app: tuple[TestClient, HoldingPool]
     assert r.status_code == 200, r.text
     # One internal request per prompt, each asking for n = 2.
     assert [q.sampling.n for q in pool.requests[before:]] == [0, 2, 2]
+
+
+@pytest.mark.parametrize(("default", "n", "status"), [(50, 11, 200), (95, 11, 400), (500, 9, 200)])
+def test_a_missing_max_tokens_counts_what_the_neuron_generates_without_one(
+    default: int, n: int, status: int
+) -> None:
+    """The neuron's default_max_tokens, at most the context (100 tokens),
+    times n against max_output_entries (1000), where the context alone
+    refused n = 11."""
+    pool = DefaultingPool(default)
+    with TestClient(create_app(_settings(), pool=pool)) as client:
+        r = client.post(
+            "/v1/chat/completions", json={"model": MODEL, "messages": [_user("a")], "n": n}
+        )
+    assert r.status_code == status, r.text
+    if status == 400:
+        assert r.json()["error"]["param"] == "max_tokens"
+        assert not pool.requests
 
 
 def test_background_responses_per_tenant_are_capped(app: tuple[TestClient, HoldingPool]) -> None:

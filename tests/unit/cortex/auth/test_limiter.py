@@ -73,13 +73,15 @@ def test_the_estimate_is_the_prompt_bound_plus_the_output_cap() -> None:
     request = pb.GenerateRequest(prompt="x" * 400, sampling=pb.SamplingParams(max_tokens=50))
     prompt = prompt_bound(request, 0)
     assert prompt == request.ByteSize() + TEMPLATE_TOKENS
-    assert estimate_generate(request, max_context=2048) == prompt + 50
+    assert estimate_generate(request, max_context=2048, unset=2048) == prompt + 50
     request.sampling.n = 3
-    assert estimate_generate(request, max_context=2048) == prompt_bound(request, 0) + 150
+    assert estimate_generate(request, 2048, unset=2048) == prompt_bound(request, 0) + 150
     request.sampling.ClearField("max_tokens")
-    assert estimate_generate(request, max_context=2048) == prompt_bound(request, 0) + 3 * 2048
+    assert estimate_generate(request, 2048, unset=2048) == prompt_bound(request, 0) + 3 * 2048
+    # Without max_tokens, what the model generates without one (its default).
+    assert estimate_generate(request, 2048, unset=512) == prompt_bound(request, 0) + 3 * 512
     # A prompt cannot pass the context (the neuron refuses or truncates it).
-    assert estimate_generate(request, max_context=300) == 300 + 3 * 300
+    assert estimate_generate(request, max_context=300, unset=300) == 300 + 3 * 300
 
 
 def test_the_prompt_bound_is_not_below_a_token_a_byte_and_the_template() -> None:
