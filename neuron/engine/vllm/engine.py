@@ -21,9 +21,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
-from axon.errors import InvalidRequestError, ModelNotFoundError, UnavailableError
+from axon.errors import InvalidRequestError, ModelNotFoundError, NeuraxisError, UnavailableError
 from axon.generations import Generation
 from axon.process import forked_children_die_with_this_process
 from axon.tasks import ModelTask
@@ -45,6 +45,7 @@ from neuron.engine.base import (
     wrong_task,
 )
 from neuron.engine.vllm.args import VllmOptions, engine_launch
+from neuron.engine.vllm.errors import client_error
 from neuron.engine.vllm.prompt import render_fitting, sampling_params
 from neuron.engine.vllm.shaping import ChoiceShaper, ReasoningSplit
 from neuron.engine.vllm.tool_parsers import auto_tools
@@ -160,7 +161,6 @@ class VllmEngine(Engine):
         return await loop.run_in_executor(self._prepare_pool, functools.partial(work, *args))
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[Output]:
-        from vllm.exceptions import VLLMValidationError
         from vllm.v1.engine.exceptions import EngineDeadError
 
         model = self._served(request.model, ModelTask.GENERATE)
@@ -206,10 +206,10 @@ class VllmEngine(Engine):
                     yield Output(choices=tuple(choices), usage=usage)
         except EngineDeadError:
             raise _dead() from None
-        except VLLMValidationError as e:
-            raise InvalidRequestError(str(e), param=e.parameter) from None
-        except ValueError as e:
-            raise InvalidRequestError(str(e)) from None
+        except NeuraxisError:
+            raise
+        except Exception as e:
+            _raise_translated(e, request)
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         from vllm import PoolingParams
@@ -229,7 +229,6 @@ class VllmEngine(Engine):
                     f"{model.max_context_length}.",
                     param="input",
                 )
-        params = PoolingParams(task="embed", dimensions=request.dimensions)
 
         async def one(i: int, ids: list[int]) -> Any:
             final = None
@@ -240,10 +239,13 @@ class VllmEngine(Engine):
             return final
 
         try:
+            params = PoolingParams(task="embed", dimensions=request.dimensions)
             # All inputs at once, so that the engine batches them.
             results = await asyncio.gather(*(one(i, ids) for i, ids in enumerate(prompts)))
         except EngineDeadError:
             raise _dead() from None
+        except Exception as e:
+            _raise_translated(e, None)
         # One pooled vector per input (flattened: some poolers keep a batch axis).
         embeddings = [r.outputs.data.flatten().tolist() for r in results if r is not None]
         return EmbedResult(embeddings=embeddings, prompt_tokens=sum(len(p) for p in prompts))
@@ -305,6 +307,16 @@ class VllmEngine(Engine):
 
 def _dead() -> UnavailableError:
     return UnavailableError(f"the neuron's engine has died: {ENGINE_CORE_DIED}")
+
+
+def _raise_translated(error: Exception, request: EngineRequest | None) -> NoReturn:
+    """The client's error for what vLLM or the template raised, in our words
+    (errors.py); anything not known to be the request's fault goes on as it
+    is, for the server to log with the request id and answer INTERNAL."""
+    translated = client_error(error, request)
+    if translated is None:
+        raise error
+    raise translated from None
 
 
 def _token_ids(tokenizer: Any, inputs: tuple[str | tuple[int, ...], ...]) -> list[list[int]]:

@@ -89,15 +89,14 @@ def render(tokenizer: Any, request: EngineRequest) -> list[int]:
         tools = None
         if request.tools and request.tool_choice.mode is not ToolChoiceMode.NONE:
             tools = [openai_tool(t) for t in request.tools]
-        try:
-            text = tokenizer.apply_chat_template(
-                [_template_message(m) for m in request.messages],
-                tools=tools,
-                add_generation_prompt=True,
-                tokenize=False,
-            )
-        except Exception as e:  # a template that rejects the conversation
-            raise InvalidRequestError(f"the chat template rejected the messages: {e}") from None
+        # A template that refuses the conversation raises Jinja's errors:
+        # errors.py says which are the request's fault.
+        text = tokenizer.apply_chat_template(
+            [_template_message(m) for m in request.messages],
+            tools=tools,
+            add_generation_prompt=True,
+            tokenize=False,
+        )
         ids = tokenizer.encode(text, add_special_tokens=False)
     return list(ids)
 

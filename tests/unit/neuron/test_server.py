@@ -24,6 +24,7 @@ from axon.errors import (
 from axon.v1 import neuron_pb2 as pb
 from cortex.routing.client import NeuronClient
 from harness.ports import free_port
+from neuron.engine.base import EngineRequest, Output
 from neuron.engine.sim import SimEngine, SimOptions
 from neuron.server import (
     ENGINE_DEATH_GRACE_S,
@@ -142,6 +143,26 @@ async def test_engine_failure_is_internal_without_details() -> None:
             [r async for r in client.generate(_request(), timeout=10)]
         info = await client.info(timeout=5)
         assert info.ready and info.engine == "sim" and [m.id for m in info.models] == ["m"]
+
+
+class _UnexpectedError(SimEngine):
+    """An engine that fails with an error nobody translated, in its library's
+    words (xgrammar's names its C++ source)."""
+
+    def generate(self, request: EngineRequest) -> AsyncIterator[Output]:
+        raise ValueError("/project/cpp/json_schema_converter.cc:4944: Unsupported type")
+
+
+async def test_an_unexpected_error_is_internal_logged_with_the_request_id_not_sent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with _serve(_UnexpectedError(SimOptions(served_id="m"))) as client:
+        with pytest.raises(InternalError) as raised:
+            [r async for r in client.generate(_request(), timeout=10)]
+    assert "json_schema_converter" not in raised.value.message
+    (record,) = [r for r in caplog.records if r.getMessage() == "request failed"]
+    assert getattr(record, "request_id", None) == "r1"
+    assert record.exc_info is not None and "json_schema_converter" in str(record.exc_info[1])
 
 
 async def test_info_reports_the_engines_batch_size_as_its_max_concurrency() -> None:
