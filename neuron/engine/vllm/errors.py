@@ -39,6 +39,12 @@ def _prompt(request: EngineRequest | None) -> str:
     return "prompt" if request is not None and request.prompt is not None else "messages"
 
 
+def _logprobs(request: EngineRequest | None) -> str:
+    # The chat API's logprobs is a flag and top_logprobs the count;
+    # completions' logprobs is the count.
+    return "logprobs" if request is not None and request.prompt is not None else "top_logprobs"
+
+
 def _constraint(request: EngineRequest | None) -> str:
     """The field that carried the schema or grammar vLLM could not use: the
     tools when a tool is forced (their schemas, a custom tool's grammar),
@@ -100,7 +106,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(r"^n must be at most", "n", "more choices than this model server makes at once"),
     _rule(
         r"^Requested sample logprobs of",
-        "top_logprobs",
+        _logprobs,
         "more alternatives per token than this model server returns",
     ),
     _rule(r"^min_tokens must be", "min_tokens", "it is more than max_tokens"),

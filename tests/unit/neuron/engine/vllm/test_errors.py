@@ -174,6 +174,15 @@ def test_a_schema_error_without_a_schema_from_the_client_is_not_the_clients() ->
         ),
         (
             _validation(
+                "Requested sample logprobs of 30, which is greater than max allowed: 20",
+                parameter="logprobs",
+                value=30,
+            ),
+            COMPLETION,
+            "logprobs",
+        ),
+        (
+            _validation(
                 "token_id(s) [99999999] in stop_token_ids contain out-of-vocab token ids. "
                 "Vocabulary size: 49152",
                 parameter="stop_token_ids",
