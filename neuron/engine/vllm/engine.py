@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,7 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn, TypeVar
 
-from axon.errors import InvalidRequestError, ModelNotFoundError, NeuraxisError, UnavailableError
+from axon.errors import (
+    InternalError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    NeuraxisError,
+    UnavailableError,
+)
 from axon.generations import Generation
 from axon.process import forked_children_die_with_this_process
 from axon.tasks import ModelTask
@@ -51,6 +58,8 @@ from neuron.engine.vllm.shaping import ChoiceShaper, ReasoningSplit
 from neuron.engine.vllm.tool_parsers import auto_tools
 
 _T = TypeVar("_T")
+
+log = logging.getLogger("neuraxis.neuron")
 
 # What the neuron says when vLLM reports its engine core dead: vLLM itself
 # knows no more than that (EngineDeadError carries no cause).
@@ -178,6 +187,8 @@ class VllmEngine(Engine):
             async for out in stream:
                 choices: list[ChoiceDelta] = []
                 for completion in out.outputs:
+                    if completion.finish_reason == "error":
+                        raise _failed_by_vllm(request.request_id)
                     completion_tokens += len(completion.token_ids)
                     finish = (
                         _FINISH.get(completion.finish_reason, FinishReason.STOP)
@@ -307,6 +318,17 @@ class VllmEngine(Engine):
 
 def _dead() -> UnavailableError:
     return UnavailableError(f"the neuron's engine has died: {ENGINE_CORE_DIED}")
+
+
+def _failed_by_vllm(request_id: str) -> InternalError:
+    """vLLM's finish reason "error": its request-level internal error (a
+    grammar its engine core failed to compile, a KV-cache load that failed),
+    which its own server always answers with a 500. Its log has the cause."""
+    log.warning(
+        "vLLM finished the request with an error (its log above has the cause)",
+        extra={"request_id": request_id},
+    )
+    return InternalError("vLLM failed the request (finish reason 'error')")
 
 
 def _raise_translated(error: Exception, request: EngineRequest | None) -> NoReturn:

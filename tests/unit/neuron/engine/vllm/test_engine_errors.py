@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from axon.errors import InvalidRequestError
+from axon.errors import InternalError, InvalidRequestError
 from axon.generations import Generation
 from axon.tasks import ModelTask
 from neuron.engine.base import EmbedRequest, EngineRequest, Message, Sampling
@@ -62,6 +62,7 @@ class _ScriptedLLM:
 
     tokenizer: _Tokenizer = field(default_factory=_Tokenizer)
     error: Exception | None = None
+    finish_reason: str = "stop"
     params: list[Any] = field(default_factory=list)
     errored: bool = False
     model_config: Any = field(
@@ -75,7 +76,7 @@ class _ScriptedLLM:
         self.params.append(params)
         if self.error is not None:
             raise self.error
-        yield _Output()
+        yield _Output([_Completion(finish_reason=self.finish_reason)])
 
     async def encode(self, prompt: Any, params: Any, request_id: str) -> AsyncIterator[Any]:
         if self.error is not None:
@@ -164,6 +165,19 @@ async def test_any_other_value_error_is_not_made_the_clients(
     # Left as it is: the server logs it with the request id and answers INTERNAL.
     with pytest.raises(ValueError, match="sampling distribution replay"):
         await _run(served, _request())
+
+
+async def test_a_request_vllm_finishes_with_an_error_is_internal_not_an_empty_answer(
+    engine: tuple[VllmEngine, _ScriptedLLM], caplog: pytest.LogCaptureFixture
+) -> None:
+    """vLLM's finish reason "error" (a grammar its engine core failed to
+    compile, a KV-cache load that failed) is its request-level internal
+    error: it was read as "stop", an empty answer."""
+    served, llm = engine
+    llm.finish_reason = "error"
+    with pytest.raises(InternalError):
+        await _run(served, _request())
+    assert [getattr(r, "request_id", None) for r in caplog.records] == ["r1"]
 
 
 async def test_a_template_that_refuses_the_conversation_names_the_messages(
