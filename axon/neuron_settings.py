@@ -71,6 +71,15 @@ class NeuronSettings(LogSettings):
         "not hold an engine slot, and its answer cortex's memory, for a whole long context "
         "(128k tokens on some models)",
     )
+    grammar_compile_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        description="a request's JSON schema or grammar is compiled first in a child process of "
+        "the neuron's, killed past this many seconds or when the request is cancelled (the "
+        "request then gets a 400 naming the field), before vLLM compiles it, which it would not "
+        "stop: a usual schema takes milliseconds, 128 KiB of tool schemas 11 s on two busy "
+        "cores, a crafted 984-byte one 127 s (vLLM engine; 0: not probed)",
+    )
     # The CPU backend takes whole GiB (VLLM_CPU_KVCACHE_SPACE).
     kv_cache_gib: int = Field(1, ge=1, description="KV cache size in whole GiB")
     dtype: str | None = Field(

@@ -59,6 +59,7 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
         generation,
         prepare_threads=settings.prepare_threads,
         default_max_tokens=settings.default_max_tokens,
+        grammar_timeout_s=settings.grammar_compile_timeout_s,
     )
 
 

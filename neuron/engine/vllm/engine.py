@@ -52,7 +52,8 @@ from neuron.engine.base import (
     wrong_task,
 )
 from neuron.engine.vllm.args import VllmOptions, engine_launch
-from neuron.engine.vllm.errors import client_error
+from neuron.engine.vllm.errors import client_error, constraint_param
+from neuron.engine.vllm.grammar_probe import CompileTimeoutError, GrammarProbe, probe_key
 from neuron.engine.vllm.prompt import render_fitting, sampling_params
 from neuron.engine.vllm.shaping import ChoiceShaper, ReasoningSplit
 from neuron.engine.vllm.tool_parsers import auto_tools
@@ -75,6 +76,7 @@ class VllmEngine(Engine):
         generation: Generation = Generation.CPU,
         prepare_threads: int = 1,
         default_max_tokens: int = 0,
+        grammar_timeout_s: float = 0.0,
     ) -> None:
         self._options = options
         self._generation = generation
@@ -83,6 +85,10 @@ class VllmEngine(Engine):
         # shared by threads can fail with "Already borrowed".
         self._prepare_threads = prepare_threads
         self._default_max_tokens = default_max_tokens
+        # Schemas and grammars are compiled first within this bound
+        # (grammar_probe.py); 0: not probed.
+        self._grammar_timeout_s = grammar_timeout_s
+        self._probe: GrammarProbe | None = None
         self._llm: Any = None
         self._tokenizer: Any = None
         self._model: ServedModel | None = None
@@ -127,6 +133,9 @@ class VllmEngine(Engine):
         forked_children_die_with_this_process()
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
         self._tokenizer = self._llm.get_tokenizer()
+        self._probe = self._grammar_probe()
+        if self._probe is not None:
+            self._probe.warm()
         self._model = ServedModel(
             id=opts.served_id,
             max_context_length=int(self._llm.model_config.max_model_len),
@@ -180,6 +189,7 @@ class VllmEngine(Engine):
             )
             max_tokens = check_context(model, len(prompt_ids), request.sampling.max_tokens)
             params = sampling_params(request, max_tokens)
+            await self._check_grammar(request, params)
             shapers = [self._shaper(i, request) for i in range(request.sampling.n)]
             stream = self._llm.generate(
                 {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id
@@ -262,11 +272,46 @@ class VllmEngine(Engine):
         return EmbedResult(embeddings=embeddings, prompt_tokens=sum(len(p) for p in prompts))
 
     async def shutdown(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
         if self._prepare_pool is not None:
             self._prepare_pool.shutdown(wait=False, cancel_futures=True)
+
+    def _grammar_probe(self) -> GrammarProbe | None:
+        """The probe over the model's vocabulary, as vLLM's xgrammar backend
+        reads it; None when off, or when xgrammar cannot read this tokenizer
+        (vLLM then picks another backend itself)."""
+        if self._grammar_timeout_s <= 0 or self._options.task is not ModelTask.GENERATE:
+            return None
+        try:
+            import xgrammar as xgr
+
+            vocab_size = self._llm.model_config.get_vocab_size()
+            info = xgr.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=vocab_size)
+        except Exception:
+            log.warning("grammar probe off: xgrammar cannot read the tokenizer", exc_info=True)
+            return None
+        return GrammarProbe(self._grammar_timeout_s, info.serialize_json())
+
+    async def _check_grammar(self, request: EngineRequest, params: Any) -> None:
+        """Refuse a schema or grammar that takes longer than the bound to
+        compile, before vLLM, which would not stop compiling it."""
+        key = probe_key(params.structured_outputs) if self._probe is not None else None
+        if self._probe is None or key is None:
+            return
+        try:
+            await self._probe.check(*key)
+        except CompileTimeoutError:
+            param = constraint_param(request)
+            raise InvalidRequestError(
+                f"Invalid '{param}': the schema or grammar takes this model server more than "
+                f"{self._probe.timeout_s:g} s to compile; simplify it (fewer properties, "
+                "smaller length and item bounds).",
+                param=param,
+            ) from None
 
     def _served(self, model_id: str, task: ModelTask) -> ServedModel:
         if self._model is None:

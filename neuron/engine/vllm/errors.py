@@ -45,7 +45,7 @@ def _logprobs(request: EngineRequest | None) -> str:
     return "logprobs" if request is not None and request.prompt is not None else "top_logprobs"
 
 
-def _constraint(request: EngineRequest | None) -> str:
+def constraint_param(request: EngineRequest | None) -> str:
     """The field that carried the schema or grammar vLLM could not use: the
     tools when a tool is forced (their schemas, a custom tool's grammar),
     else the response format."""
@@ -55,14 +55,14 @@ def _constraint(request: EngineRequest | None) -> str:
     return "response_format"
 
 
-def _has_constraint(request: EngineRequest | None) -> bool:
+def _hasconstraint_param(request: EngineRequest | None) -> bool:
     """Whether the client gave a schema or grammar (a json_object format is
     ours: it has none)."""
     if request is None:
         return False
     if request.response_format.kind is ResponseFormatKind.JSON_SCHEMA:
         return True
-    return _constraint(request) == "tools"
+    return constraint_param(request) == "tools"
 
 
 @dataclass(frozen=True)
@@ -174,8 +174,8 @@ def client_error(error: BaseException, request: EngineRequest | None) -> Neuraxi
     if not isinstance(error, (VLLMClientError, ValueError)) or not error.args:
         return None
     message = str(error.args[0])
-    if _CONSTRAINT.search(message) and _has_constraint(request):
-        param = _constraint(request)
+    if _CONSTRAINT.search(message) and _hasconstraint_param(request):
+        param = constraint_param(request)
         return InvalidRequestError(f"Invalid '{param}': {_CONSTRAINT_REASON}.", param=param)
     for rule in _RULES:
         found = rule.pattern.search(message)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,18 @@ import pytest
 from axon.errors import InternalError, InvalidRequestError
 from axon.generations import Generation
 from axon.tasks import ModelTask
-from neuron.engine.base import EmbedRequest, EngineRequest, Message, Sampling
+from neuron.engine.base import (
+    EmbedRequest,
+    EngineRequest,
+    Message,
+    ResponseFormat,
+    ResponseFormatKind,
+    Sampling,
+)
 from neuron.engine.vllm import VllmEngine, VllmOptions
 from neuron.engine.vllm.args import engine_launch
+from neuron.engine.vllm.grammar_probe import GrammarProbe
+from tests.unit.neuron.engine.vllm.probe_fakes import held_compiler
 
 CONTEXT = 2048
 
@@ -194,6 +203,28 @@ async def test_a_template_that_refuses_the_conversation_names_the_messages(
     llm.tokenizer.template_error = TemplateSyntaxError("unexpected '}'", 1)
     with pytest.raises(TemplateSyntaxError):
         await _run(served, _request())
+
+
+async def test_a_schema_past_the_compile_bound_never_reaches_vllm(
+    engine: tuple[VllmEngine, _ScriptedLLM], tmp_path: Path
+) -> None:
+    """The probe (grammar_probe.py) kills a compile past its bound: the
+    request is a 400 naming where the schema came from, and vLLM, which
+    would not stop compiling it, never gets it."""
+    served, llm = engine
+    probe = GrammarProbe(0.5, str(tmp_path / "release"), held_compiler)
+    served._probe = probe
+    held = ResponseFormat(ResponseFormatKind.JSON_SCHEMA, {"type": "object", "title": "held"})
+    quick = ResponseFormat(ResponseFormatKind.JSON_SCHEMA, {"type": "object"})
+    try:
+        await _run(served, replace(_request(), response_format=quick))
+        assert len(llm.params) == 1
+        with pytest.raises(InvalidRequestError) as raised:
+            await _run(served, replace(_request(), response_format=held))
+    finally:
+        probe.close()
+    assert raised.value.param == "response_format" and "0.5 s" in raised.value.message
+    assert len(llm.params) == 1
 
 
 async def test_an_embedding_dimension_the_model_refuses_names_dimensions(
