@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-store soak head-restart install clean
+.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-store soak head-restart install clean
 
 install: $(STAMP)
 
@@ -67,7 +67,7 @@ proto-check: $(STAMP)
 # cluster) and writes its summary to bench/results/. `make bench-smoke` runs
 # them all with --smoke (seconds each; `make test` does it too).
 BENCH_ALL := gateway_overhead embeddings_throughput metrics_cost responses_vs_chat failover \
-	tool_stream auth_cost admission routing routing_sim gateway_capacity store
+	tool_stream auth_cost admission routing routing_sim gateway_capacity store seeded_streams
 bench: $(STAMP)
 	set -e; for m in $(BENCH_ALL); do $(PY) -m bench.$$m; done
 
@@ -78,12 +78,13 @@ bench-smoke: $(STAMP)
 # (`make bench-auth` runs bench/auth_cost.py). Among them: auth, API keys and
 # rate limits on vs off (sim neuron), TTFT p50 and tokens/s at c=1 and c=16;
 # admission, admission control at 4x overload (sim neuron), 503 latency and
-# goodput vs unlimited; routing, the routing policies on two real vLLM replicas
+# goodput vs unlimited; seeded, 64 seeded streams at once on the real engine
+# (what killed vLLM's CPU engine); routing, the routing policies on two real vLLM replicas
 # (~16 minutes on 2 busy cores); gateway, the streams and SSE events/s one
 # cortex (then two workers) sustains.
 BENCHES := failover:failover embeddings:embeddings_throughput metrics:metrics_cost \
 	responses:responses_vs_chat tool-stream:tool_stream auth:auth_cost admission:admission \
-	routing:routing gateway:gateway_capacity
+	routing:routing gateway:gateway_capacity seeded:seeded_streams
 
 define bench_rule
 bench-$(1): $$(STAMP)

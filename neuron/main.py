@@ -52,7 +52,7 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
                 ),
             )
         )
-    from neuron.engine.vllm import VllmEngine
+    from neuron.engine.vllm.engine import VllmEngine
 
     return VllmEngine(
         vllm_options(settings, resolve_model(settings)),

@@ -63,6 +63,7 @@ def _against(stack: Stack) -> list[str]:
         ("bench.responses_vs_chat", "| concurrency | API | TTFT p50 (ms) | output tokens/s |"),
         ("bench.tool_stream", "| case | first text (ms) | first tool-call delta (ms) |"),
         ("bench.routing", "| workload | policy | TTFT p50 (ms) | TTFT p90 (ms) |"),
+        ("bench.seeded_streams", "| round | streams | finished | failed | seconds |"),
     ],
 )
 def test_benchmark_against_the_stack_runs(stack: Stack, module: str, table: str) -> None:

@@ -70,6 +70,32 @@ def test_streamed_text_equals_non_streamed_for_same_seed(stack: Stack) -> None:
     assert streamed == whole.choices[0].message.content
 
 
+# More prompt tokens than one step of vLLM's CPU engine prefills (its
+# max_num_batched_tokens, 2,048): the prompt is prefilled in chunks.
+LONGER_THAN_A_STEP = "The quick brown fox jumps over the lazy dog. " * 240
+
+
+def test_a_seeded_request_prefilled_in_chunks_is_served_and_the_engine_lives(
+    stack: Stack,
+) -> None:
+    """vLLM 0.32's CPU engine died on it (issue 31 point 9:
+    neuron/engine/vllm/cpu_seed.py), and with it every request on the replica."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": LONGER_THAN_A_STEP + "Say hi."}],
+        "seed": 11,
+        "temperature": 0.8,
+        "max_tokens": 4,
+    }
+    r = httpx.post(f"{stack.base_url}/v1/chat/completions", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] > 2048
+    after = stack.client().chat.completions.create(
+        model=MODEL, messages=QUESTION, temperature=0, max_tokens=4
+    )
+    assert after.choices[0].message.content
+
+
 def test_usage_adds_up(stack: Stack) -> None:
     client = stack.client()
     whole = client.chat.completions.create(

@@ -1,4 +1,3 @@
-from neuron.engine.vllm.args import VllmOptions
-from neuron.engine.vllm.engine import VllmEngine
-
-__all__ = ["VllmEngine", "VllmOptions"]
+"""The neuron's vLLM engine (engine.py, VllmEngine; its options in args.py).
+Nothing is imported here: vLLM's own processes load cpu_seed.py as a plugin,
+and that must not bring in the engine."""

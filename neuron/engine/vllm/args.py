@@ -26,6 +26,7 @@ from typing import Any
 
 from axon.generations import PROFILES, Generation, check_model_options
 from axon.tasks import ModelTask
+from neuron.engine.vllm.cpu_seed import CPU_SEED_FIX_ENV
 
 # vLLM's compilation on a GPU: its Inductor-based compiler and CUDA graphs for
 # decode batches (FULL) and for mixed batches (PIECEWISE, between attention).
@@ -110,4 +111,6 @@ def _env(options: VllmOptions, generation: Generation) -> dict[str, str]:
     if generation is Generation.CPU:
         # The engine core is a child process and inherits it.
         env["VLLM_CPU_KVCACHE_SPACE"] = str(options.kv_cache_gib)
+        # vLLM's worker process loads cpu_seed.py as a plugin; this turns it on.
+        env[CPU_SEED_FIX_ENV] = "1"
     return env

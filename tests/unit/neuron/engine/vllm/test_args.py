@@ -40,7 +40,11 @@ def test_cpu_arguments_exactly() -> None:
         "enforce_eager": True,
         "disable_log_stats": False,
     }
-    assert launch.env == {"VLLM_CONFIGURE_LOGGING": "0", "VLLM_CPU_KVCACHE_SPACE": "3"}
+    assert launch.env == {
+        "VLLM_CONFIGURE_LOGGING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "3",
+        "NEURAXIS_VLLM_CPU_SEED_FIX": "1",
+    }
 
 
 def test_ada_arguments_exactly_with_the_models_overrides() -> None:

@@ -25,8 +25,8 @@ from neuron.engine.base import (
     ResponseFormatKind,
     Sampling,
 )
-from neuron.engine.vllm import VllmEngine, VllmOptions
-from neuron.engine.vllm.args import engine_launch
+from neuron.engine.vllm.args import VllmOptions, engine_launch
+from neuron.engine.vllm.engine import VllmEngine
 from neuron.engine.vllm.grammar_probe import GrammarProbe
 from tests.unit.neuron.engine.vllm.probe_fakes import held_compiler
 

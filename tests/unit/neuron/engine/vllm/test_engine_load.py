@@ -8,7 +8,8 @@ from pathlib import Path
 from vllm.v1.metrics.stats import SchedulerStats
 
 from neuron.engine.base import EngineLoad
-from neuron.engine.vllm import VllmEngine, VllmOptions
+from neuron.engine.vllm.args import VllmOptions
+from neuron.engine.vllm.engine import VllmEngine
 
 
 def test_the_load_is_the_schedulers_last_report_with_its_kv_cache_usage() -> None:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from axon.generations import Generation
-from neuron.engine.vllm import VllmEngine, VllmOptions
-from neuron.engine.vllm.args import engine_launch
+from neuron.engine.vllm.args import VllmOptions, engine_launch
+from neuron.engine.vllm.cpu_seed import CPU_SEED_FIX_ENV
+from neuron.engine.vllm.engine import VllmEngine
 
 
 class _StartedLLM:
@@ -37,7 +38,7 @@ async def test_start_uses_the_printed_arguments(
         return _StartedLLM()
 
     monkeypatch.setattr(AsyncLLM, "from_engine_args", from_engine_args)
-    for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CONFIGURE_LOGGING"):
+    for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CONFIGURE_LOGGING", CPU_SEED_FIX_ENV):
         # Set first so that monkeypatch restores what was there after the test.
         monkeypatch.setenv(name, "unset")
         monkeypatch.delenv(name)

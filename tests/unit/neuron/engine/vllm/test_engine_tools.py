@@ -25,8 +25,8 @@ from neuron.engine.base import (
     ToolChoice,
     ToolChoiceMode,
 )
-from neuron.engine.vllm import VllmEngine, VllmOptions
-from neuron.engine.vllm.args import engine_launch
+from neuron.engine.vllm.args import VllmOptions, engine_launch
+from neuron.engine.vllm.engine import VllmEngine
 
 TOOLS = (Tool(name="get_weather", parameters={"type": "object"}),)
 
