@@ -155,7 +155,9 @@ def test_client_disconnect_aborts_the_generation(stack: Stack) -> None:
     assert idle, "an earlier test's request still runs on the engine"
     body = {
         "model": MODEL,
-        "input": "Write a very long essay about the sea.",
+        # Greedy SmolLM2 counts on for hundreds of tokens (an essay it ended
+        # early once, before the load was read).
+        "input": "Count from 1 to 1000, one per line.",
         "stream": True,
         "temperature": 0,
         "max_output_tokens": 1000,
@@ -168,7 +170,7 @@ def test_client_disconnect_aborts_the_generation(stack: Stack) -> None:
                 break
         # The engine's load is its stats logger's last step: a moment behind
         # the tokens on a busy machine.
-        assert wait_until(lambda: engine_load(stack.neuron_address).running == 1, 10)
+        assert wait_until(lambda: engine_load(stack.neuron_address).running >= 1, 10)
     assert wait_until(lambda: engine_load(stack.neuron_address).running == 0, 10)
 
 
