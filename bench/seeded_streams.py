@@ -3,7 +3,8 @@
 
 Starts `neuraxis up` and sends, all at once, `--streams` streamed chat
 requests with temperature 0.8, 32 to 64 tokens each, first without a seed
-(the control), then each with a seed of its own. Before the fix the seeded
+(the control), then each with a seed of its own; each prompt is ~200 tokens
+of its own, so that some are prefilled in chunks. Before the fix the seeded
 round ended the engine: every stream on the replica failed and the model was
 unavailable until the controller replaced it. Prints, per round, how many
 streams finished and whether the chat replica's neuron is the same process
@@ -44,13 +45,24 @@ QUESTIONS = (
 )
 
 
+# Words for each stream's notes: prompts of their own (no shared prefix for
+# the cache to skip), ~200 tokens each, so that 64 of them take the engine
+# several prefill steps and some prompts are prefilled in chunks, the trigger.
+WORDS = ("sea", "ship", "wind", "river", "stone", "bird", "cloud", "field", "light")
+
+
+def _prompt(i: int, rng: random.Random) -> str:
+    notes = " ".join(rng.choice(WORDS) for _ in range(150))
+    return f"Notes {i}: {notes}. {QUESTIONS[i % len(QUESTIONS)]}"
+
+
 def _bodies(streams: int, seeded: bool, max_tokens: tuple[int, int]) -> list[dict[str, Any]]:
     rng = random.Random(31)
     bodies = []
     for i in range(streams):
         body: dict[str, Any] = {
             "model": CHAT_MODEL,
-            "messages": [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
+            "messages": [{"role": "user", "content": _prompt(i, rng)}],
             "temperature": 0.8,
             "max_tokens": rng.randint(*max_tokens),
             "stream": True,
