@@ -83,13 +83,14 @@ def xgrammar_compiler(tokenizer_info_json: str) -> Compile:
     return compile_
 
 
-def _serve(conn: Connection, factory: CompilerFactory, setup: Any) -> None:
-    """The child: ready once set up, then one compile per message; the
-    answer is None or why it failed (vLLM will say it to the client)."""
+def _serve(conn: Connection, factory: CompilerFactory) -> None:
+    """The child: its setup first, ready once set up, then one compile per
+    message; the answer is None or why it failed (vLLM will say it to the
+    client)."""
     from axon.process import die_with_parent
 
     die_with_parent()
-    compile_ = factory(setup)
+    compile_ = factory(conn.recv())
     conn.send("ready")
     while True:
         try:
@@ -188,7 +189,7 @@ class GrammarProbe:
         self._kill()
         ours, theirs = multiprocessing.get_context("spawn").Pipe()
         process = multiprocessing.get_context("spawn").Process(
-            target=_serve, args=(theirs, self._factory, self._setup), daemon=True
+            target=_serve, args=(theirs, self._factory), daemon=True
         )
         # Started from the event loop's thread: the child's parent-death
         # signal follows that thread, which lives as long as the neuron.
@@ -196,6 +197,11 @@ class GrammarProbe:
         theirs.close()
         self._child = (process, ours)
         try:
+            # The setup (the vocabulary: 1.6 MB for SmolLM2) from a thread: a
+            # write that size waits for the child to read it, after its start
+            # and its imports, and on the event loop it held the neuron's
+            # health answers for as long.
+            await asyncio.to_thread(ours.send, self._setup)
             if await _receive(ours) != "ready":
                 raise RuntimeError("the grammar probe did not say it was ready")
         except BaseException:
