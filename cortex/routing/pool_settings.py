@@ -4,7 +4,7 @@ constructor's arguments; cortex/app.py passes them on."""
 
 from __future__ import annotations
 
-from pydantic import Field, NonNegativeInt, PositiveFloat
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from axon.settings import SettingsGroup
 
@@ -18,8 +18,13 @@ class PoolSettings(SettingsGroup):
     )
     health_timeout_s: PositiveFloat = Field(
         1.0,
-        description="how long a neuron's Info poll may take before the neuron counts as not "
-        "answering: out of rotation, and its requests in flight abandoned (s)",
+        description="how long a neuron's Info poll may take before it counts as missed (s)",
+    )
+    health_misses: PositiveInt = Field(
+        3,
+        description="Info polls in a row that may miss their deadline before the neuron counts "
+        "as not answering: out of rotation, and its requests in flight abandoned (a refused "
+        "connection counts at once)",
     )
     load_interval_s: PositiveFloat = Field(
         0.5, description="how often each ready neuron's engine load is polled (s)"

@@ -264,7 +264,7 @@ async def test_a_slow_poll_of_a_neuron_whose_streams_flow_keeps_it_in() -> None:
     assert await pools.texts(pool.generate(_request())) == ["again", "!"]
 
 
-async def test_a_slow_poll_of_a_neuron_heard_from_long_ago_takes_it_out() -> None:
+async def test_three_slow_polls_in_a_row_of_a_neuron_heard_from_long_ago_take_it_out() -> None:
     a, b = FakeNeuron("quiet-a:1"), FakeNeuron("quiet-b:1")
     a.script = [text("partial"), asyncio.Event(), DONE]
     clock = Clock()
@@ -279,6 +279,33 @@ async def test_a_slow_poll_of_a_neuron_heard_from_long_ago_takes_it_out() -> Non
     await asyncio.sleep(0)
     a.info_times_out = True
     clock.now += 1.5  # nothing heard for longer than the health timeout
+    for _ in range(2):  # a loaded host's late answers: still in
+        await pool.refresh()
+        await asyncio.sleep(0)
+        assert not reading.done()
     await pool.refresh()
     with pytest.raises(UnavailableError, match="stopped answering its health checks"):
         await asyncio.wait_for(reading, 2)
+
+
+async def test_an_answer_between_slow_polls_starts_their_count_again() -> None:
+    a, b = FakeNeuron("late-a:1"), FakeNeuron("late-b:1")
+    clock = Clock()
+    pool = await pools.polled(_pool([a, b], clock=clock))
+    for _ in range(3):
+        a.info_times_out = True
+        for _ in range(2):
+            await pool.refresh()
+        a.info_times_out = False
+        await pool.refresh()
+    assert await pools.texts(pool.generate(_request())) == ["hi", "!"]
+    assert a.generate_requests and not b.generate_requests
+
+
+async def test_a_refused_poll_takes_a_neuron_out_at_once() -> None:
+    a, b = FakeNeuron("gone-a:1"), FakeNeuron("gone-b:1")
+    pool = await pools.polled(_pool([a, b]))
+    a.reachable = False
+    await pool.refresh()
+    assert await pools.texts(pool.generate(_request())) == ["hi", "!"]
+    assert b.generate_requests and not a.generate_requests
