@@ -139,6 +139,12 @@ class NeuronSettings(LogSettings):
     # The simulated engine (tests and benchmarks).
     sim_ttft_s: float = Field(0.01, ge=0, description="sim engine: time to first token (s)")
     sim_itl_s: float = Field(0.005, ge=0, description="sim engine: time between tokens (s)")
+    sim_load_s: float = Field(
+        0.0,
+        ge=0,
+        description="sim engine: how long its start holds the event loop, as vLLM's engine "
+        "build does (s)",
+    )
     sim_fail_after_tokens: int | None = Field(
         None, ge=0, description="sim engine: fail after this many tokens"
     )

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 
@@ -191,3 +191,33 @@ FIXED_REPLICA_PORTS = {
     "NEURAXIS_REPLICA_PORTS": "50051-50099",
     "NEURAXIS_REPLICA_METRICS_PORTS": "9400-9449",
 }
+
+
+class StopRequested(BaseException):
+    """SIGTERM or SIGINT arrived during a synchronous call that holds the
+    event loop (interrupted_by_stop_signals). A BaseException, so that the
+    call's own `except Exception` does not swallow it."""
+
+
+@contextlib.contextmanager
+def interrupted_by_stop_signals() -> Iterator[None]:
+    """(Main thread.) While inside, SIGTERM and SIGINT raise StopRequested in
+    whatever Python code runs, then the previous handlers are back.
+
+    vLLM builds its engine in one synchronous call of a minute or more,
+    holding the neuron's event loop: the loop's own signal handlers ran only
+    once it returned, so a neuron stopped while loading (`neuraxis up`
+    stopped meanwhile, a replica replaced) went on loading for as long, and
+    its stop timed out. The signal also reaches the loop's wakeup fd as
+    before, so the loop still sees it once it runs."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise StopRequested(signal.Signals(signum).name)
+
+    stop_signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, stop) for sig in stop_signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -42,6 +42,7 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
                 max_context_length=settings.max_model_len or 4096,
                 ttft_s=settings.sim_ttft_s,
                 itl_s=settings.sim_itl_s,
+                load_s=settings.sim_load_s,
                 fail_after_tokens=settings.sim_fail_after_tokens,
                 default_max_tokens=settings.default_max_tokens,
                 prefix_cache=PrefixCacheOptions(

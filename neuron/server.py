@@ -31,6 +31,7 @@ from axon.errors import (
     mapping_for,
 )
 from axon.grpc_limits import MESSAGE_OPTIONS
+from axon.process import StopRequested
 from axon.tls import TlsFiles
 from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
@@ -363,6 +364,9 @@ async def serve(
     await engine.shutdown()
     stopper.cancel()
     if loader.done() and not loader.cancelled() and loader.exception() is not None:
+        if isinstance(loader.exception(), StopRequested):
+            log.info("neuron stopped while its engine loaded")
+            return 0
         raise loader.exception()  # type: ignore[misc]
     log.info("neuron stopped (exit status %d)", status)
     return status

@@ -14,11 +14,13 @@ Load reports the requests queued for prefill as waiting.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from axon.errors import EngineDiedError, InternalError, ModelNotFoundError
+from axon.process import interrupted_by_stop_signals
 from axon.tasks import ModelTask
 from neuron.engine.base import (
     ChoiceDelta,
@@ -33,6 +35,8 @@ from neuron.engine.base import (
 )
 from neuron.engine.sim_cache import PrefillModel, PrefixCacheOptions
 
+log = logging.getLogger("neuraxis.neuron")
+
 
 @dataclass(frozen=True)
 class SimOptions:
@@ -40,6 +44,9 @@ class SimOptions:
     max_context_length: int = 4096
     ttft_s: float = 0.01
     itl_s: float = 0.005
+    # How long start() holds the event loop, in one synchronous call, as
+    # vLLM's engine build does (a stop meanwhile must still end it).
+    load_s: float = 0.0
     # Where the simulated model ends an answer that sets no max_tokens (a
     # real one stops at its end-of-sequence token), if default_max_tokens
     # or the context has not ended it sooner.
@@ -78,7 +85,10 @@ class SimEngine(Engine):
         return "sim"
 
     async def start(self) -> None:
-        return None
+        if self._options.load_s > 0:
+            with interrupted_by_stop_signals():
+                log.info("sim engine: loading for %g s", self._options.load_s)
+                time.sleep(self._options.load_s)  # holding the loop is the point
 
     def models(self) -> list[ServedModel]:
         return [self._model]

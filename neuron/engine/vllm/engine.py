@@ -32,7 +32,7 @@ from axon.errors import (
     UnavailableError,
 )
 from axon.generations import Generation
-from axon.process import forked_children_die_with_this_process
+from axon.process import forked_children_die_with_this_process, interrupted_by_stop_signals
 from axon.tasks import ModelTask
 from neuron.engine.base import (
     ChoiceDelta,
@@ -131,7 +131,9 @@ class VllmEngine(Engine):
         )
         # The engine core is forked below: it must not outlive this process.
         forked_children_die_with_this_process()
-        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
+        # A minute or more on the event loop: a stop meanwhile ends it.
+        with interrupted_by_stop_signals():
+            self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
         self._tokenizer = self._llm.get_tokenizer()
         self._probe = self._grammar_probe()
         if self._probe is not None:

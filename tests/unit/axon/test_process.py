@@ -12,8 +12,9 @@ import textwrap
 import time
 
 import psutil
+import pytest
 
-from axon.process import kill_group_when_exits
+from axon.process import StopRequested, interrupted_by_stop_signals, kill_group_when_exits
 
 # A parent that installs the fork guard, forks a child (from the main thread
 # or from a worker thread) that reports its death signal and its pid, then
@@ -120,3 +121,13 @@ def test_what_is_left_of_a_group_is_killed_when_its_leader_exits() -> None:
         leader.kill()
         if not _gone(grandchild):
             os.kill(grandchild, signal.SIGKILL)
+
+
+def test_a_stop_signal_interrupts_a_synchronous_call_and_the_handlers_come_back() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    started = time.monotonic()
+    with pytest.raises(StopRequested, match="SIGTERM"), interrupted_by_stop_signals():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # what vLLM's engine build is to the event loop
+    assert time.monotonic() - started < 5
+    assert signal.getsignal(signal.SIGTERM) is before
