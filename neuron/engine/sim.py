@@ -30,6 +30,8 @@ from neuron.engine.base import (
     FinishReason,
     Output,
     ServedModel,
+    TokenLogprob,
+    TopLogprob,
     Usage,
     check_context,
 )
@@ -142,8 +144,10 @@ class SimEngine(Engine):
                 text = f"tok{i}" if i == 0 else f" tok{i}"
                 last = i == max_tokens - 1
                 finish = FinishReason.LENGTH if last else None
+                logprobs = _logprobs(text, request.sampling.logprobs)
                 choices = tuple(
-                    ChoiceDelta(index=c, text=text, finish_reason=finish) for c in range(n)
+                    ChoiceDelta(index=c, text=text, logprobs=logprobs, finish_reason=finish)
+                    for c in range(n)
                 )
                 usage = Usage(prompt_tokens, max_tokens * n, cached) if last else None
                 yield Output(choices=choices, usage=usage)
@@ -152,3 +156,13 @@ class SimEngine(Engine):
 
     async def shutdown(self) -> None:
         return None
+
+
+def _logprobs(text: str, k: int | None) -> tuple[TokenLogprob, ...]:
+    """The token's logprob with k alternatives (the token itself first, as
+    an engine ranks the greedy choice), when the request asks for them."""
+    if k is None:
+        return ()
+    tokens = [text, *(f" alt{j}" for j in range(1, k))][:k]
+    top = tuple(TopLogprob(t, -0.25 * j, t.encode()) for j, t in enumerate(tokens))
+    return (TokenLogprob(token=text, logprob=0.0, bytes=text.encode(), top=top),)
