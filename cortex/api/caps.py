@@ -17,13 +17,19 @@ and background responses have a check each.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from pydantic import Field, PositiveInt
+from pydantic import BaseModel, Field, PositiveInt
 
 from axon.errors import InvalidRequestError
 from axon.settings import SettingsGroup
 from axon.v1 import neuron_pb2 as pb
+from cortex.schemas.chat import ChatCompletionRequest
+from cortex.schemas.completions import CompletionRequest
+from cortex.schemas.embeddings import EmbeddingRequest
+from cortex.schemas.responses import ResponsesRequest
 from cortex.schemas.surfaces import ParamNames, Surface
 
 
@@ -236,3 +242,44 @@ def check_background(caps: RequestCaps, tenant: str, running: Iterable[str]) -> 
             "Wait for one to finish or cancel one.",
             param="background",
         )
+
+
+@dataclass(frozen=True)
+class ListCap:
+    """A body's top-level list whose length a cap bounds, checked on the
+    parsed JSON before it is validated (`check_lists`)."""
+
+    field: str
+    cap: str  # the RequestCaps field
+    what: str  # what its items are, in the error
+
+
+def check_lists(caps: RequestCaps, lists: Sequence[ListCap], body: Any) -> None:
+    """Before validation: validating a million messages made a million
+    objects (seconds of work, and garbage collections that hold the GIL)
+    only to refuse them afterwards. A list of numbers is one prompt of
+    token ids, not a list of prompts: left to the later checks."""
+    if not isinstance(body, Mapping):
+        return
+    for rule in lists:
+        value = body.get(rule.field)
+        if not isinstance(value, list) or (value and isinstance(value[0], int | float)):
+            continue
+        cap = int(getattr(caps, rule.cap))
+        if len(value) > cap:
+            raise _too_many(rule.field, rule.what, len(value), cap)
+
+
+# The lists each body model's caps bound, checked before its validation.
+LIST_CAPS: dict[type[BaseModel], tuple[ListCap, ...]] = {
+    ChatCompletionRequest: (
+        ListCap("messages", "max_messages", "messages or items"),
+        ListCap("tools", "max_tools", "tools"),
+    ),
+    ResponsesRequest: (
+        ListCap("input", "max_messages", "messages or items"),
+        ListCap("tools", "max_tools", "tools"),
+    ),
+    CompletionRequest: (ListCap("prompt", "max_completion_prompts", "prompts"),),
+    EmbeddingRequest: (ListCap("input", "max_embedding_inputs", "inputs"),),
+}

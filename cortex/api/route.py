@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import email.message
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, ClassVar
 
 from fastapi.exceptions import RequestValidationError
@@ -33,8 +33,10 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from cortex.api import dispatch
-from cortex.api.gateway import authenticate
+from axon.errors import InvalidRequestError
+from cortex.api import body_json, dispatch
+from cortex.api.caps import LIST_CAPS, ListCap, RequestCaps, check_lists
+from cortex.api.gateway import authenticate, gateway_of
 from cortex.auth.limiter import Admission
 
 # Below this a body is parsed on the loop: the hop to a thread and back
@@ -124,8 +126,10 @@ class _ParsedRequest(Request):
     async def parse(self, model: type[BaseModel]) -> None:
         body = await self.body()
         if len(body) > PARSE_INLINE_BYTES and _is_json(self.headers.get("content-type")):
+            lists = LIST_CAPS.get(model, ())
+            request_caps = gateway_of(self).caps
             async with _PARSING:
-                self.parsed = await asyncio.to_thread(_validated, model, body)
+                self.parsed = await asyncio.to_thread(_validated, model, body, request_caps, lists)
 
     async def json(self) -> Any:
         if self.parsed is not None:
@@ -145,13 +149,26 @@ def _is_json(content_type: str | None) -> bool:
     )
 
 
-def _validated(model: type[BaseModel], body: bytes) -> BaseModel:
-    """`body` as `model`, or the errors FastAPI's validation would raise."""
+def _validated(
+    model: type[BaseModel], body: bytes, request_caps: RequestCaps, lists: Sequence[ListCap]
+) -> BaseModel:
+    """`body` as `model`, or the errors FastAPI's validation would raise
+    (its lists over their caps: the 400 the route's own check gives)."""
     try:
-        return model.model_validate(json.loads(body))
+        raw = body_json.loads(body)
     except json.JSONDecodeError as e:
         error = {"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error"}
         raise RequestValidationError([{**error, "input": {}, "ctx": {"error": e.msg}}]) from e
+    except UnicodeDecodeError as e:
+        error = {"type": "json_invalid", "loc": ("body", e.start), "msg": "JSON decode error"}
+        raise RequestValidationError([{**error, "input": {}, "ctx": {"error": e.reason}}]) from e
+    try:
+        check_lists(request_caps, lists, raw)
+        return model.model_validate(raw)
     except ValidationError as e:
         errors = [{**error, "loc": ("body", *error["loc"])} for error in e.errors()]
+        body_json.release(raw)
         raise RequestValidationError(errors) from e
+    except InvalidRequestError:
+        body_json.release(raw)  # refused: freed here, a slice at a time
+        raise
