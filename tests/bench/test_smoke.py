@@ -100,6 +100,15 @@ def test_auth_cost_benchmark_runs() -> None:
     assert "| admit + settle |" in out, out
 
 
+def test_edge_stalls_benchmark_runs(tmp_path: Path) -> None:
+    # Starts its own sim neuron and a cortex with auth required.
+    out = _smoke("bench.edge_stalls", "--out", str(tmp_path / "edge_stalls.json"))
+    for attack in ("idle", "keyless", "big_bodies", "big_answer", "unread_echo"):
+        assert f"| {attack} |" in out, out
+    assert "| keyless |" in out and "401: 1" in out, out
+    assert (tmp_path / "edge_stalls.md").is_file()
+
+
 def test_admission_benchmark_runs(tmp_path: Path) -> None:
     # Starts its own sim neuron and two cortexes (admission on and unlimited).
     out = _smoke("bench.admission", "--out", str(tmp_path / "admission.json"))
