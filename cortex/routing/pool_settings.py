@@ -21,7 +21,7 @@ class PoolSettings(SettingsGroup):
         description="how long a neuron's Info poll may take before it counts as missed (s)",
     )
     health_misses: PositiveInt = Field(
-        3,
+        2,
         description="Info polls in a row that may miss their deadline before the neuron counts "
         "as not answering: out of rotation, and its requests in flight abandoned (a refused "
         "connection counts at once)",
