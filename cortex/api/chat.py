@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -172,7 +172,7 @@ def _choice(
     )
 
 
-def _deferred_logprobs(entries: list[pb.TokenLogprob]) -> ChoiceLogprobs:
+def _deferred_logprobs(entries: Sequence[pb.TokenLogprob]) -> ChoiceLogprobs:
     """The logprobs of a whole choice, converted only as they are encoded
     (cortex/api/answers.py): there may be hundreds of thousands."""
     return ChoiceLogprobs.model_construct(content=deferred(entries, logprobs_out), refusal=None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -107,7 +107,7 @@ def _choice(index: int, state: ChoiceState, echo: str, with_logprobs: bool) -> C
     )
 
 
-def _legacy_logprobs(entries: list[pb.TokenLogprob], offset: int) -> CompletionLogprobs:
+def _legacy_logprobs(entries: Sequence[pb.TokenLogprob], offset: int) -> CompletionLogprobs:
     """The legacy shape: parallel lists, alternatives as {token: logprob}."""
     offsets = []
     for e in entries:

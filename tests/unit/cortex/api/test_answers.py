@@ -9,7 +9,7 @@ import threading
 
 from axon.v1 import neuron_pb2 as pb
 from cortex.api.answers import IN_THREAD_ENTRIES, SLICE, deferred, encode, entries, json_answer
-from cortex.api.choices import logprobs_out
+from cortex.api.choices import PackedLogprobs, logprobs_out
 from cortex.schemas.chat import AssistantMessage, ChatCompletion, Choice
 from cortex.schemas.common import ChoiceLogprobs, CompletionUsage, PromptTokensDetails
 from cortex.schemas.completions import Completion, CompletionChoice, CompletionLogprobs
@@ -102,3 +102,19 @@ def test_a_mapping_is_encoded_as_json_in_pieces() -> None:
     snapshot = {"id": "resp_1", "output": [{"logprobs": [entry] * (2 * SLICE + 3)}], "n": None}
     expected = json.dumps(snapshot, ensure_ascii=False, separators=(",", ":")).encode()
     assert encode(snapshot) == expected
+
+
+def test_packed_logprobs_give_back_each_entry_and_slice() -> None:
+    packed = PackedLogprobs()
+    entries = [
+        pb.TokenLogprob(
+            token=f"t{i}", logprob=-i / 10, bytes=b"t", top=[pb.TopLogprob(token="a", logprob=-1)]
+        )
+        for i in range(5)
+    ]
+    packed.extend(entries[:3])
+    packed.extend(entries[3:])
+    assert len(packed) == 5
+    assert packed[4] == entries[4]
+    assert packed[1:3] == entries[1:3]
+    assert list(packed) == entries
