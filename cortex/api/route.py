@@ -34,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from axon.errors import InvalidRequestError
-from cortex.api import body_json, dispatch
+from cortex.api import body_json, dispatch, gc_paused
 from cortex.api.caps import LIST_CAPS, ListCap, RequestCaps, check_lists
 from cortex.api.gateway import authenticate, gateway_of
 from cortex.auth.limiter import Admission
@@ -154,6 +154,13 @@ def _validated(
 ) -> BaseModel:
     """`body` as `model`, or the errors FastAPI's validation would raise
     (its lists over their caps: the 400 the route's own check gives)."""
+    with gc_paused.paused():
+        return _parsed(model, body, request_caps, lists)
+
+
+def _parsed(
+    model: type[BaseModel], body: bytes, request_caps: RequestCaps, lists: Sequence[ListCap]
+) -> BaseModel:
     try:
         raw = body_json.loads(body)
     except json.JSONDecodeError as e:
