@@ -10,6 +10,7 @@ import gc
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -44,6 +45,8 @@ from cortex.store.keys import KeyStore, open_key_store
 from cortex.store.quota import StoreQuota
 from cortex.store.sqlite import SqliteResponseStore
 
+# The GIL's switch interval in cortex (why: the lifespan below).
+SWITCH_INTERVAL_S = 0.001
 log = logging.getLogger("neuraxis.cortex")
 
 
@@ -140,6 +143,13 @@ def create_app(
         # it. They run with the GIL held, so each one paused the event loop
         # for ~100 ms while a large answer was built (cortex/api/answers.py).
         gc.freeze()
+        # A worker thread building a large answer or parsing a large body
+        # keeps the GIL until the loop's thread has asked for it for one
+        # switch interval (5 ms by default), and a request takes the loop
+        # several turns: /healthz waited 80-100 ms at p99 beside two such
+        # builds. At 1 ms the loop waits a fifth as long; a thread that
+        # nobody waits for is not interrupted at all.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         systemd = [asyncio.create_task(readiness.announce()), asyncio.create_task(watchdog())]
         upkeeping = asyncio.create_task(upkeep.forever())
         try:

@@ -4,15 +4,17 @@ configured TLS."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from cortex.api.gateway import gateway_of_app
-from cortex.app import create_app, make_pool
+from cortex.app import SWITCH_INTERVAL_S, create_app, make_pool
 from cortex.config import ControllerSettings, CortexSettings, RaySettings, StoreSettings
 from cortex.routing.factory import PolicyName, RoutingSettings
 from cortex.routing.pool import NeuronPool
 from harness.tls import files, tls_neuron
 from neuraxis.tls import init_cluster_tls
+from tests.unit.cortex.api.fakes import client
 
 
 def _tls_settings(directory: Path, neurons: list[str]) -> CortexSettings:
@@ -70,3 +72,16 @@ def test_the_deployment_specs_routing_chooses_each_models_policy(tmp_path: Path)
     assert pool.policy("chat").name == "prefix_affinity"  # the spec's
     assert pool.policy("other").name == "least_outstanding"  # cortex's per-model wins
     assert pool.policy("plain").name == "power_of_two"  # cortex's default
+
+
+def test_a_started_cortex_takes_the_gil_back_from_worker_threads_every_millisecond() -> None:
+    # Large answers and bodies are built in worker threads; the loop's
+    # thread waits for the GIL at most one switch interval per turn.
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        test_client, _ = client([])
+        with test_client:
+            assert sys.getswitchinterval() == SWITCH_INTERVAL_S == 0.001
+    finally:
+        sys.setswitchinterval(before)
