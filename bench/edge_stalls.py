@@ -93,6 +93,17 @@ SMOKE = Sizes(
 )
 
 
+@dataclass(frozen=True)
+class Target:
+    base_url: str
+    key: str
+    cortex_log: Path
+
+    def drops(self) -> int:
+        """Connections cortex has dropped for not reading their answer."""
+        return self.cortex_log.read_text(errors="replace").count("read none of its answer")
+
+
 def _probe(url: str, conn: Connection) -> None:
     """(Its own process.) GET `url` every PROBE_PAUSE_S; at each "cut",
     send back the latencies (s) since the last one; end at "stop". A probe
@@ -161,17 +172,17 @@ async def _post_all(base: str, path: str, bodies: list[bytes], key: str | None) 
         return Counter(await asyncio.gather(*(one(b) for b in bodies)))
 
 
-async def keyless(base: str, key: str, s: Sizes) -> Counter[str]:
+async def keyless(t: Target, s: Sizes) -> Counter[str]:
     body = _messages_body(s.body_bytes)
-    return await _post_all(base, "/v1/chat/completions", [body] * s.bodies, None)
+    return await _post_all(t.base_url, "/v1/chat/completions", [body] * s.bodies, None)
 
 
-async def big_bodies(base: str, key: str, s: Sizes) -> Counter[str]:
+async def big_bodies(t: Target, s: Sizes) -> Counter[str]:
     body = _messages_body(s.body_bytes)
-    return await _post_all(base, "/v1/chat/completions", [body] * s.bodies, key)
+    return await _post_all(t.base_url, "/v1/chat/completions", [body] * s.bodies, t.key)
 
 
-async def big_answer(base: str, key: str, s: Sizes) -> Counter[str]:
+async def big_answer(t: Target, s: Sizes) -> Counter[str]:
     request = {
         "model": MODEL,
         "messages": [{"role": "user", "content": "count"}],
@@ -181,19 +192,20 @@ async def big_answer(base: str, key: str, s: Sizes) -> Counter[str]:
         "top_logprobs": s.answer_top,
     }
     body = json.dumps(request).encode()
-    return await _post_all(base, "/v1/chat/completions", [body] * s.answers, key)
+    return await _post_all(t.base_url, "/v1/chat/completions", [body] * s.answers, t.key)
 
 
-async def unread_echo(base: str, key: str, s: Sizes) -> Counter[str]:
+async def unread_echo(t: Target, s: Sizes) -> Counter[str]:
     """Clients that send a completions request with echo and never read;
     each holds on for `hold_s`, then says whether cortex had closed it."""
     prompt = "x" * s.echo_prompt_bytes  # one sim token: the answer is the echo
     request = {"model": MODEL, "prompt": prompt, "echo": True, "n": s.echo_n, "max_tokens": 1}
     body = json.dumps(request).encode()
-    port = int(base.rsplit(":", 1)[1])
+    port = int(t.base_url.rsplit(":", 1)[1])
     head = (
-        f"POST /v1/completions HTTP/1.1\r\nhost: cortex\r\nauthorization: Bearer {key}\r\n"
-        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        f"POST /v1/completions HTTP/1.1\r\nhost: cortex\r\nauthorization: Bearer {t.key}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"  # a whole answer ends the connection
     ).encode()
 
     def hold() -> str:
@@ -201,26 +213,40 @@ async def unread_echo(base: str, key: str, s: Sizes) -> Counter[str]:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.sendall(head + body)
             time.sleep(s.hold_s)  # never reading: what such a client does
-            sock.settimeout(0)
-            try:
-                while sock.recv(1 << 20):  # drain what came, to see the end
-                    pass
-                return "closed by cortex"
-            except BlockingIOError:
-                return "still open"
-            except OSError as e:
-                return type(e).__name__
+            return _read_to_end(sock)
 
-    results = await asyncio.gather(*(asyncio.to_thread(hold) for _ in range(s.readers)))
-    return Counter(results)
+    dropped = t.drops()
+    results = Counter(await asyncio.gather(*(asyncio.to_thread(hold) for _ in range(s.readers))))
+    results["dropped by cortex (its log)"] = t.drops() - dropped
+    return results
 
 
-async def idle(base: str, key: str, s: Sizes) -> Counter[str]:
+def _read_to_end(sock: socket.socket) -> str:
+    """Read what is left: the whole answer (cortex waited), or its start
+    and then the end of the connection (cortex dropped it; the kernel still
+    delivers what it had queued), or nothing more for a while (still open)."""
+    sock.settimeout(5)
+    start, received = b"", 0
+    try:
+        while chunk := sock.recv(1 << 20):
+            start = start or chunk
+            received += len(chunk)
+    except TimeoutError:
+        return "still open"
+    except ConnectionResetError:
+        return "dropped by cortex"
+    head, _, _ = start.partition(b"\r\n\r\n")
+    lengths = [line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+    whole = len(head) + 4 + int(lengths[0].split(b":")[1]) if lengths else None
+    return "whole answer" if received == whole else "dropped by cortex"
+
+
+async def idle(t: Target, s: Sizes) -> Counter[str]:
     await asyncio.sleep(s.hold_s / 10)
     return Counter()
 
 
-Attack = Callable[[str, str, Sizes], Coroutine[Any, Any, Counter[str]]]
+Attack = Callable[[Target, Sizes], Coroutine[Any, Any, Counter[str]]]
 ATTACKS: dict[str, Attack] = {
     "idle": idle,
     "keyless": keyless,
@@ -256,7 +282,11 @@ def report(summary: dict[str, dict[str, object]], rounds: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     cli = parser(__doc__)
     cli.add_argument("--rounds", type=int, default=3, help="each attack this many times")
+    cli.add_argument(
+        "--attacks", nargs="+", choices=list(ATTACKS), default=list(ATTACKS), help="which ones"
+    )
     args = cli.parse_args(argv)
+    attacks = {name: ATTACKS[name] for name in args.attacks}
     sizes, rounds = (SMOKE, 1) if args.smoke else (FULL, args.rounds)
     out = output_path(args, "edge_stalls.json")
     logs = (out.parent if out is not None else RESULTS) / "edge-stalls-logs"
@@ -264,15 +294,16 @@ def main(argv: list[str] | None = None) -> int:
     state = Path(tempfile.mkdtemp(prefix="neuraxis-bench-edge-"))
     flags = ["--auth", "required", "--state-dir", str(state)]
     neuron = ["--sim-ttft-s", "0", "--sim-itl-s", "0", "--max-model-len", "8192"]
-    per_round: dict[str, list[tuple[list[float], Counter[str]]]] = {a: [] for a in ATTACKS}
+    per_round: dict[str, list[tuple[list[float], Counter[str]]]] = {a: [] for a in attacks}
     with sim_gateway(logs, "edge", *flags, served_id=MODEL, neuron_flags=neuron) as gateway:
         key = new_key("bench-edge", "--state-dir", str(state))
+        target = Target(gateway.base_url, key, gateway.cortex.proc.log_path)
         prober = Prober(gateway.base_url)
         try:
             for i in range(rounds):
-                for name, attack in ATTACKS.items():
+                for name, attack in attacks.items():
                     prober.cut()
-                    outcomes = asyncio.run(attack(gateway.base_url, key, sizes))
+                    outcomes = asyncio.run(attack(target, sizes))
                     samples = prober.cut()
                     per_round[name].append((samples, outcomes))
                     p99 = _ms(samples, 0.99)
