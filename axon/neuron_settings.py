@@ -21,7 +21,7 @@ from pydantic_settings import SettingsConfigDict
 from axon.generations import Generation
 from axon.logs import LogSettings
 from axon.tasks import ModelTask
-from axon.tls import TlsFiles, tls_files
+from axon.tls import TlsFiles, check_plaintext, tls_files
 
 # The bundled models' ids (neuron/models/bundled.py says where they come from).
 DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
@@ -136,6 +136,11 @@ class NeuronSettings(LogSettings):
         None, description="mutual TLS: the neuron's certificate (PEM, signed by tls_ca)"
     )
     tls_key: Path | None = Field(None, description="mutual TLS: tls_cert's private key (PEM)")
+    plaintext: bool = Field(
+        False,
+        description="serve gRPC without TLS, on purpose (refused beside tls_*); without TLS "
+        "the neuron warns at every start unless it listens on a loopback address",
+    )
     # The simulated engine (tests and benchmarks).
     sim_ttft_s: float = Field(0.01, ge=0, description="sim engine: time to first token (s)")
     sim_itl_s: float = Field(0.005, ge=0, description="sim engine: time between tokens (s)")
@@ -167,7 +172,7 @@ class NeuronSettings(LogSettings):
 
     @model_validator(mode="after")
     def _tls_complete(self) -> NeuronSettings:
-        tls_files(self.tls_ca, self.tls_cert, self.tls_key)
+        check_plaintext(tls_files(self.tls_ca, self.tls_cert, self.tls_key), self.plaintext)
         return self
 
     @property
@@ -191,4 +196,5 @@ AGENT_SETTINGS: tuple[str, ...] = (
     "tls_ca",
     "tls_cert",
     "tls_key",
+    "plaintext",
 )

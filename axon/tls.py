@@ -6,6 +6,11 @@ Both sides use this; each makes its own grpc credentials from what it reads
 (neuron/server.py the server's, cortex/routing/client.py the channel's), and
 `neuraxis tls init` (neuraxis/tls.py) makes the files.
 
+Without the files the link is plaintext. The setting `plaintext` says so on
+purpose; either way each side logs `plaintext_warning` at every start unless
+nothing it talks to leaves the host (loopback addresses only, as under
+`neuraxis up`).
+
 Every neuron certificate carries the DNS name `NEURON_SERVER_NAME`, and a
 client checks that name whatever address it dials: neurons listen on
 addresses the controller picks, so one neuron certificate serves a whole
@@ -14,7 +19,8 @@ cluster, and what makes a neuron genuine is the cluster's CA.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ipaddress
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +35,8 @@ CORTEX_CLIENT_NAME = "neuraxis-cortex"
 # NEURAXIS_NEURON_ prefix): the host agent sets it for the replicas it runs,
 # and a replica reads it back for its own start-up checks.
 NEURON_TLS_ENV = ("NEURAXIS_NEURON_TLS_CA", "NEURAXIS_NEURON_TLS_CERT", "NEURAXIS_NEURON_TLS_KEY")
+# And its plaintext setting, handed on the same way.
+NEURON_PLAINTEXT_ENV = "NEURAXIS_NEURON_PLAINTEXT"
 
 
 class TlsError(SettingsError):
@@ -72,6 +80,46 @@ def tls_files(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles 
         )
     assert ca is not None and cert is not None and key is not None
     return TlsFiles(ca=ca, cert=cert, key=key)
+
+
+def check_plaintext(files: TlsFiles | None, plaintext: bool) -> None:
+    """ValueError when `plaintext` is set beside the TLS files: the two
+    contradict each other, and neither may silently win."""
+    if plaintext and files is not None:
+        raise ValueError(
+            "plaintext = true and mutual TLS (tls_ca, tls_cert, tls_key) are both set: choose one"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, IPv6 with or without brackets)
+    is this host's loopback: traffic to it never reaches a network."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def plaintext_warning(who: str, link: str, plaintext: bool, hosts: Iterable[str]) -> str | None:
+    """The line a side without TLS files logs at every start, or None when
+    every one of `hosts` (the addresses the gRPC link uses) is loopback.
+    `plaintext`: whether the setting chose plaintext."""
+    if not all(is_loopback(host) for host in hosts):
+        why = (
+            "plaintext = true"
+            if plaintext
+            else "no tls_ca, tls_cert and tls_key are set; plaintext = true chooses this"
+        )
+        return (
+            f"{who}: {link} is plaintext gRPC ({why}): anyone on the network path can read "
+            "and change prompts and answers, and reach the neurons without a certificate. "
+            "Mutual TLS: `neuraxis tls init` and the tls_* settings (docs/deploy.md, "
+            '"Mutual TLS")'
+        )
+    return None
 
 
 def tls_from_env(env: Mapping[str, str]) -> TlsFiles | None:

@@ -32,7 +32,7 @@ from pydantic_settings import SettingsConfigDict
 from axon.grpc_limits import MAX_MESSAGE_BYTES
 from axon.logs import LogSettings
 from axon.settings import Flag, SettingsGroup, SourcedSettings, group
-from axon.tls import TlsFiles, tls_files
+from axon.tls import TlsFiles, check_plaintext, tls_files
 from cortex.api.caps import RequestCaps
 from cortex.api.responses.upkeep_settings import UpkeepSettings
 from cortex.auth.settings import AuthSettings
@@ -203,6 +203,12 @@ class CortexSettings(SourcedSettings, LogSettings):
         None, description="mutual TLS: cortex's client certificate (PEM, signed by tls_ca)"
     )
     tls_key: Path | None = Field(None, description="mutual TLS: tls_cert's private key (PEM)")
+    plaintext: bool = Field(
+        False,
+        description="gRPC to the neurons without TLS, on purpose (refused beside tls_*); "
+        "without TLS cortex warns at every start unless every neuron (static mode) or the "
+        "Ray cluster is on a loopback address",
+    )
 
     admin: AdminSettings = group(AdminSettings, "admin listener")
     http: HttpSettings = group(HttpSettings, "client connections")
@@ -293,13 +299,24 @@ class CortexSettings(SourcedSettings, LogSettings):
                 raise ValueError("give either neurons (static mode) or a Ray cluster, not both")
             if self.ray.head and self.ray.address:
                 raise ValueError("give either [ray] head (start one here) or address, not both")
-        tls_files(self.tls_ca, self.tls_cert, self.tls_key)
+        check_plaintext(tls_files(self.tls_ca, self.tls_cert, self.tls_key), self.plaintext)
         return self
 
     @property
     def tls(self) -> TlsFiles | None:
         """The mutual-TLS files, or None: plaintext gRPC."""
         return tls_files(self.tls_ca, self.tls_cert, self.tls_key)
+
+    @property
+    def neuron_hosts(self) -> list[str]:
+        """The hosts cortex's gRPC goes to: the static neurons', or in
+        cluster mode the Ray cluster's (its head's address: a loopback head
+        has its replicas on this host)."""
+        if self.ray.address is not None:
+            return [self.ray.address.rpartition(":")[0]]
+        if self.ray.head:
+            return [self.ray.node_ip]
+        return [address.rpartition(":")[0] for address in self.neurons]
 
     @property
     def cluster_mode(self) -> bool:

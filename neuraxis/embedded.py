@@ -115,8 +115,9 @@ kv_cache_gib = {kv}
 
 def cortex_command(options: EmbeddedOptions, *where: str) -> list[str]:
     """`up`'s cortex, in either mode: `where` says where its neurons are
-    (the Ray cluster and spec, or the static neurons and models)."""
-    command = ["cortex", "--host", options.host, "--port", str(options.port)]
+    (the Ray cluster and spec, or the static neurons and models). Its gRPC
+    to the neurons is plaintext on purpose: every neuron is on loopback."""
+    command = ["cortex", "--host", options.host, "--port", str(options.port), "--plaintext"]
     return [*command, "--auth", options.auth, *where, *cortex_options(options)]
 
 

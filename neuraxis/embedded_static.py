@@ -65,4 +65,5 @@ def run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
 
 def _neuron_command(model: str, port: int, cache_dir: Path) -> list[str]:
     serve = ["neuron", "serve", "--host", "127.0.0.1", "--port", str(port), "--model", model]
-    return [*serve, "--cache-dir", str(cache_dir)]
+    # Plaintext on purpose: cortex reaches it on loopback only.
+    return [*serve, "--plaintext", "--cache-dir", str(cache_dir)]

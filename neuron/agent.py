@@ -44,7 +44,7 @@ from axon.process import (
     stop_process_group,
 )
 from axon.sdnotify import notify
-from axon.tls import NEURON_TLS_ENV
+from axon.tls import NEURON_PLAINTEXT_ENV, NEURON_TLS_ENV, plaintext_warning
 from neuron.gpu import Device, check_installed_for, detect, host_generation, load_nvml
 from neuron.joined import node_alive, raylet_node_id
 
@@ -86,9 +86,9 @@ def join_command(
 def replica_tls_env(settings: NeuronSettings) -> dict[str, str]:
     """The replicas' neurons inherit Ray's environment and read their
     settings from it: this host's TLS files become theirs (absolute:
-    a replica runs in another directory)."""
+    a replica runs in another directory), and so does its plaintext setting."""
     if settings.tls is None:
-        return {}
+        return {NEURON_PLAINTEXT_ENV: "true"} if settings.plaintext else {}
     files = (settings.tls.ca, settings.tls.cert, settings.tls.key)
     return {name: str(path.absolute()) for name, path in zip(NEURON_TLS_ENV, files, strict=True)}
 
@@ -115,6 +115,12 @@ def run_agent(settings: NeuronSettings) -> int:
         # Replicas on this node prepare and load models from here.
         os.environ["NEURAXIS_CACHE_DIR"] = str(settings.cache_dir)
     os.environ.update(replica_tls_env(settings))
+    if settings.tls is None:
+        # The replicas listen on this node's address (Ray's guess without node_ip).
+        link = "the listeners of this host's replicas"
+        line = plaintext_warning("neuron agent", link, settings.plaintext, [settings.node_ip or ""])
+        if line is not None:
+            log.warning("%s", line)
     names = ", ".join(sorted({d.name for d in devices})) or "no GPU"
     log.info(
         "joining the Ray cluster at %s as a %s node (%d GPUs: %s)",

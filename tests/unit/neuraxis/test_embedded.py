@@ -54,6 +54,7 @@ def test_cortex_is_started_with_the_same_command_line_in_either_mode() -> None:
     same address, ports and auth, and where its neurons are."""
     options = _up("--port", "8090", "--auth", "required", "--admin-port", "9190")
     assert cortex_command(options, "--ray-address", "127.0.0.1:6390") == [
-        *("cortex", "--host", "127.0.0.1", "--port", "8090", "--auth", "required"),
+        *("cortex", "--host", "127.0.0.1", "--port", "8090", "--plaintext"),
+        *("--auth", "required"),
         *("--ray-address", "127.0.0.1:6390", "--admin-port", "9190"),
     ]

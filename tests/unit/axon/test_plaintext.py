@@ -1,0 +1,140 @@
+"""Plaintext gRPC between cortex and the neurons: the `plaintext` setting
+(refused beside the TLS files), and the warning each side logs at every
+start without TLS unless its gRPC stays on loopback."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from axon.neuron_settings import AGENT_SETTINGS, NeuronSettings
+from axon.tls import NEURON_PLAINTEXT_ENV, is_loopback, plaintext_warning
+from cortex import main as cortex_main
+from cortex.config import CortexSettings
+from harness.polling import wait_until
+from harness.ports import free_port
+from harness.procs import Proc
+from neuron.agent import replica_tls_env
+
+TLS = {"tls_ca": "ca.crt", "tls_cert": "c.crt", "tls_key": "c.key"}
+
+
+@pytest.mark.parametrize("settings_class", [CortexSettings, NeuronSettings])
+def test_plaintext_beside_the_tls_files_is_refused(
+    settings_class: type[CortexSettings] | type[NeuronSettings],
+) -> None:
+    with pytest.raises(ValidationError, match="plaintext = true and mutual TLS"):
+        settings_class(plaintext=True, **TLS)
+    assert settings_class(plaintext=True).tls is None
+    assert settings_class(**TLS).tls is not None
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.3.4.5", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.21", False),
+        ("gpu1.internal", False),
+        ("", False),  # unknown (Ray's guess of the node's address)
+    ],
+)
+def test_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_the_warning_is_due_unless_every_host_is_loopback() -> None:
+    assert plaintext_warning("cortex", "the link", False, ["127.0.0.1", "localhost"]) is None
+    assert plaintext_warning("cortex", "the link", True, ["::1"]) is None
+    chosen = plaintext_warning("cortex", "the link", True, ["127.0.0.1", "10.0.0.21"])
+    assert chosen is not None
+    assert chosen.startswith("cortex: the link is plaintext gRPC (plaintext = true)")
+    assert "neuraxis tls init" in chosen
+    unset = plaintext_warning("neuron", "the listener", False, ["0.0.0.0"])
+    assert unset is not None
+    assert "no tls_ca, tls_cert and tls_key are set; plaintext = true chooses this" in unset
+
+
+def test_cortex_checks_the_hosts_its_grpc_goes_to() -> None:
+    static = CortexSettings(neurons=["127.0.0.1:50051", "10.0.0.21:50051", "[::1]:50052"])
+    assert static.neuron_hosts == ["127.0.0.1", "10.0.0.21", "[::1]"]
+    joined = CortexSettings.model_validate(
+        {"ray": {"address": "10.0.0.10:6379"}, "controller": {"deployment": "d.toml"}}
+    )
+    assert joined.neuron_hosts == ["10.0.0.10"]
+    head = CortexSettings.model_validate(
+        {"ray": {"head": True, "node_ip": "127.0.0.1"}, "controller": {"deployment": "d.toml"}}
+    )
+    assert head.neuron_hosts == ["127.0.0.1"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"neurons": ["10.0.0.21:50051"]}, "no tls_ca, tls_cert and tls_key are set"),
+        ({"neurons": ["10.0.0.21:50051"], "plaintext": True}, "(plaintext = true)"),
+        ({"neurons": ["127.0.0.1:50051"]}, None),
+        ({"neurons": ["127.0.0.1:50051"], "plaintext": True}, None),
+        ({"neurons": ["10.0.0.21:50051"], **TLS}, None),
+    ],
+)
+def test_cortex_warns_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    settings: dict[str, object],
+    expected: str | None,
+) -> None:
+    monkeypatch.setattr(cortex_main, "configure_logging", lambda *args: "text")
+    monkeypatch.setattr(cortex_main, "_serve", lambda settings: 0)
+    with caplog.at_level(logging.WARNING, logger="neuraxis.cortex"):
+        assert cortex_main.run(CortexSettings.model_validate(settings)) == 0
+    warnings = [r.getMessage() for r in caplog.records if "plaintext gRPC" in r.getMessage()]
+    if expected is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and expected in warnings[0], warnings
+        assert warnings[0].startswith("cortex: the link to the neurons is plaintext gRPC")
+
+
+@pytest.mark.parametrize(
+    ("host", "extra", "expected"),
+    [
+        ("0.0.0.0", [], "no tls_ca, tls_cert and tls_key are set"),
+        ("0.0.0.0", ["--plaintext"], "(plaintext = true)"),
+        ("127.0.0.1", ["--plaintext"], None),
+    ],
+)
+def test_a_neuron_warns_at_start(
+    tmp_path: Path, host: str, extra: list[str], expected: str | None
+) -> None:
+    # The sim engine's start holds the neuron a minute after the warning's
+    # place (the log says "loading"), so the warning is there or never.
+    port = free_port()
+    args = ["neuron", "serve", "--engine", "sim", "--host", host, "--port", str(port)]
+    proc = Proc([*args, "--sim-load-s", "120", *extra], tmp_path / "neuron.log")
+    try:
+        assert wait_until(lambda: "sim engine: loading" in proc.log_tail(), 30), proc.log_tail()
+        lines = [line for line in proc.log_tail().splitlines() if "plaintext gRPC" in line]
+        if expected is None:
+            assert lines == []
+        else:
+            assert len(lines) == 1 and expected in lines[0], lines
+            assert f"neuron: the listener on {host}:{port} is plaintext gRPC" in lines[0]
+    finally:
+        proc.stop(signal.SIGKILL, timeout=5)
+
+
+def test_the_agent_hands_its_plaintext_setting_to_its_replicas() -> None:
+    assert "plaintext" in AGENT_SETTINGS
+    assert replica_tls_env(NeuronSettings(plaintext=True)) == {NEURON_PLAINTEXT_ENV: "true"}
+    assert replica_tls_env(NeuronSettings()) == {}
+    assert NEURON_PLAINTEXT_ENV not in replica_tls_env(NeuronSettings(**TLS))  # type: ignore[arg-type]
