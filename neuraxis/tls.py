@@ -8,7 +8,11 @@
     neuron.crt  the neurons' certificate, one for every neuron host
     neuron.key  (neuron.toml: tls_cert, tls_key)
 
-Keys are P-256, written with mode 0600. The neuron certificate names
+Keys are P-256, written with mode 0600: the CA's stays its maker's (root,
+when the RPM's post-install makes the files); `Owners` hands cortex.key and
+neuron.key to the users of the services that read them, so that neither
+reads the other's, and the directory to a group both are in. The neuron
+certificate names
 `neuraxis-neuron` (what cortex checks, whatever address it dials:
 axon/tls.py), `localhost`, `127.0.0.1` and any `--san` given; it may
 also act as a client, so that a replica's health checks on its own host can
@@ -19,8 +23,10 @@ cortex/routing/client.py make grpc credentials from them.
 from __future__ import annotations
 
 import datetime
+import grp
 import ipaddress
 import os
+import pwd
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,30 +48,72 @@ class TlsInitError(Exception):
 
 
 @dataclass(frozen=True)
+class Owners:
+    """Who gets the files (None: whoever runs `tls init`): cortex.key's
+    user, neuron.key's user (each with its primary group), and the group of
+    the directory (mode 0750 then), which both users must be in to reach
+    their files."""
+
+    cortex_user: str | None = None
+    neuron_user: str | None = None
+    group: str | None = None
+
+    def resolve(self) -> dict[str, tuple[int, int]]:
+        """file or "." (the directory) -> (uid, gid), -1 for unchanged;
+        TlsInitError for a name the host does not know."""
+        found: dict[str, tuple[int, int]] = {}
+        for name, user in (("cortex.key", self.cortex_user), ("neuron.key", self.neuron_user)):
+            if user is not None:
+                try:
+                    entry = pwd.getpwnam(user)
+                except KeyError:
+                    raise TlsInitError(f"no user {user} on this host (for {name})") from None
+                found[name] = (entry.pw_uid, entry.pw_gid)
+        if self.group is not None:
+            try:
+                found["."] = (-1, grp.getgrnam(self.group).gr_gid)
+            except KeyError:
+                raise TlsInitError(f"no group {self.group} on this host") from None
+        return found
+
+
+@dataclass(frozen=True)
 class _Issued:
     cert: x509.Certificate
     key: ec.EllipticCurvePrivateKey
 
 
 def init_cluster_tls(
-    directory: Path, sans: Sequence[str] = (), now: datetime.datetime | None = None
+    directory: Path,
+    sans: Sequence[str] = (),
+    now: datetime.datetime | None = None,
+    owners: Owners = Owners(),
 ) -> list[Path]:
     """Write a CA and cortex's and the neurons' certificates and keys into
-    `directory` (made if missing); return the paths written. Refuses to
-    overwrite: a second CA would lock every host with the first one out."""
+    `directory` (made if missing), owned as `owners` says; return the paths
+    written. Refuses to overwrite: a second CA would lock every host with
+    the first one out."""
     existing = [name for name in FILES if (directory / name).exists()]
     if existing:
         raise TlsInitError(f"{directory} already holds {', '.join(existing)}; not overwritten")
+    # Every name looked up before anything is written: a typo leaves nothing.
+    ids = owners.resolve()
     now = now or datetime.datetime.now(datetime.UTC)
     ca = _ca(now)
     cortex = _leaf(ca, CORTEX_CLIENT_NAME, [CORTEX_CLIENT_NAME], server=False, now=now)
     names = [NEURON_SERVER_NAME, "localhost", "127.0.0.1", *sans]
     neuron = _leaf(ca, NEURON_SERVER_NAME, names, server=True, now=now)
     directory.mkdir(parents=True, exist_ok=True)
+    if "." in ids:
+        os.chown(directory, *ids["."])
+        os.chmod(directory, 0o750)
     written = []
     for stem, issued in (("ca", ca), ("cortex", cortex), ("neuron", neuron)):
         written.append(_write(directory / f"{stem}.crt", _cert_pem(issued.cert), 0o644))
-        written.append(_write(directory / f"{stem}.key", _key_pem(issued.key), 0o600))
+        key = _write(directory / f"{stem}.key", _key_pem(issued.key), 0o600)
+        if key.name in ids:
+            os.chown(key, *ids[key.name])  # still 0600: its user's alone
+        written.append(key)
     return written
 
 

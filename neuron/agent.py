@@ -97,6 +97,10 @@ def run_agent(settings: NeuronSettings) -> int:
     configure_logging(settings.log_format, settings.log_level)
     if not settings.ray_address:
         raise SystemExit("neuron agent: set ray_address (the Ray head's host:port) to join")
+    if settings.tls is not None:
+        # Here, not in each replica the controller starts: a host whose TLS
+        # files were not copied yet stops at once, naming the file (exit 2).
+        settings.tls.read()
     try:
         devices = detect(load_nvml())
         generation = host_generation(devices)

@@ -12,7 +12,8 @@ INIT = Help(
     "make a CA and cortex's and the neurons' certificates",
     "Write a cluster's mutual-TLS files into DIR: ca.crt and ca.key, cortex.crt and "
     "cortex.key, neuron.crt and neuron.key (keys mode 0600). Existing files are not "
-    "overwritten.",
+    "overwritten. As root, --cortex-user, --neuron-user and --group hand the keys to the "
+    "services' users (the CA's key stays root's), as the RPM's post-install does.",
 )
 
 
@@ -28,14 +29,26 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
         help="another host name or IP address for the neuron certificate, for clients other "
         "than cortex (repeatable; cortex checks the name neuraxis-neuron)",
     )
+    init.add_argument(
+        "--cortex-user", metavar="USER", help="the owner of cortex.key (the user cortex runs as)"
+    )
+    init.add_argument(
+        "--neuron-user", metavar="USER", help="the owner of neuron.key (the neurons' user)"
+    )
+    init.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="DIR's group, mode 0750: a group both users are in, so that each reaches its key",
+    )
     return tls
 
 
 def run(args: argparse.Namespace) -> int:
-    from neuraxis.tls import TlsInitError, init_cluster_tls
+    from neuraxis.tls import Owners, TlsInitError, init_cluster_tls
 
+    owners = Owners(args.cortex_user, args.neuron_user, args.group)
     try:
-        written = init_cluster_tls(args.directory, args.san)
+        written = init_cluster_tls(args.directory, args.san, owners=owners)
     except (TlsInitError, OSError) as e:
         return fail(e)
     for path in written:

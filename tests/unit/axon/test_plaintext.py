@@ -28,9 +28,9 @@ def test_plaintext_beside_the_tls_files_is_refused(
     settings_class: type[CortexSettings] | type[NeuronSettings],
 ) -> None:
     with pytest.raises(ValidationError, match="plaintext = true and mutual TLS"):
-        settings_class(plaintext=True, **TLS)
+        settings_class.model_validate({"plaintext": True, **TLS})
     assert settings_class(plaintext=True).tls is None
-    assert settings_class(**TLS).tls is not None
+    assert settings_class.model_validate(TLS).tls is not None
 
 
 @pytest.mark.parametrize(
@@ -137,4 +137,4 @@ def test_the_agent_hands_its_plaintext_setting_to_its_replicas() -> None:
     assert "plaintext" in AGENT_SETTINGS
     assert replica_tls_env(NeuronSettings(plaintext=True)) == {NEURON_PLAINTEXT_ENV: "true"}
     assert replica_tls_env(NeuronSettings()) == {}
-    assert NEURON_PLAINTEXT_ENV not in replica_tls_env(NeuronSettings(**TLS))  # type: ignore[arg-type]
+    assert NEURON_PLAINTEXT_ENV not in replica_tls_env(NeuronSettings.model_validate(TLS))

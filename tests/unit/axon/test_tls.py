@@ -68,19 +68,17 @@ ETC = Path(__file__).resolve().parents[3] / "deploy" / "etc" / "neuraxis"
     ("name", "settings_class", "stem"),
     [("cortex.toml", CortexSettings, "cortex"), ("neuron.toml", NeuronSettings, "neuron")],
 )
-def test_the_packaged_configs_tls_lines_uncommented_are_settings(
-    tmp_path: Path,
+def test_the_packaged_configs_turn_mutual_tls_on(
     name: str,
     settings_class: type[CortexSettings] | type[NeuronSettings],
     stem: str,
 ) -> None:
-    text = (ETC / name).read_text()
-    assert "# tls_ca = " in text
-    config = tmp_path / name
-    config.write_text(text.replace("# tls_", "tls_"))
-    settings = load_settings(settings_class, config, {})
+    # The files the RPM's post-install makes (`neuraxis tls init
+    # /etc/neuraxis/tls`: tests/rpm checks it does).
+    settings = load_settings(settings_class, ETC / name, {})
     tls = Path("/etc/neuraxis/tls")
     assert settings.tls == TlsFiles(tls / "ca.crt", tls / f"{stem}.crt", tls / f"{stem}.key")
+    assert not settings.plaintext
 
 
 def test_a_neurons_files_from_its_environment() -> None:

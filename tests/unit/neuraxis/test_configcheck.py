@@ -9,20 +9,38 @@ import pytest
 
 from neuraxis.cli import main
 from neuraxis.configcheck import check
+from neuraxis.tls import init_cluster_tls
 
 ETC = Path(__file__).resolve().parents[3] / "deploy" / "etc" / "neuraxis"
 
 
-def test_the_shipped_configs_parse() -> None:
+def test_the_shipped_configs_parse(tmp_path: Path) -> None:
+    # They name the TLS files the RPM's post-install makes in
+    # /etc/neuraxis/tls, which the check reads: here, made in tmp_path.
+    init_cluster_tls(tmp_path / "tls")
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    for name in ("cortex.toml", "neuron.toml"):
+        text = (ETC / name).read_text()
+        assert '"/etc/neuraxis/tls/' in text
+        (etc / name).write_text(text.replace("/etc/neuraxis/tls/", f"{tmp_path}/tls/"))
     results = check(
-        ETC / "cortex.toml", ETC / "neuron.toml", ETC / "deployment.toml", ETC / "head.toml"
+        etc / "cortex.toml", etc / "neuron.toml", ETC / "deployment.toml", ETC / "head.toml"
     )
     assert results == [
-        f"{ETC / 'cortex.toml'}: ok",
-        f"{ETC / 'neuron.toml'}: ok",
+        f"{etc / 'cortex.toml'}: ok",
+        f"{etc / 'neuron.toml'}: ok",
         f"{ETC / 'deployment.toml'}: ok (smollm2-135m-instruct×2, all-minilm-l6-v2×1)",
         f"{ETC / 'head.toml'}: ok",
     ]
+
+
+def test_the_shipped_configs_without_their_tls_files_are_refused(tmp_path: Path) -> None:
+    missing = tmp_path / "none"
+    text = (ETC / "neuron.toml").read_text().replace("/etc/neuraxis/tls/", f"{missing}/")
+    (tmp_path / "neuron.toml").write_text(text)
+    (line,) = check(None, tmp_path / "neuron.toml", None)
+    assert line.startswith(f"error: tls_ca: cannot read {missing}/ca.crt"), line
 
 
 def test_a_bad_head_setting_is_named(tmp_path: Path) -> None:

@@ -5,7 +5,10 @@ in-process (the neuron's servicer, cortex's NeuronClient)."""
 from __future__ import annotations
 
 import datetime
+import grp
 import ipaddress
+import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from axon.v1 import neuron_pb2 as pb
 from cortex.routing.client import NeuronClient, channel_credentials
 from harness.tls import files, tls_neuron
 from neuraxis.cli import main
-from neuraxis.tls import FILES, TlsInitError, init_cluster_tls
+from neuraxis.tls import FILES, Owners, TlsInitError, init_cluster_tls
 
 
 def _cert(directory: Path, stem: str) -> x509.Certificate:
@@ -104,6 +107,42 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert "10.0.0.21" in _sans(_cert(directory, "neuron"))
     assert main(["tls", "init", str(directory)]) == 1
     assert "not overwritten" in capsys.readouterr().err
+
+
+def test_the_keys_go_to_the_services_users(tmp_path: Path) -> None:
+    # This process's own user and group stand in for the services' (the RPM
+    # tests hand them to neuraxis-cortex and neuraxis): what changes is the
+    # directory, made 0750 for the group.
+    me = pwd.getpwuid(os.getuid())
+    group = grp.getgrgid(os.getgid()).gr_name
+    directory = tmp_path / "tls"
+    by = ["--cortex-user", me.pw_name, "--neuron-user", me.pw_name, "--group", group]
+    assert main(["tls", "init", str(directory), *by]) == 0
+    made = directory.stat()
+    assert (stat.S_IMODE(made.st_mode), made.st_gid) == (0o750, os.getgid())
+    for name in ("ca.key", "cortex.key", "neuron.key"):
+        key = (directory / name).stat()
+        assert (key.st_uid, key.st_gid, stat.S_IMODE(key.st_mode)) == (
+            me.pw_uid,
+            me.pw_gid,
+            0o600,
+        ), name
+
+
+@pytest.mark.parametrize(
+    ("owners", "message"),
+    [
+        (Owners(cortex_user="nx-no-such-user"), r"no user nx-no-such-user .*\(for cortex\.key\)"),
+        (Owners(neuron_user="nx-no-such-user"), r"\(for neuron\.key\)"),
+        (Owners(group="nx-no-such-group"), "no group nx-no-such-group on this host"),
+    ],
+)
+def test_an_unknown_owner_leaves_nothing_written(
+    tmp_path: Path, owners: Owners, message: str
+) -> None:
+    with pytest.raises(TlsInitError, match=message):
+        init_cluster_tls(tmp_path / "tls", owners=owners)
+    assert not (tmp_path / "tls").exists()
 
 
 async def _info(client: NeuronClient) -> pb.InfoResponse:

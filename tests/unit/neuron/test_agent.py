@@ -6,7 +6,8 @@ import pytest
 
 from axon.generations import GENERATION_LABEL, Generation
 from axon.neuron_settings import NeuronSettings
-from axon.tls import TlsFiles
+from axon.tls import TlsError, TlsFiles
+from neuron import agent
 from neuron.agent import join_command, replica_tls_env
 from neuron.gpu import Device
 
@@ -50,6 +51,24 @@ def test_the_replicas_get_the_hosts_tls_files_as_absolute_paths(
     assert NeuronSettings().tls == TlsFiles(
         tmp_path / "ca.crt", Path.cwd() / "tls" / "neuron.crt", tmp_path / "n.key"
     )
+
+
+def test_the_agent_stops_at_once_without_its_tls_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The packaged neuron.toml names /etc/neuraxis/tls: a host whose files
+    # were not copied yet is refused at start (a settings error: exit 2),
+    # before it joins and each replica fails on its own.
+    monkeypatch.setattr(agent, "configure_logging", lambda *args: "text")
+    monkeypatch.setattr(agent, "load_nvml", lambda: pytest.fail("went on past the TLS files"))
+    settings = NeuronSettings(
+        ray_address="10.0.0.10:6379",
+        tls_ca=tmp_path / "ca.crt",
+        tls_cert=tmp_path / "neuron.crt",
+        tls_key=tmp_path / "neuron.key",
+    )
+    with pytest.raises(TlsError, match=r"tls_ca: cannot read .*ca\.crt"):
+        agent.run_agent(settings)
 
 
 def test_the_node_starts_without_rays_log_monitor() -> None:
