@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -99,16 +100,26 @@ def rpm_query(package: Path, *args: str) -> list[str]:
     return out.splitlines()
 
 
+# The system users the packages' %pre scriptlets make (test_units keeps their
+# lines and these files equal).
+SYSUSERS = ("neuraxis.conf", "neuraxis-cortex.conf", "neuraxis-neuron.conf")
+
+
 @pytest.fixture(scope="session")
 def scratch_root(packages: Packages) -> Iterator[Path]:
     """The three binary RPMs installed into an empty directory, as rpm would
     on a host, minus what needs the host (scriptlets find none of their tools
-    there and do nothing). /dev/urandom is a plain file of random bytes, so
-    that cortex's %post makes the Ray token."""
+    there and do nothing). The %pre scriptlets' users are made first
+    (systemd-sysusers --root), so that files get their owners and groups;
+    /dev/urandom is a plain file of random bytes, so that cortex's %post
+    makes the Ray token; and the TLS files cortex's %post makes with the
+    installed command (absent Python in the root) are made as it would."""
     root = RPM_DIR / "scratch-root"
     shutil.rmtree(root, ignore_errors=True)
     (root / "dev").mkdir(parents=True)
     (root / "dev" / "urandom").write_bytes(os.urandom(64))
+    sysusers = [str(ROOT / "deploy/sysusers.d" / name) for name in SYSUSERS]
+    subprocess.run(["systemd-sysusers", f"--root={root}", *sysusers], check=True)
     result = subprocess.run(
         ["rpm", "-i", "--root", str(root), "--nodeps", *map(str, packages.binaries)],
         capture_output=True,
@@ -116,14 +127,52 @@ def scratch_root(packages: Packages) -> Iterator[Path]:
     )
     if result.returncode != 0:
         pytest.fail(f"rpm -i --root failed ({result.returncode}): {result.stderr}")
+    _post_install_tls(root, packages.cortex)
     yield root
     shutil.rmtree(root, ignore_errors=True)
 
 
+def post_install_tls_command(cortex: Path) -> list[str]:
+    """The `neuraxis tls init` command neuraxis-cortex's %post runs."""
+    script = "\n".join(rpm_query(cortex, "--scripts"))
+    post = script.split("postinstall scriptlet", 1)[1].split("scriptlet (using", 1)[0]
+    call = re.search(r'run\(("/opt/neuraxis/cortex/bin/neuraxis", "tls", "init", [^)]*)\)', post)
+    assert call, post
+    return re.findall(r'"([^"]*)"', call.group(1))
+
+
+def _post_install_tls(root: Path, cortex: Path) -> None:
+    """That command, where the root looks installed and its users are the
+    host's (its passwd and group over the namespace's copy of /etc)."""
+    users = 'mount --bind "$1" /etc/passwd && mount --bind "$2" /etc/group && shift 2 && "$@"'
+    command = ["sh", "-c", users, "sh", str(root / "etc/passwd"), str(root / "etc/group")]
+    with tempfile.TemporaryDirectory(prefix="nx-tls-") as scratch:
+        result = subprocess.run(
+            as_installed(root, Path(scratch), [*command, *post_install_tls_command(cortex)]),
+            capture_output=True,
+            text=True,
+        )
+    if result.returncode != 0:
+        pytest.fail(f"the %post's tls init failed ({result.returncode}): {result.stderr}")
+
+
+def scratch_ids(root: Path) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    """The scratch root's users (name -> uid, gid) and groups (name -> gid)."""
+    users = {}
+    for line in (root / "etc/passwd").read_text().splitlines():
+        name, _, uid, gid, *_ = line.split(":")
+        users[name] = (int(uid), int(gid))
+    groups = {}
+    for line in (root / "etc/group").read_text().splitlines():
+        name, _, gid, *_ = line.split(":")
+        groups[name] = int(gid)
+    return users, groups
+
+
 # A private mount namespace in which the scratch root's /opt/neuraxis and
 # /etc/neuraxis are at their real paths (over copy-on-write overlays of /opt,
-# /etc and /var, which gain them and empty /var/lib/neuraxis and
-# /var/cache/neuraxis). The host's own directories are untouched. Commands run
+# /etc and /var, which gain them and the empty state and cache directories
+# the packages lay down). The host's own directories are untouched. Commands run
 # there as the units run them: the environments' scripts by their shebangs,
 # the configs by their absolute paths.
 _AS_INSTALLED = r"""
@@ -135,7 +184,8 @@ for dir in opt etc var; do
     mount -t overlay overlay \
         -o "lowerdir=/$dir,upperdir=$scratch/upper/$dir,workdir=$scratch/work/$dir" "/$dir"
 done
-mkdir -p /opt/neuraxis /etc/neuraxis /var/lib/neuraxis/models /var/cache/neuraxis
+mkdir -p /opt/neuraxis /etc/neuraxis /var/lib/neuraxis/models /var/cache/neuraxis \
+    /var/lib/neuraxis-cortex /var/cache/neuraxis-cortex
 mount --bind "$root/opt/neuraxis" /opt/neuraxis
 mount --bind "$etc" /etc/neuraxis
 exec "$@"

@@ -56,6 +56,10 @@ CORTEX_FILES = {
     "/etc/neuraxis/head.toml",
     "/usr/lib/systemd/system/neuraxis-cortex.service",
     "/usr/lib/systemd/system/neuraxis-head.service",
+    "/usr/lib/sysusers.d/neuraxis-cortex.conf",
+    "/usr/lib/tmpfiles.d/neuraxis-cortex.conf",
+    "/var/lib/neuraxis-cortex",
+    "/var/cache/neuraxis-cortex",
 } | venv_files("cortex")
 
 NEURON_FILES = {
@@ -87,8 +91,9 @@ def test_files_stay_in_their_places(packages: Packages) -> None:
         "common": r"^/(usr/bin/neuraxis|etc/neuraxis|opt/neuraxis|var/(lib|cache)/neuraxis|"
         r"run/neuraxis|usr/lib/(sysusers|tmpfiles)\.d/|usr/lib/firewalld/services/|"
         r"usr/share/(doc/neuraxis-common|neuraxis))",
-        "cortex": r"^/(etc/neuraxis/|opt/neuraxis/cortex|"
-        r"usr/lib/systemd/system/neuraxis-(cortex|head)\.service)",
+        "cortex": r"^/(etc/neuraxis/|opt/neuraxis/cortex|var/(lib|cache)/neuraxis-cortex$|"
+        r"usr/lib/systemd/system/neuraxis-(cortex|head)\.service|"
+        r"usr/lib/(sysusers|tmpfiles)\.d/neuraxis-cortex\.conf)",
         "neuron_cpu": r"^/(etc/neuraxis/neuron\.toml|opt/neuraxis/neuron|"
         r"usr/lib/systemd/system/neuraxis-neuron\.service|"
         r"usr/lib/sysusers\.d/neuraxis-neuron\.conf)",
@@ -142,6 +147,9 @@ def test_state_directories_belong_to_neuraxis(packages: Packages) -> None:
     for path in ("/var/lib/neuraxis", "/var/lib/neuraxis/models", "/var/cache/neuraxis"):
         assert attributes[path][:3] == ("drwxr-x---", "neuraxis", "neuraxis"), path
     assert attributes["/usr/bin/neuraxis"][0] == "-rwxr-xr-x"
+    cortex = file_attributes(packages.cortex)
+    for path in ("/var/lib/neuraxis-cortex", "/var/cache/neuraxis-cortex"):
+        assert cortex[path][:3] == ("drwxr-x---", "neuraxis-cortex", "neuraxis-cortex"), path
 
 
 DIST_INFO = re.compile(rf"^/opt/neuraxis/\w+/{SITE}/([^/]+)-([^-/]+)\.dist-info$")

@@ -21,19 +21,16 @@ def test_the_installed_command_runs(scratch_root: Path, tmp_path: Path) -> None:
 
 
 def test_the_installed_configs_check(scratch_root: Path, tmp_path: Path) -> None:
-    etc = scratch_root / "etc/neuraxis"
-    result = neuraxis(
-        scratch_root,
-        "config",
-        "check",
-        "--cortex",
-        str(etc / "cortex.toml"),
-        "--neuron",
-        str(etc / "neuron.toml"),
-        "--deployment",
-        str(etc / "deployment.toml"),
-        "--head",
-        str(etc / "head.toml"),
+    # Where the packages look installed: the configs name /etc/neuraxis/tls,
+    # which the check reads.
+    etc = Path("/etc/neuraxis")
+    command = [str(scratch_root / "usr/bin/neuraxis"), "config", "check"]
+    for kind in ("cortex", "neuron", "deployment", "head"):
+        command += [f"--{kind}", str(etc / f"{kind}.toml")]
+    result = subprocess.run(
+        as_installed(scratch_root, tmp_path / "ns", command),
+        capture_output=True,
+        text=True,
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -43,7 +40,8 @@ def test_the_installed_configs_check(scratch_root: Path, tmp_path: Path) -> None
     ]
     assert all(": ok" in line for line in lines), lines
     # The cpu flavour's neuron.toml names its generation.
-    assert 'generation = "cpu"' in (etc / "neuron.toml").read_text().splitlines()
+    text = (scratch_root / "etc/neuraxis/neuron.toml").read_text()
+    assert 'generation = "cpu"' in text.splitlines()
 
 
 def test_a_broken_installed_config_is_named(scratch_root: Path, tmp_path: Path) -> None:

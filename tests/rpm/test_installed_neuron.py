@@ -2,7 +2,7 @@
 root in a mount namespace where the packages are at their installed paths
 (conftest.as_installed): the CPU flavour refuses a host with GPUs of another
 generation (NVML faked), takes a host without GPUs, and says so when the
-head's Ray token has not been copied."""
+head's Ray token or its TLS files have not been copied."""
 
 from __future__ import annotations
 
@@ -92,13 +92,48 @@ def test_a_neuron_host_without_the_token_says_so(
 ) -> None:
     """A GPU host (no neuraxis-cortex: no token made there) whose operator
     has not copied the head's token yet: the agent stops, naming the file."""
+    # Its TLS files are there (copied, as docs/deploy.md says).
+    etc = _neuron_host_etc(scratch_root, tmp_path, ["neuron.toml", *TLS_FILES])
+    result = _run_agent(scratch_root, tmp_path, ray_tmp, etc)
+    assert result.returncode != 0
+    assert (
+        "RAY_AUTH_TOKEN_PATH is set but file cannot be opened or is empty: "
+        "/etc/neuraxis/ray-auth-token"
+    ) in result.stderr, result.stderr[-2000:]
+
+
+def test_a_neuron_host_without_the_tls_files_says_so(
+    scratch_root: Path, tmp_path: Path, ray_tmp: str
+) -> None:
+    """The packaged neuron.toml turns mutual TLS on: a GPU host whose
+    operator has copied the token but not the TLS files stops at once, with a
+    configuration error (exit 2: systemd does not retry it) naming the file."""
+    etc = _neuron_host_etc(scratch_root, tmp_path, ["neuron.toml", "ray-auth-token"])
+    result = _run_agent(scratch_root, tmp_path, ray_tmp, etc)
+    assert result.returncode == 2
+    assert "tls_ca: cannot read /etc/neuraxis/tls/ca.crt" in result.stderr, result.stderr[-2000:]
+
+
+TLS_FILES = ("tls/ca.crt", "tls/neuron.crt", "tls/neuron.key")
+
+
+def _neuron_host_etc(scratch_root: Path, tmp_path: Path, names: list[str]) -> Path:
+    """An /etc/neuraxis of a GPU host (no neuraxis-cortex there) with `names`
+    copied from the head host's."""
     etc = tmp_path / "etc-neuraxis"
-    etc.mkdir()
-    shutil.copy(scratch_root / "etc/neuraxis/neuron.toml", etc)
+    for name in names:
+        (etc / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(scratch_root / "etc/neuraxis" / name, etc / name)
+    return etc
+
+
+def _run_agent(
+    scratch_root: Path, tmp_path: Path, ray_tmp: str, etc: Path
+) -> subprocess.CompletedProcess[str]:
     env = _agent_env(scratch_root, ray_tmp)
     env["HOME"] = str(tmp_path)
     try:
-        result = subprocess.run(
+        return subprocess.run(
             as_installed(scratch_root, tmp_path / "ns", unit_command(scratch_root, UNIT), etc),
             capture_output=True,
             text=True,
@@ -108,8 +143,3 @@ def test_a_neuron_host_without_the_token_says_so(
         )
     finally:
         kill_processes_mentioning(ray_tmp)
-    assert result.returncode != 0
-    assert (
-        "RAY_AUTH_TOKEN_PATH is set but file cannot be opened or is empty: "
-        "/etc/neuraxis/ray-auth-token"
-    ) in result.stderr, result.stderr[-2000:]

@@ -96,7 +96,8 @@ def test_exposure_score(unit_root: Path, unit: str) -> None:
 def test_the_service_settings(scratch_root: Path, unit: str, exec_start: str) -> None:
     s = unit_settings(scratch_root, unit)
     assert s["ExecStart"] == [exec_start]
-    assert s["User"] == ["neuraxis"]
+    # cortex and the head apart from the neurons' user (test_least_privilege).
+    assert s["User"] == ["neuraxis" if unit == "neuraxis-neuron.service" else "neuraxis-cortex"]
     # Restart for ever, without a start rate limit: a database or a head that
     # is down at boot comes back some time.
     assert s["Restart"] == ["always"]
@@ -105,7 +106,7 @@ def test_the_service_settings(scratch_root: Path, unit: str, exec_start: str) ->
     if unit != "neuraxis-neuron.service":
         # READY=1 when the service can do its job (a test sees it: test_installed_services).
         assert s["Type"] == ["notify"]
-        assert int(s["TasksMax"][0]) >= 1024 and s["MemoryMax"]
+    assert int(s["TasksMax"][0]) >= 1024 and s["MemoryMax"] and s["MemoryHigh"]
     if unit == "neuraxis-cortex.service":
         # uvicorn's workers notify through the main process (notify_relay.py).
         assert s["NotifyAccess"] == ["main"]
@@ -133,10 +134,38 @@ def test_the_service_settings(scratch_root: Path, unit: str, exec_start: str) ->
     }.items():
         assert s[key] == [value], key
     writable = " ".join(s["ReadWritePaths"]).split()
-    assert {"/var/lib/neuraxis", "/var/cache/neuraxis", "/run/neuraxis"} <= set(writable)
+    if unit == "neuraxis-neuron.service":
+        assert {"/var/lib/neuraxis", "/var/cache/neuraxis", "/run/neuraxis"} <= set(writable)
+    else:
+        assert writable == ["/var/lib/neuraxis-cortex", "/var/cache/neuraxis-cortex"]
     environment = " ".join(s["Environment"])
     assert "RAY_AUTH_MODE=token" in environment
     assert "RAY_AUTH_TOKEN_PATH=/etc/neuraxis/ray-auth-token" in environment
+
+
+def test_least_privilege(scratch_root: Path) -> None:
+    """cortex and the Ray head run as neuraxis-cortex, the neurons as
+    neuraxis: each writes only its own directories, and /etc/neuraxis is
+    read through the neuraxis group (test_installed_tls: what each reads)."""
+    cortex, head, neuron = (unit_settings(scratch_root, unit) for unit in UNITS)
+    for s in (cortex, head):
+        assert (s["User"], s["Group"]) == (["neuraxis-cortex"], ["neuraxis-cortex"])
+        assert s["SupplementaryGroups"] == ["neuraxis"]
+        assert "HOME=/var/lib/neuraxis-cortex" in " ".join(s["Environment"])
+    assert neuron["User"] == ["neuraxis"]
+    # Ray's driver in cortex reaches the head's raylet by its sockets in the
+    # head's /tmp: the same private /tmp.
+    assert cortex["JoinsNamespaceOf"] == ["neuraxis-head.service"]
+    assert cortex["PrivateTmp"] == head["PrivateTmp"] == ["yes"]
+
+
+def test_the_neurons_limits_leave_a_large_model_room(scratch_root: Path) -> None:
+    s = unit_settings(scratch_root, "neuraxis-neuron.service")
+    # Percentages of the host's RAM: weights through the page cache, pinned
+    # buffers and vLLM's CPU swap space need most of a GPU host's memory.
+    high, top = (int(s[key][0].removesuffix("%")) for key in ("MemoryHigh", "MemoryMax"))
+    assert 80 <= high < top <= 95
+    assert int(s["TasksMax"][0]) >= 8192
 
 
 def test_the_neuron_reaches_the_gpus_and_nothing_else(scratch_root: Path) -> None:
@@ -180,6 +209,9 @@ def pre_install_users(package: Path) -> list[str]:
 
 def test_the_scriptlets_create_the_shipped_users(packages: Packages) -> None:
     assert pre_install_users(packages.common) == sysusers_lines("neuraxis.conf")
+    assert pre_install_users(packages.cortex) == sysusers_lines("neuraxis.conf") + sysusers_lines(
+        "neuraxis-cortex.conf"
+    )
     assert pre_install_users(packages.neuron_cpu) == sysusers_lines(
         "neuraxis.conf"
     ) + sysusers_lines("neuraxis-neuron.conf")
