@@ -89,7 +89,8 @@ def _store(host: Host) -> Finding:
             "store",
             Status.FAIL,
             f"state_dir {directory}: {existing} is not writable by this user",
-            f"run doctor as the services' user (sudo -u neuraxis), or chown neuraxis {directory}",
+            "run doctor as cortex's user (sudo -u neuraxis-cortex), "
+            f"or chown neuraxis-cortex {directory}",
         )
     return Finding(AREA, "store", Status.OK, f"SQLite in {directory}: writable")
 
