@@ -8,11 +8,11 @@ import re
 import shutil
 import subprocess
 import tomllib
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from harness.units import unit_file_settings
 from tests.rpm.conftest import ROOT, Packages, rpm_query
 
 UNITS = ("neuraxis-cortex.service", "neuraxis-head.service", "neuraxis-neuron.service")
@@ -41,12 +41,7 @@ def unit_root(scratch_root: Path) -> Path:
 
 
 def unit_settings(root: Path, unit: str) -> dict[str, list[str]]:
-    settings: dict[str, list[str]] = defaultdict(list)
-    for line in (root / "usr/lib/systemd/system" / unit).read_text().splitlines():
-        if line and not line.startswith(("#", "[")):
-            key, _, value = line.partition("=")
-            settings[key].append(value)
-    return settings
+    return unit_file_settings(root / "usr/lib/systemd/system" / unit)
 
 
 @pytest.mark.parametrize("unit", UNITS)

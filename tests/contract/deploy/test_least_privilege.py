@@ -13,18 +13,14 @@ from collections import defaultdict
 import pytest
 
 from harness.procs import REPO
+from harness.units import unit_file_settings
 
 DEPLOY = REPO / "deploy"
 UNITS = ("neuraxis-cortex.service", "neuraxis-head.service", "neuraxis-neuron.service")
 
 
 def unit(name: str) -> dict[str, list[str]]:
-    settings: dict[str, list[str]] = defaultdict(list)
-    for line in (DEPLOY / "systemd" / name).read_text().splitlines():
-        if line and not line.startswith(("#", "[")):
-            key, _, value = line.partition("=")
-            settings[key].append(value)
-    return settings
+    return unit_file_settings(DEPLOY / "systemd" / name)
 
 
 def declared(folder: str) -> list[list[str]]:
