@@ -36,6 +36,8 @@ def test_cortex(packages: Packages) -> None:
         "glibc >= 2.34",
     }
     assert relations(rpm_query(packages.cortex, "--conflicts")) == set()
+    provides = relations(rpm_query(packages.cortex, "--provides"))
+    assert {"user(neuraxis-cortex)", "group(neuraxis-cortex)"} <= provides
 
 
 def test_the_cpu_neuron(packages: Packages) -> None:
