@@ -11,12 +11,12 @@
 Keys are P-256, written with mode 0600: the CA's stays its maker's (root,
 when the RPM's post-install makes the files); `Owners` hands cortex.key and
 neuron.key to the users of the services that read them, so that neither
-reads the other's, and the directory to a group both are in. The neuron
-certificate names
-`neuraxis-neuron` (what cortex checks, whatever address it dials:
-axon/tls.py), `localhost`, `127.0.0.1` and any `--san` given; it may
-also act as a client, so that a replica's health checks on its own host can
-use it. Reading and using the files is not here: neuron/server.py and
+reads the other's, and the directory to a group both are in.
+
+The neuron certificate names `neuraxis-neuron` (what cortex checks,
+whatever address it dials: axon/tls.py), `localhost`, `127.0.0.1` and any
+`--san` given; it may also act as a client, so that a replica's health
+checks on its own host can use it. Reading and using the files is not here: neuron/server.py and
 cortex/routing/client.py make grpc credentials from them.
 """
 
