@@ -19,6 +19,8 @@ AREA = "tls"
 # A certificate that expires within this is reported (doctor still passes).
 WARN_DAYS = 30
 RENEW = "make new files: neuraxis tls init DIR (or your CA), on every host of the cluster"
+# Whose each side's key is on a packaged host (deploy/systemd's User=).
+SERVICE_USERS = {"cortex": "neuraxis-cortex", "neuron": "neuraxis"}
 
 
 def check(host: Host) -> list[Finding]:
@@ -65,7 +67,7 @@ def _key_mode(side: str, key: Path) -> Finding:
             f"{side} key",
             Status.FAIL,
             f"{key}: mode {mode:04o}; others than its owner can read the private key",
-            f"chmod 0600 {key} (owned by the service's user, neuraxis)",
+            f"chmod 0600 {key} (owned by the service's user, {SERVICE_USERS[side]})",
         )
     return Finding(AREA, f"{side} key", Status.OK, f"{key}: mode {mode:04o}")
 
