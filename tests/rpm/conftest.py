@@ -118,6 +118,7 @@ def scratch_root(packages: Packages) -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
     (root / "dev").mkdir(parents=True)
     (root / "dev" / "urandom").write_bytes(os.urandom(64))
+    (root / "etc").mkdir()  # sysusers locks etc/passwd there
     sysusers = [str(ROOT / "deploy/sysusers.d" / name) for name in SYSUSERS]
     subprocess.run(["systemd-sysusers", f"--root={root}", *sysusers], check=True)
     result = subprocess.run(
