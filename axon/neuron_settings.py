@@ -138,8 +138,9 @@ class NeuronSettings(LogSettings):
     tls_key: Path | None = Field(None, description="mutual TLS: tls_cert's private key (PEM)")
     plaintext: bool = Field(
         False,
-        description="serve gRPC without TLS, on purpose (refused beside tls_*); without TLS "
-        "the neuron warns at every start unless it listens on a loopback address",
+        description="serve gRPC without TLS, on purpose (refused beside tls_*), with a "
+        "warning at every start; without TLS or this, the neuron refuses to start unless it "
+        "listens on a loopback address",
     )
     # The simulated engine (tests and benchmarks).
     sim_ttft_s: float = Field(0.01, ge=0, description="sim engine: time to first token (s)")

@@ -6,10 +6,9 @@ Both sides use this; each makes its own grpc credentials from what it reads
 (neuron/server.py the server's, cortex/routing/client.py the channel's), and
 `neuraxis tls init` (neuraxis/tls.py) makes the files.
 
-Without the files the link is plaintext. The setting `plaintext` says so on
-purpose; either way each side logs `plaintext_warning` at every start unless
-nothing it talks to leaves the host (loopback addresses only, as under
-`neuraxis up`).
+Without the files a side whose gRPC leaves the host refuses to start unless
+the setting `plaintext` says so on purpose, and then it warns at every start
+(`allowed_plaintext`); on loopback only (`neuraxis up`) neither is needed.
 
 Every neuron certificate carries the DNS name `NEURON_SERVER_NAME`, and a
 client checks that name whatever address it dials: neurons listen on
@@ -20,6 +19,7 @@ cluster, and what makes a neuron genuine is the cluster's CA.
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,22 +104,39 @@ def is_loopback(host: str) -> bool:
 
 
 def plaintext_warning(who: str, link: str, plaintext: bool, hosts: Iterable[str]) -> str | None:
-    """The line a side without TLS files logs at every start, or None when
-    every one of `hosts` (the addresses the gRPC link uses) is loopback.
-    `plaintext`: whether the setting chose plaintext."""
-    if not all(is_loopback(host) for host in hosts):
-        why = (
-            "plaintext = true"
-            if plaintext
-            else "no tls_ca, tls_cert and tls_key are set; plaintext = true chooses this"
-        )
+    """What a side without TLS files says at start, or None when every one
+    of `hosts` (the addresses the gRPC link uses) is loopback: a warning
+    when `plaintext` chose it, else why it refuses to start (allowed_plaintext)."""
+    if all(is_loopback(host) for host in hosts):
+        return None
+    if plaintext:
         return (
-            f"{who}: {link} is plaintext gRPC ({why}): anyone on the network path can read "
-            "and change prompts and answers, and reach the neurons without a certificate. "
-            "Mutual TLS: `neuraxis tls init` and the tls_* settings (docs/deploy.md, "
+            f"{who}: {link} is plaintext gRPC (plaintext = true): anyone on the network path "
+            "can read and change prompts and answers, and reach the neurons without a "
+            "certificate. Mutual TLS: `neuraxis tls init` and the tls_* settings (docs/deploy.md, "
             '"Mutual TLS")'
         )
-    return None
+    return (
+        f"{who}: refusing plaintext gRPC on {link}: no tls_ca, tls_cert and tls_key are set. "
+        "Make the cluster's files with `neuraxis tls init` and set them (docs/deploy.md, "
+        '"Mutual TLS"), or set plaintext = true (--plaintext) to run without TLS on purpose'
+    )
+
+
+def allowed_plaintext(
+    log: logging.Logger, who: str, link: str, plaintext: bool, hosts: Iterable[str]
+) -> bool:
+    """(A side without TLS files, at start.) Whether it may start: yes on
+    loopback; yes with `plaintext`, warning at every start; else no, said
+    as an error (the caller exits 2, which its unit does not restart)."""
+    line = plaintext_warning(who, link, plaintext, hosts)
+    if line is None:
+        return True
+    if plaintext:
+        log.warning("%s", line)
+        return True
+    log.error("%s", line)
+    return False
 
 
 def tls_from_env(env: Mapping[str, str]) -> TlsFiles | None:

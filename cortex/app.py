@@ -240,6 +240,7 @@ async def _join_cluster(
         health_interval_s=settings.controller.health_interval_s,
         start_timeout_s=settings.controller.replica_start_timeout_s,
         tls=settings.tls,
+        plaintext=settings.plaintext,
     )
     controller = await asyncio.to_thread(ensure_controller, spec, config)
     log.info("cluster mode: following the controller at %s", settings.ray.address)

@@ -205,9 +205,9 @@ class CortexSettings(SourcedSettings, LogSettings):
     tls_key: Path | None = Field(None, description="mutual TLS: tls_cert's private key (PEM)")
     plaintext: bool = Field(
         False,
-        description="gRPC to the neurons without TLS, on purpose (refused beside tls_*); "
-        "without TLS cortex warns at every start unless every neuron (static mode) or the "
-        "Ray cluster is on a loopback address",
+        description="gRPC to the neurons without TLS, on purpose (refused beside tls_*), with "
+        "a warning at every start; without TLS or this, cortex refuses to start unless every "
+        "neuron (static mode) or the Ray cluster is on a loopback address",
     )
 
     admin: AdminSettings = group(AdminSettings, "admin listener")

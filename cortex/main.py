@@ -28,7 +28,7 @@ import uvicorn
 from uvicorn.supervisors import Multiprocess
 
 from axon.logs import configure_logging
-from axon.tls import plaintext_warning
+from axon.tls import allowed_plaintext
 from cortex.admin import with_admin
 from cortex.auth.exposure import exposure_problem
 from cortex.config import CortexSettings
@@ -60,12 +60,11 @@ def run(settings: CortexSettings) -> int:
         # the logging set-up, they are routed through neuraxis's handler.
         import cortex.cluster.client  # noqa: F401
     configure_logging(settings.log_format, settings.log_level)
-    if settings.tls is None:
-        line = plaintext_warning(
-            "cortex", "the link to the neurons", settings.plaintext, settings.neuron_hosts
-        )
-        if line is not None:
-            log.warning("%s", line)
+    link = "the link to the neurons"
+    if settings.tls is None and not allowed_plaintext(
+        log, "cortex", link, settings.plaintext, settings.neuron_hosts
+    ):
+        return 2
     if not settings.ray.head:
         return _serve(settings)
     # The head host's service: a Ray head beside cortex, stopped with it.

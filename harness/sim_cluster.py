@@ -111,7 +111,8 @@ def sim_cluster(
         spec_path.write_text(spec)
         port = free_port()
         # Nothing here reads the admin listener: a free port, never the default's.
-        args = ["cortex", "--port", str(port), "--admin-port", "0"]
+        # Plaintext on purpose: a test cluster on this host (Ray names it by its address).
+        args = ["cortex", "--port", str(port), "--admin-port", "0", "--plaintext"]
         args += ["--ray-address", cluster.address, "--deployment", str(spec_path)]
         interval = {"NEURAXIS_CORTEX_HEALTH_INTERVAL_S": str(health_interval_s)}
         cortex = Proc(args, sim.cortex_log, interval)

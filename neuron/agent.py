@@ -44,7 +44,7 @@ from axon.process import (
     stop_process_group,
 )
 from axon.sdnotify import notify
-from axon.tls import NEURON_PLAINTEXT_ENV, NEURON_TLS_ENV, plaintext_warning
+from axon.tls import NEURON_PLAINTEXT_ENV, NEURON_TLS_ENV, allowed_plaintext
 from neuron.gpu import Device, check_installed_for, detect, host_generation, load_nvml
 from neuron.joined import node_alive, raylet_node_id
 
@@ -119,12 +119,12 @@ def run_agent(settings: NeuronSettings) -> int:
         # Replicas on this node prepare and load models from here.
         os.environ["NEURAXIS_CACHE_DIR"] = str(settings.cache_dir)
     os.environ.update(replica_tls_env(settings))
-    if settings.tls is None:
-        # The replicas listen on this node's address (Ray's guess without node_ip).
-        link = "the listeners of this host's replicas"
-        line = plaintext_warning("neuron agent", link, settings.plaintext, [settings.node_ip or ""])
-        if line is not None:
-            log.warning("%s", line)
+    # The replicas listen on this node's address (Ray's guess without node_ip).
+    link, node = "the listeners of this host's replicas", [settings.node_ip or ""]
+    if settings.tls is None and not allowed_plaintext(
+        log, "neuron agent", link, settings.plaintext, node
+    ):
+        raise SystemExit(2)
     names = ", ".join(sorted({d.name for d in devices})) or "no GPU"
     log.info(
         "joining the Ray cluster at %s as a %s node (%d GPUs: %s)",

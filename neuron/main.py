@@ -21,7 +21,7 @@ from axon.logs import configure_logging
 from axon.neuron_settings import NeuronSettings
 from axon.protomaps import GENERATION_TO_PB
 from axon.tasks import ModelTask
-from axon.tls import plaintext_warning
+from axon.tls import allowed_plaintext
 from neuron.engine.base import Engine
 from neuron.engine.vllm.args import VllmOptions
 from neuron.gpu import check_installed_for, detect, host_generation, load_nvml
@@ -168,11 +168,11 @@ def run(settings: NeuronSettings) -> int:
     from neuron.server import serve, server_credentials
 
     configure_logging(settings.log_format, settings.log_level)
-    if settings.tls is None:
-        link = f"the listener on {settings.host}:{settings.port}"
-        line = plaintext_warning("neuron", link, settings.plaintext, [settings.host])
-        if line is not None:
-            log.warning("%s", line)
+    link = f"the listener on {settings.host}:{settings.port}"
+    if settings.tls is None and not allowed_plaintext(
+        log, "neuron", link, settings.plaintext, [settings.host]
+    ):
+        return 2
     # Read before the engine loads: a missing file stops the neuron at once.
     credentials = server_credentials(settings.tls) if settings.tls else None
     generation = detect_generation(settings, load_nvml())

@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass
 
 from axon.generations import Generation
-from axon.tls import TlsFiles
+from axon.tls import NEURON_PLAINTEXT_ENV, TlsFiles
 from cortex.cluster import decisions
 from cortex.cluster.adoption import adopt
 from cortex.cluster.backend import ClusterBackend, ReplicaRequest, ReplicaStartError
@@ -52,6 +52,9 @@ class ControllerConfig:
     start_timeout_s: float = 900.0
     drain_timeout_s: float = 60.0
     tls: TlsFiles | None = None
+    # cortex's plaintext setting, handed to the replicas it starts: their
+    # neurons listen on their node's address, where plaintext needs saying.
+    plaintext: bool = False
 
 
 class Controller:
@@ -372,6 +375,8 @@ class Controller:
             if placed.generation is None:
                 raise ReplicaStartError(f"node {placed.node_id} has no generation label")
             env = settings_env(replica_settings(model, placed.generation))
+            if self._config.plaintext:
+                env[NEURON_PLAINTEXT_ENV] = "true"
             started = await self._backend.start(replica.id, env, self._config.start_timeout_s)
         except (ReplicaStartError, ValueError) as e:
             if replica.id in self._replicas:  # not drained or lost meanwhile

@@ -93,7 +93,7 @@ def test_the_agent_joins_with_its_label_and_gpus_says_ready_and_leaves_on_sigter
         # The child keeps its own copy of the descriptor; ours closes here.
         with open(log_path, "wb") as log:
             agent = _agent(
-                ["--generation", "ada", "--ray-address", address],
+                ["--generation", "ada", "--ray-address", address, "--plaintext"],
                 fake_nvml_env([L40S, L40S], base={**env, "NOTIFY_SOCKET": str(notify.path)}),
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -124,7 +124,7 @@ class Instances:
     def start(self, i: int) -> Proc:
         spec = self.logs / "cluster-deployment.toml"  # the cluster's cortex follows it too
         args = ["cortex", "--port", str(self.ports[i]), "--admin-port", "0"]
-        args += ["--ray-address", self.cluster.address, "--deployment", str(spec)]
+        args += ["--ray-address", self.cluster.address, "--deployment", str(spec), "--plaintext"]
         log = self.logs / f"ops-cortex{i}-{len(self.procs)}.log"
         proc = Proc([*args, "--postgres-dsn", self.dsn], log)
         wait_http_ready(proc, f"{self.url(i)}/readyz", 120)

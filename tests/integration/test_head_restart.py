@@ -103,6 +103,7 @@ class Stack:
                 str(self.cortex_port),
                 "--admin-port",
                 str(self.admin_port),
+                "--plaintext",
                 "--ray-address",
                 self.address,
                 "--deployment",

@@ -99,6 +99,7 @@ def _start_cortex(
             "cortex",
             "--port",
             str(port),
+            "--plaintext",
             "--ray-address",
             address,
             "--deployment",

@@ -61,7 +61,8 @@ def test_the_warning_is_due_unless_every_host_is_loopback() -> None:
     assert "neuraxis tls init" in chosen
     unset = plaintext_warning("neuron", "the listener", False, ["0.0.0.0"])
     assert unset is not None
-    assert "no tls_ca, tls_cert and tls_key are set; plaintext = true chooses this" in unset
+    assert unset.startswith("neuron: refusing plaintext gRPC on the listener: no tls_ca")
+    assert "or set plaintext = true (--plaintext)" in unset
 
 
 def test_cortex_checks_the_hosts_its_grpc_goes_to() -> None:
@@ -78,39 +79,41 @@ def test_cortex_checks_the_hosts_its_grpc_goes_to() -> None:
 
 
 @pytest.mark.parametrize(
-    ("settings", "expected"),
+    ("settings", "status", "expected"),
     [
-        ({"neurons": ["10.0.0.21:50051"]}, "no tls_ca, tls_cert and tls_key are set"),
-        ({"neurons": ["10.0.0.21:50051"], "plaintext": True}, "(plaintext = true)"),
-        ({"neurons": ["127.0.0.1:50051"]}, None),
-        ({"neurons": ["127.0.0.1:50051"], "plaintext": True}, None),
-        ({"neurons": ["10.0.0.21:50051"], **TLS}, None),
+        ({"neurons": ["10.0.0.21:50051"]}, 2, "refusing plaintext gRPC on the link to the neurons"),
+        ({"neurons": ["10.0.0.21:50051"], "plaintext": True}, 0, "is plaintext gRPC"),
+        ({"neurons": ["127.0.0.1:50051"]}, 0, None),
+        ({"neurons": ["127.0.0.1:50051"], "plaintext": True}, 0, None),
+        ({"neurons": ["10.0.0.21:50051"], **TLS}, 0, None),
     ],
 )
-def test_cortex_warns_at_start(
+def test_cortex_without_tls_off_loopback_needs_plaintext_and_warns(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     settings: dict[str, object],
+    status: int,
     expected: str | None,
 ) -> None:
     monkeypatch.setattr(cortex_main, "configure_logging", lambda *args: "text")
     monkeypatch.setattr(cortex_main, "_serve", lambda settings: 0)
     with caplog.at_level(logging.WARNING, logger="neuraxis.cortex"):
-        assert cortex_main.run(CortexSettings.model_validate(settings)) == 0
-    warnings = [r.getMessage() for r in caplog.records if "plaintext gRPC" in r.getMessage()]
+        assert cortex_main.run(CortexSettings.model_validate(settings)) == status
+    said = [r for r in caplog.records if "plaintext gRPC" in r.getMessage()]
     if expected is None:
-        assert warnings == []
+        assert said == []
     else:
-        assert len(warnings) == 1 and expected in warnings[0], warnings
-        assert warnings[0].startswith("cortex: the link to the neurons is plaintext gRPC")
+        assert len(said) == 1 and expected in said[0].getMessage(), said
+        assert said[0].getMessage().startswith("cortex: ")
+        assert said[0].levelno == (logging.ERROR if status else logging.WARNING)
 
 
 @pytest.mark.parametrize(
     ("host", "extra", "expected"),
     [
-        ("0.0.0.0", [], "no tls_ca, tls_cert and tls_key are set"),
-        ("0.0.0.0", ["--plaintext"], "(plaintext = true)"),
+        ("0.0.0.0", ["--plaintext"], "neuron: the listener on 0.0.0.0:{port} is plaintext gRPC"),
         ("127.0.0.1", ["--plaintext"], None),
+        ("127.0.0.1", [], None),
     ],
 )
 def test_a_neuron_warns_at_start(
@@ -127,8 +130,18 @@ def test_a_neuron_warns_at_start(
         if expected is None:
             assert lines == []
         else:
-            assert len(lines) == 1 and expected in lines[0], lines
-            assert f"neuron: the listener on {host}:{port} is plaintext gRPC" in lines[0]
+            assert len(lines) == 1 and expected.format(port=port) in lines[0], lines
+    finally:
+        proc.stop(signal.SIGKILL, timeout=5)
+
+
+def test_a_neuron_off_loopback_without_tls_or_plaintext_refuses_to_start(tmp_path: Path) -> None:
+    port = free_port()
+    args = ["neuron", "serve", "--engine", "sim", "--host", "0.0.0.0", "--port", str(port)]
+    proc = Proc(args, tmp_path / "neuron.log")
+    try:
+        assert proc.popen.wait(timeout=60) == 2, proc.log_tail()
+        assert "neuron: refusing plaintext gRPC on the listener on 0.0.0.0" in proc.log_tail()
     finally:
         proc.stop(signal.SIGKILL, timeout=5)
 

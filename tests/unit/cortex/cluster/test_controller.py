@@ -263,6 +263,18 @@ async def test_replicas_start_with_their_serialised_settings() -> None:
     assert env["NEURAXIS_NEURON_SERVED_ID"] == "chat"
     assert env["NEURAXIS_NEURON_SIM_GENERATION"] == "ada"
     assert env["NEURAXIS_NEURON_SIM_TTFT_S"] == "0.2"
+    assert "NEURAXIS_NEURON_PLAINTEXT" not in env
+
+
+async def test_a_plaintext_cortex_starts_its_replicas_plaintext() -> None:
+    # Its neurons listen on their node's address: plaintext must be chosen
+    # there too, or they refuse to start.
+    clock = ManualClock(0.0)
+    backend = FakeBackend([ADA], clock)
+    controller = Controller(backend, clock, ControllerConfig(plaintext=True))
+    await controller.apply(spec(chat()), start_loop=False)
+    await settle()
+    assert backend.actors["chat-1"].env["NEURAXIS_NEURON_PLAINTEXT"] == "true"
 
 
 async def test_the_table_long_poll_wakes_on_a_change() -> None:
