@@ -95,6 +95,8 @@ SMOKE = Sizes(
 
 @dataclass(frozen=True)
 class Target:
+    """The cortex under attack, a key of its own, and cortex's log."""
+
     base_url: str
     key: str
     cortex_log: Path

@@ -29,12 +29,10 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
         help="another host name or IP address for the neuron certificate, for clients other "
         "than cortex (repeatable; cortex checks the name neuraxis-neuron)",
     )
-    init.add_argument(
-        "--cortex-user", metavar="USER", help="the owner of cortex.key (the user cortex runs as)"
-    )
-    init.add_argument(
-        "--neuron-user", metavar="USER", help="the owner of neuron.key (the neurons' user)"
-    )
+    for side, whose in (("cortex", "the user cortex runs as"), ("neuron", "the neurons' user")):
+        init.add_argument(
+            f"--{side}-user", metavar="USER", help=f"the owner of {side}.key ({whose})"
+        )
     init.add_argument(
         "--group",
         metavar="GROUP",
