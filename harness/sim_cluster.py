@@ -92,7 +92,11 @@ def sim_cluster(
     generations: tuple[str, ...] = GENERATIONS,
     health_interval_s: float = 0.5,
     wait_for_model: str | None = None,
+    plaintext: bool = True,
 ) -> Iterator[SimCluster]:
+    """`plaintext`: cortex's gRPC without TLS, on purpose (Ray names this
+    host by its address, not loopback); False when the caller gives cortex
+    its TLS files (NEURAXIS_CORTEX_TLS_*)."""
     os.environ["NEURAXIS_REPLICA_HOST"] = "127.0.0.1"
     cluster = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
@@ -111,8 +115,8 @@ def sim_cluster(
         spec_path.write_text(spec)
         port = free_port()
         # Nothing here reads the admin listener: a free port, never the default's.
-        # Plaintext on purpose: a test cluster on this host (Ray names it by its address).
-        args = ["cortex", "--port", str(port), "--admin-port", "0", "--plaintext"]
+        args = ["cortex", "--port", str(port), "--admin-port", "0"]
+        args += ["--plaintext"] if plaintext else []
         args += ["--ray-address", cluster.address, "--deployment", str(spec_path)]
         interval = {"NEURAXIS_CORTEX_HEALTH_INTERVAL_S": str(health_interval_s)}
         cortex = Proc(args, sim.cortex_log, interval)

@@ -218,7 +218,9 @@ def test_a_cluster_over_mutual_tls(
         monkeypatch.setenv(f"NEURAXIS_{side}_TLS_CERT", str(d / f"{stem}.crt"))
         monkeypatch.setenv(f"NEURAXIS_{side}_TLS_KEY", str(d / f"{stem}.key"))
     spec = pinned_replica_spec("sim-tls-cluster", "ada")
-    with sim_cluster(spec, tmp_path, ("ada",), wait_for_model="sim-tls-cluster") as cluster:
+    with sim_cluster(
+        spec, tmp_path, ("ada",), wait_for_model="sim-tls-cluster", plaintext=False
+    ) as cluster:
         (replica,) = cluster.wait_ready("sim-tls-cluster", 1)
         # The controller's checks go over TLS too: only a Load call it could
         # make sets the replica's in-flight count.
