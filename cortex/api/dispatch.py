@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api import caps
 from cortex.api.gateway import gateway_of
@@ -149,10 +150,34 @@ async def start(
         if len(streams) == 1:  # the common case, without a task per stream
             return Started([await anext(streams[0])], streams)
         return Started(await first_messages(streams), streams)
+    except InvalidRequestError as e:
+        if admission is not None:
+            admission.release()
+        raise in_surface_terms(e, _claimed(request)[1], tokens_param) from None
     except BaseException:
         if admission is not None:
             admission.release()  # a stream never read cannot settle its part
         raise
+
+
+def in_surface_terms(
+    error: InvalidRequestError, surface: Surface, tokens_param: str | None = None
+) -> InvalidRequestError:
+    """A neuron's refusal names the request's fields as the chat API spells
+    them (it sees only the internal request): spelled as the client's API
+    does (`/v1/responses`: input, max_output_tokens, text.format.schema)."""
+    names = surface.params
+    if names is None or error.param is None:
+        return error
+    spelling = {
+        "messages": names.messages,
+        "max_tokens": tokens_param or names.tokens,
+        "response_format": names.schema,
+    }.get(error.param)
+    if spelling is None or spelling == error.param:
+        return error
+    message = error.message.replace(f"'{error.param}'", f"'{spelling}'")
+    return type(error)(message, param=spelling)
 
 
 async def embed(request: Request, internal: pb.EmbedRequest) -> pb.EmbedResponse:

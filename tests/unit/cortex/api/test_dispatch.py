@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 from starlette.requests import Request
 from starlette.types import Message
 
-from axon.errors import UnavailableError
+from axon.errors import ContextLengthExceededError, InvalidRequestError, UnavailableError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api import dispatch
 from cortex.http.context import context_of
@@ -19,7 +19,7 @@ from cortex.routing.factory import PolicyTable
 from cortex.routing.policy import RouteHints
 from cortex.routing.pool import NeuronPool
 from cortex.schemas.surfaces import CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, Surface
-from tests.unit.cortex.api.fakes import Script, ScriptedPool, api_request, gateway
+from tests.unit.cortex.api.fakes import Script, ScriptedPool, api_request, client, gateway
 from tests.unit.cortex.routing.fakes import FakeNeuron
 from tests.unit.cortex.routing.pools import fake_pool
 
@@ -127,3 +127,48 @@ async def test_the_hints_reach_the_policy_and_a_chain_returns_to_its_neuron() ->
         hints = RouteHints(previous_response_id="resp_a")
         await _answer(request, _turn(f"resp_{i}", f"unrelated {i} " * (i + 1)), hints)
     assert len(served.generate_requests) == 7
+
+
+_HI = [{"role": "user", "content": "hi"}]
+_CHAT_MAX_COMPLETION = {"model": "m", "messages": _HI, "max_completion_tokens": 5}
+_CHAT_MAX_TOKENS = {"model": "m", "messages": _HI, "max_tokens": 5}
+_RESPONSES = {"model": "m", "input": "hi", "max_output_tokens": 5}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        (
+            "/v1/responses",
+            {"model": "m", "input": "hi", "max_output_tokens": 5},
+            "max_output_tokens",
+        ),
+        ("/v1/chat/completions", _CHAT_MAX_COMPLETION, "max_completion_tokens"),
+        ("/v1/chat/completions", _CHAT_MAX_TOKENS, "max_tokens"),
+    ],
+)
+def test_a_neurons_refusal_names_the_field_as_the_clients_api_spells_it(
+    path: str, body: dict[str, object], param: str
+) -> None:
+    # The neuron sees the internal request and names fields in chat terms.
+    refusal = InvalidRequestError(
+        "Invalid 'max_tokens': the value is outside the range.", param="max_tokens"
+    )
+    test_client, _ = client([refusal])
+    with test_client:
+        answer = test_client.post(path, json=body)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == param
+    assert error["message"] == f"Invalid '{param}': the value is outside the range."
+
+
+def test_a_context_refusal_on_responses_names_its_input() -> None:
+    refusal = ContextLengthExceededError("Invalid 'messages': no room for an answer.")
+    test_client, _ = client([refusal])
+    with test_client:
+        answer = test_client.post("/v1/responses", json={"model": "m", "input": "hi"})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["param"], error["code"]) == ("input", "context_length_exceeded")
+    assert error["message"] == "Invalid 'input': no room for an answer."
