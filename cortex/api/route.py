@@ -164,11 +164,9 @@ def _parsed(
     try:
         raw = body_json.loads(body)
     except json.JSONDecodeError as e:
-        error = {"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error"}
-        raise RequestValidationError([{**error, "input": {}, "ctx": {"error": e.msg}}]) from e
+        raise _json_invalid(e.pos, e.msg) from e
     except UnicodeDecodeError as e:
-        error = {"type": "json_invalid", "loc": ("body", e.start), "msg": "JSON decode error"}
-        raise RequestValidationError([{**error, "input": {}, "ctx": {"error": e.reason}}]) from e
+        raise _json_invalid(e.start, e.reason) from e
     try:
         check_lists(request_caps, lists, raw)
         return model.model_validate(raw)
@@ -179,3 +177,9 @@ def _parsed(
     except InvalidRequestError:
         body_json.release(raw)  # refused: freed here, a slice at a time
         raise
+
+
+def _json_invalid(position: int, reason: str) -> RequestValidationError:
+    """FastAPI's own error for a body that is not JSON."""
+    error = {"type": "json_invalid", "loc": ("body", position), "msg": "JSON decode error"}
+    return RequestValidationError([{**error, "input": {}, "ctx": {"error": reason}}])
