@@ -44,6 +44,7 @@ from typing import Any
 import httpx
 
 from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.comparison import percentile
 from harness.gateway import sim_gateway
 from harness.plots import markdown_table, write_markdown
 from harness.procs import new_key
@@ -259,8 +260,8 @@ ATTACKS: dict[str, Attack] = {
 
 
 def _ms(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+    """The q-quantile (0..1) of latencies in seconds, in milliseconds."""
+    return percentile(samples, q * 100) * 1000
 
 
 def report(summary: dict[str, dict[str, object]], rounds: int) -> str:
