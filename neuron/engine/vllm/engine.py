@@ -107,6 +107,14 @@ class VllmEngine(Engine):
         return "vllm"
 
     async def start(self) -> None:
+        # Importing vLLM (seconds) and building its engine (a minute or more)
+        # hold the event loop: a stop meanwhile ends them. The imports are
+        # inside too: a replica stopped while vLLM was being imported had the
+        # signal seen only by the loop, and went on to build for 90 s.
+        with interrupted_by_stop_signals():
+            self._build()
+
+    def _build(self) -> None:
         # The same arguments `neuraxis neuron serve --print-engine-args` prints;
         # the environment first: vLLM reads some of it when it is imported.
         launch = engine_launch(self._options, self._generation)
@@ -131,9 +139,7 @@ class VllmEngine(Engine):
         )
         # The engine core is forked below: it must not outlive this process.
         forked_children_die_with_this_process()
-        # A minute or more on the event loop: a stop meanwhile ends it.
-        with interrupted_by_stop_signals():
-            self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
+        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
         self._tokenizer = self._llm.get_tokenizer()
         self._probe = self._grammar_probe()
         if self._probe is not None:
