@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import (
     Field,
@@ -42,6 +42,9 @@ from cortex.routing.ejection import EjectionOptions
 from cortex.routing.factory import RoutingSettings
 from cortex.routing.pool_settings import PoolSettings
 from cortex.routing.retry_budget import RetryBudgetOptions
+
+# `workers = "auto"` runs one worker per core, at most this many.
+AUTO_WORKERS_CAP = 8
 
 
 def default_state_dir() -> Path:
@@ -186,8 +189,10 @@ class CortexSettings(SourcedSettings, LogSettings):
     metrics_enabled: Annotated[bool, Flag("metrics")] = Field(
         True, description="request metrics at /metrics (off only to measure what they cost)"
     )
-    workers: int = Field(
-        1, ge=1, le=64, description="uvicorn worker processes; metrics are added up across them"
+    workers: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = Field(
+        1,
+        description="uvicorn worker processes, or auto: one per core, at most "
+        f"{AUTO_WORKERS_CAP}; metrics are added up across them",
     )
     shutdown_grace_s: PositiveFloat = Field(
         30.0,
@@ -319,6 +324,15 @@ class CortexSettings(SourcedSettings, LogSettings):
         return [address.rpartition(":")[0] for address in self.neurons]
 
     @property
+    def worker_count(self) -> int:
+        """How many workers serve: `workers`, or for auto one per core up to
+        AUTO_WORKERS_CAP (past that, more processes only contend for the
+        same store and neurons while each costs its own memory)."""
+        if self.workers == "auto":
+            return max(1, min(os.cpu_count() or 1, AUTO_WORKERS_CAP))
+        return self.workers
+
+    @property
     def cluster_mode(self) -> bool:
         return self.ray.head or self.ray.address is not None
 
@@ -326,5 +340,5 @@ class CortexSettings(SourcedSettings, LogSettings):
     def local_rate_limit_counters(self) -> bool:
         """Whether this process may keep the rate-limit counters to itself."""
         if self.auth.rate_limit_counters == "auto":
-            return self.workers == 1 and not self.store.postgres_dsn
+            return self.worker_count == 1 and not self.store.postgres_dsn
         return self.auth.rate_limit_counters == "local"

@@ -173,7 +173,7 @@ def _serve(settings: CortexSettings) -> int:
         "admin listener on http://%s:%d (/metrics, /sd/neurons)", settings.admin.host, admin_port
     )
     where: dict[str, Any] = {"host": settings.host, "port": settings.port}
-    if settings.workers > 1:
+    if settings.worker_count > 1:
         # Must be set before any worker imports prometheus_client's metrics.
         os.environ.setdefault(
             "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="neuraxis-metrics-")
@@ -194,7 +194,7 @@ def _serve(settings: CortexSettings) -> int:
         config = uvicorn.Config(
             "cortex.main:app_from_env",
             factory=True,
-            workers=settings.workers,
+            workers=settings.worker_count,
             **where,
             **_options(settings),
         )

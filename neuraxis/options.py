@@ -33,7 +33,7 @@ import types
 from collections.abc import Iterable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
@@ -143,6 +143,14 @@ def _form(name: str, annotation: Any) -> dict[str, Any]:
         # A Literal's values are all of one type here (str for every setting so far).
         return {"choices": choices, "type": type(choices[0])}
     members = _members(annotation)
+    if len(members) == 2 and any(get_origin(m) is Literal for m in members):
+        # A number or a word (`--workers 4` or `--workers auto`).
+        (number,) = [m for m in members if get_origin(m) is not Literal]
+        words = [w for m in members if get_origin(m) is Literal for w in get_args(m)]
+        kind = _base(number)
+        if kind in (int, float):
+            metavar = "|".join([kind.__name__.upper(), *map(str, words)])
+            return {"type": _number_or(kind, words, metavar), "metavar": metavar}
     if len(members) == 1:
         (kind,) = members
         if kind is bool:
@@ -161,6 +169,25 @@ def _form(name: str, annotation: Any) -> dict[str, Any]:
             if item in _SCALARS:
                 return {"action": "append", "type": item}
     raise TypeError(f"setting {name}: no command-line form for {annotation!r}")
+
+
+def _number_or(kind: type, words: list[Any], metavar: str) -> Any:
+    """argparse's type for a number or one of `words`."""
+
+    def parse(text: str) -> Any:
+        if text in words:
+            return text
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {metavar}, got {text!r}") from None
+
+    return parse
+
+
+def _base(kind: Any) -> Any:
+    """`Annotated[int, ...]` is int."""
+    return get_args(kind)[0] if get_origin(kind) is Annotated else kind
 
 
 def _is_model(kind: Any) -> bool:

@@ -4,6 +4,8 @@ spelling from before the groups: test_config_spellings.py."""
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from axon.settings import SettingsError, group_of, load_settings
 from cortex.api.caps import RequestCaps
 from cortex.api.responses.upkeep_settings import UpkeepSettings
 from cortex.auth.settings import AuthSettings
-from cortex.config import CortexSettings, StoreSettings
+from cortex.config import AUTO_WORKERS_CAP, CortexSettings, StoreSettings
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.deadlines import Deadlines
 from cortex.routing.factory import PolicyName, RoutingSettings
@@ -21,7 +23,7 @@ from cortex.routing.power_of_two import PowerOfTwo
 from cortex.routing.prefix import PrefixHasher
 from cortex.routing.prefix_affinity import PrefixAffinity
 from neuraxis.cli import build_parser
-from neuraxis.options import overrides
+from neuraxis.options import add_settings_options, overrides
 
 
 def _from_flags(*argv: str) -> CortexSettings:
@@ -144,3 +146,36 @@ def test_docs_configuration_lists_every_setting() -> None:
         (table,) = [part for part in text.split("\n## [") if part.startswith(f"{name}]")]
         missing = [sub for sub in group.model_fields if f"| `{sub}` |" not in table]
         assert missing == [], name
+
+
+def test_workers_auto_is_one_per_core_up_to_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert CortexSettings(workers="auto").worker_count == 2
+    assert not CortexSettings(workers="auto").local_rate_limit_counters
+    monkeypatch.setattr(os, "cpu_count", lambda: 96)
+    assert CortexSettings(workers="auto").worker_count == AUTO_WORKERS_CAP
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert CortexSettings(workers="auto").worker_count == 1
+    assert CortexSettings(workers=3).worker_count == 3
+    with pytest.raises(ValueError, match="workers"):
+        CortexSettings(workers="many")
+    with pytest.raises(ValueError, match="workers"):
+        CortexSettings(workers=0)
+
+
+def test_workers_auto_from_a_flag_the_environment_and_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_settings_options(parser, CortexSettings)
+    given = overrides(parser.parse_args(["--workers", "auto"]), CortexSettings)
+    assert load_settings(CortexSettings, None, given).workers == "auto"
+    given = overrides(parser.parse_args(["--workers", "4"]), CortexSettings)
+    assert given == {"workers": 4}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--workers", "many"])
+    config = tmp_path / "cortex.toml"
+    config.write_text('workers = "auto"\n')
+    assert load_settings(CortexSettings, config, {}).workers == "auto"
+    monkeypatch.setenv("NEURAXIS_CORTEX_WORKERS", "5")
+    assert load_settings(CortexSettings, config, {}).workers == 5
