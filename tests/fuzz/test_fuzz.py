@@ -1,6 +1,6 @@
 """schemathesis against a real cortex with sim neurons, auth off and on.
 
-`make test` sends 800 generated requests (half to each cortex) across
+`make test` sends 400 generated requests (half to each cortex) across
 every /v1 operation; `make fuzz` sends 20,000 (`make fuzz FUZZ_REQUESTS=N`;
 here NEURAXIS_FUZZ_REQUESTS). Pass = no 5xx, every 4xx in the OpenAI
 envelope with its status, a stream made of JSON events, no request left
@@ -25,7 +25,7 @@ from harness.gateway import Sim, running_cortex, sim_neurons
 from harness.procs import REPO, new_key
 from tests.fuzz.driver import Fuzzer, Tally, Target
 
-DEFAULT_REQUESTS = 800
+DEFAULT_REQUESTS = 400
 RESULTS = REPO / "bench" / "results" / "fuzz"
 # Two generating sim neurons answering at once: the run measures cortex's
 # answers, not the engine's pace. A large max_tokens still costs a loop.
