@@ -1,15 +1,16 @@
 """The engine settings vLLM actually runs with, resolved by vLLM itself.
 
-`python -m harness.vllm_config kwargs '<AsyncEngineArgs keywords as JSON>'` (how the
-neuron builds its engine: vLLM's library defaults) or `python -m harness.vllm_config
-serve '<vllm serve's arguments as a JSON list>'` (parsed by vLLM's own server
-parser, with its server defaults: the two differ by usage context) prints the
-effective settings as one JSON object. It runs as a
-child process so that the benchmark itself never imports vLLM; the environment
-(VLLM_CPU_KVCACHE_SPACE) is the caller's.
+`python -m harness.vllm_config '<AsyncEngineArgs keywords as JSON>' SERVED_ID`
+resolves the neuron's engine keywords (how the neuron builds its engine: vLLM's
+library defaults), turns them into `vllm serve` flags (`serve_args`) and
+resolves those with vLLM's own server parser and server defaults (the two
+differ by usage context); it prints both sides' effective settings and the
+flags as one JSON object. It runs as a child process so that the benchmark
+itself never imports vLLM; the environment (VLLM_CPU_KVCACHE_SPACE) is the
+caller's.
 
-`resolve` is how bench/vs_vllm.py calls it; the keys it compares both sides on
-are `COMPARED`.
+`matched_in_child` is how bench/vs_vllm.py calls it; the keys it compares both
+sides on are `COMPARED`.
 """
 
 from __future__ import annotations
@@ -70,10 +71,52 @@ def effective(how: str, given: Any) -> dict[str, Any]:
     }
 
 
-def resolve(how: str, given: Any, env: dict[str, str]) -> dict[str, Any]:
-    """`effective` in a child process with `env` added to the environment."""
+def serve_args(model_path: str, served_id: str, settings: dict[str, Any]) -> list[str]:
+    """vLLM server flags that reproduce the neuron's resolved `settings`
+    (harness/vllm_config.py's keys), each stated even where it is the server's
+    default, so that a change of vLLM's defaults cannot skew the comparison."""
+
+    def switch(name: str, on: bool) -> str:
+        return f"--{name}" if on else f"--no-{name}"
+
+    return [
+        "--model",
+        model_path,
+        "--served-model-name",
+        served_id,
+        "--dtype",
+        str(settings["dtype"]),
+        "--kv-cache-dtype",
+        str(settings["kv_cache_dtype"]),
+        "--max-model-len",
+        str(settings["max_model_len"]),
+        "--max-num-batched-tokens",
+        str(settings["max_num_batched_tokens"]),
+        "--max-num-seqs",
+        str(settings["max_num_seqs"]),
+        switch("enable-prefix-caching", bool(settings["enable_prefix_caching"])),
+        switch("enable-chunked-prefill", bool(settings["enable_chunked_prefill"])),
+        switch("async-scheduling", bool(settings["async_scheduling"])),
+        *(["--enforce-eager"] if settings["enforce_eager"] else []),
+    ]
+
+
+def matched(kwargs: dict[str, Any], served_id: str) -> dict[str, Any]:
+    """The neuron's settings as vLLM resolves them, the server flags that
+    reproduce them, and those flags as vLLM's server resolves them: one
+    process, one import of vLLM (each took ~30 s of CPU here)."""
+    ours = effective("kwargs", kwargs)
+    flags = serve_args(str(kwargs["model"]), served_id, ours)
+    return {"ours": ours, "flags": flags, "theirs": effective("serve", flags)}
+
+
+def matched_in_child(
+    kwargs: dict[str, Any], served_id: str, env: dict[str, str]
+) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+    """`matched` in a child process with `env` added to the environment:
+    (server flags, our settings, the server's settings)."""
     done = subprocess.run(
-        [sys.executable, "-m", "harness.vllm_config", how, json.dumps(given)],
+        [sys.executable, "-m", "harness.vllm_config", json.dumps(kwargs), served_id],
         cwd=REPO,
         env={**child_env(), **env},
         capture_output=True,
@@ -83,12 +126,12 @@ def resolve(how: str, given: Any, env: dict[str, str]) -> dict[str, Any]:
     )
     if done.returncode != 0:
         raise RuntimeError(f"resolving vLLM's settings failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found["flags"], found["ours"], found["theirs"]
 
 
 def main() -> int:
-    print(json.dumps(effective(sys.argv[1], json.loads(sys.argv[2])), sort_keys=True))
+    print(json.dumps(matched(json.loads(sys.argv[1]), sys.argv[2]), sort_keys=True))
     return 0
 
 

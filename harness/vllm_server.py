@@ -3,8 +3,8 @@ started from the project's venv with the same engine settings as our neuron:
 what a user would run instead of neuraxis.
 
 `neuron_engine_args` asks the neuron what it starts its engine with
-(`neuraxis neuron serve --print-engine-args`), `serve_args` turns vLLM's
-resolved settings of those arguments into the server's flags, and
+(`neuraxis neuron serve --print-engine-args`), `matched_settings` has vLLM
+resolve them and the server flags that reproduce them (vllm_config.py), and
 `running_vllm` starts the server and stops it (its whole process group: the
 API process and its EngineCore) at the end.
 
@@ -27,7 +27,7 @@ from axon.process import stop_process_group
 from harness.bench_stack import CHAT_MODEL
 from harness.ports import free_port
 from harness.procs import REPO, child_env, wait_http_ok
-from harness.vllm_config import resolve
+from harness.vllm_config import matched_in_child
 
 READY_TIMEOUT_S = 600.0
 
@@ -53,36 +53,6 @@ def neuron_engine_args(model: str = CHAT_MODEL) -> EngineArgs:
     )
     printed = json.loads(done.stdout)
     return EngineArgs(kwargs=printed["engine_args"], env=printed["env"])
-
-
-def serve_args(model_path: str, served_id: str, settings: dict[str, Any]) -> list[str]:
-    """vLLM server flags that reproduce the neuron's resolved `settings`
-    (harness/vllm_config.py's keys), each stated even where it is the server's
-    default, so that a change of vLLM's defaults cannot skew the comparison."""
-
-    def switch(name: str, on: bool) -> str:
-        return f"--{name}" if on else f"--no-{name}"
-
-    return [
-        "--model",
-        model_path,
-        "--served-model-name",
-        served_id,
-        "--dtype",
-        str(settings["dtype"]),
-        "--kv-cache-dtype",
-        str(settings["kv_cache_dtype"]),
-        "--max-model-len",
-        str(settings["max_model_len"]),
-        "--max-num-batched-tokens",
-        str(settings["max_num_batched_tokens"]),
-        "--max-num-seqs",
-        str(settings["max_num_seqs"]),
-        switch("enable-prefix-caching", bool(settings["enable_prefix_caching"])),
-        switch("enable-chunked-prefill", bool(settings["enable_chunked_prefill"])),
-        switch("async-scheduling", bool(settings["async_scheduling"])),
-        *(["--enforce-eager"] if settings["enforce_eager"] else []),
-    ]
 
 
 @dataclass(frozen=True)
@@ -125,7 +95,5 @@ def matched_settings() -> tuple[list[str], dict[str, str], dict[str, Any], dict[
     """The neuron's engine settings, vLLM's server flags that reproduce them,
     and both sides' settings as vLLM resolves them (which must agree)."""
     engine = neuron_engine_args()
-    ours = resolve("kwargs", engine.kwargs, engine.env)
-    flags = serve_args(str(engine.kwargs["model"]), CHAT_MODEL, ours)
-    theirs = resolve("serve", flags, engine.env)
+    flags, ours, theirs = matched_in_child(engine.kwargs, CHAT_MODEL, engine.env)
     return flags, engine.env, ours, theirs

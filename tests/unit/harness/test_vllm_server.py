@@ -3,8 +3,7 @@ setting stated, booleans as vLLM's --x / --no-x switches."""
 
 from __future__ import annotations
 
-from harness.vllm_config import COMPARED
-from harness.vllm_server import serve_args
+from harness.vllm_config import COMPARED, serve_args
 
 SETTINGS = {
     "dtype": "float32",
