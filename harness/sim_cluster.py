@@ -27,6 +27,12 @@ from harness.sim_specs import sim_replicas_spec
 NAMESPACE = "neuraxis"
 # One GPU node of each, unless a test asks for others.
 GENERATIONS = ("ampere", "ada", "blackwell")
+# Ray processes the tests never use, left out of every cluster they start:
+# no dashboard; no log monitor (drivers join with log_to_driver=False, so it
+# forwards nothing); no autoscaler monitor on the head (nothing autoscales
+# Ray's nodes). Each was a Python process to start per node.
+QUIET_NODE: dict[str, Any] = {"include_dashboard": False, "include_log_monitor": False}
+QUIET_HEAD: dict[str, Any] = {**QUIET_NODE, "no_monitor": True}
 
 
 def two_replica_spec(model: str) -> str:
@@ -45,7 +51,10 @@ class SimCluster:
 
     def add_node(self, generation: str, gpus: int = 2) -> Any:
         node = self.cluster.add_node(
-            num_cpus=1, num_gpus=gpus, labels={GENERATION_LABEL: generation}
+            num_cpus=1,
+            num_gpus=gpus,
+            labels={GENERATION_LABEL: generation},
+            include_log_monitor=False,
         )
         self.nodes[generation] = node
         return node
@@ -98,9 +107,7 @@ def sim_cluster(
     host by its address, not loopback); False when the caller gives cortex
     its TLS files (NEURAXIS_CORTEX_TLS_*)."""
     os.environ["NEURAXIS_REPLICA_HOST"] = "127.0.0.1"
-    cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
-    )
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, **QUIET_HEAD})
     cortex: Proc | None = None
     try:
         # One log per cluster: modules share the logs directory, and a failed
