@@ -163,6 +163,10 @@ def ray_start_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
 # ~6.5 ms of CPU a second on an idle node: CPU that a small host's engine
 # shares (docs/performance.md, "Again, with more runs").
 QUIET_RAY_ARGS = ["--disable-usage-stats", "--include-log-monitor=false"]
+# And on the head: no autoscaler monitor, a Python process polling the GCS
+# for an autoscaler that neuraxis never runs (its controller places the
+# replicas on the nodes that joined; nothing asks Ray for more nodes).
+QUIET_HEAD_ARGS = [*QUIET_RAY_ARGS, "--no-monitor"]
 
 
 # Fixed Ray ports for hosts behind a firewall (deploy/firewalld/neuraxis-ray.xml

@@ -16,7 +16,7 @@ import grpc
 
 from axon.process import (
     FIXED_RAY_PORT_ARGS,
-    QUIET_RAY_ARGS,
+    QUIET_HEAD_ARGS,
     die_with_parent,
     ray_binary,
     ray_start_env,
@@ -43,7 +43,7 @@ def head_command(
         "--node-ip-address",
         node_ip,
         "--include-dashboard=false",
-        *QUIET_RAY_ARGS,
+        *QUIET_HEAD_ARGS,
         "--num-cpus",
         str(num_cpus),
         "--num-gpus",
