@@ -2,7 +2,8 @@
 
 Each command is one module of neuraxis/commands/ with `add_parser` and
 `run`: up, cortex, head, neuron serve|agent, status, cluster stop|apply,
-config check, model prepare, tls init, keys create|list|revoke, node
+config check, model prepare, tls init, keys create|list|revoke, tenants
+set|list|show, node
 cordon|drain|uncordon, doctor. The options of `cortex`, `neuron serve`, `neuron
 agent`, `head` and `up` are generated from their settings classes
 (neuraxis/options.py): a new setting needs no edit here nor there."""
@@ -26,13 +27,28 @@ from neuraxis.commands import (
     neuron,
     node,
     status,
+    tenants,
     tls,
     up,
 )
 from neuraxis.commands.shared import UsageError, fail
 
 # In the order `neuraxis --help` lists them.
-COMMANDS = (up, cortex, head, neuron, status, cluster, config, model, tls, keys, node, doctor)
+COMMANDS = (
+    up,
+    cortex,
+    head,
+    neuron,
+    status,
+    cluster,
+    config,
+    model,
+    tls,
+    keys,
+    tenants,
+    node,
+    doctor,
+)
 
 
 def _version() -> str:

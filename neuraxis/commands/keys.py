@@ -21,13 +21,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from axon.settings import load_settings
 from cortex.auth.authenticator import limits_of
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.auth.limits import Limits
-from cortex.config import CortexSettings
 from cortex.store.keys import SQLITE_FILE, ApiKey, KeyStore, open_key_store
-from neuraxis.commands.shared import Help, Subparsers, add_group, fail
+from neuraxis.commands.shared import (
+    Help,
+    Subparsers,
+    add_group,
+    add_store_options,
+    fail,
+    store_settings,
+)
 
 COMMANDS = {
     "create": Help(
@@ -54,9 +59,7 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     commands["list"].add_argument("--json", action="store_true", help="print JSON")
     commands["revoke"].add_argument("id", help="the key's id, as `keys list` shows it")
     for command in commands.values():
-        command.add_argument("--config", type=Path, help="cortex's TOML settings file")
-        command.add_argument("--state-dir", type=Path, help="cortex's state directory")
-        command.add_argument("--postgres-dsn", help="cortex's PostgreSQL store")
+        add_store_options(command)
     return keys
 
 
@@ -68,12 +71,7 @@ def _positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    given = {
-        name: value
-        for name, value in (("state_dir", args.state_dir), ("postgres_dsn", args.postgres_dsn))
-        if value is not None
-    }
-    settings = load_settings(CortexSettings, args.config, given)
+    settings = store_settings(args)
     if settings.store.postgres_dsn is None:
         note = own_as_directory(settings.store.state_dir / SQLITE_FILE, os.geteuid())
         if note is not None:

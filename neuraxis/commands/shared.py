@@ -9,12 +9,15 @@ import argparse
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 from pydantic_settings import BaseSettings
 
 from axon.settings import load_settings
 from neuraxis.options import add_settings_options, overrides
+
+if TYPE_CHECKING:
+    from cortex.config import CortexSettings
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Settings = TypeVar("Settings", bound=BaseSettings)
@@ -76,6 +79,29 @@ def cluster_of(args: argparse.Namespace) -> str:
     if not address:
         raise UsageError(NO_ADDRESS)
     return address
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """--config, --state-dir and --postgres-dsn: the store cortex uses, for
+    `store_settings` (keys, tenants, usage)."""
+    parser.add_argument("--config", type=Path, help="cortex's TOML settings file")
+    parser.add_argument("--state-dir", type=Path, help="cortex's state directory")
+    parser.add_argument("--postgres-dsn", help="cortex's PostgreSQL store")
+
+
+def store_settings(args: argparse.Namespace) -> CortexSettings:
+    """cortex's settings as `add_store_options`' options give them (over
+    the environment and --config's TOML)."""
+    # Imported here: `python -m neuraxis.doctor` imports this module on
+    # hosts without cortex.
+    from cortex.config import CortexSettings
+
+    given = {
+        name: value
+        for name, value in (("state_dir", args.state_dir), ("postgres_dsn", args.postgres_dsn))
+        if value is not None
+    }
+    return load_settings(CortexSettings, args.config, given)
 
 
 class UsageError(Exception):

@@ -1,0 +1,165 @@
+"""Tenants and their usage ledger in the store: the records, and the
+interface each backend implements (sqlite_tenants.py, postgres_tenants.py;
+both held to one contract by tests/contract/cortex/store/test_tenants_contract.py).
+
+A tenant's row is what `neuraxis tenants set` wrote: its weight in the fair
+queue, the highest priority class its requests may ask for and its
+tenant-wide limits (over all its keys). A tenant with no row gets the
+defaults (weight 1, the default class, no tenant-wide limits).
+
+The ledger holds one row per (tenant, key id, model, class, hour) with the
+sums of what the requests of that hour used. Rows only ever grow: a flush
+adds its counts to the rows (cortex/store/ledger.py batches them), so any
+number of cortex processes can write the same rows.
+
+Like the keys, both tables live beside the stored responses (the state
+directory's SQLite file, or the PostgreSQL database), so `neuraxis tenants`
+and `neuraxis usage` see what every cortex sees.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from axon.priority import DEFAULT_CLASS, PriorityClass
+from cortex.store.keys import SQLITE_FILE
+
+HOUR_S = 3600
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A tenant as stored; None: no tenant-wide limit."""
+
+    name: str
+    weight: float = 1.0
+    max_priority: PriorityClass = DEFAULT_CLASS
+    max_concurrent: int | None = None
+    tpm: int | None = None
+
+
+# Every backend's tenants table has a column per field, in this order.
+TENANT_COLUMNS = tuple(f.name for f in fields(Tenant))
+
+
+@dataclass(frozen=True, order=True)
+class UsageKey:
+    """What a ledger row is counted by. `key_id` is "" for requests without
+    a key (auth off), `tenant` "" for the anonymous tenant."""
+
+    tenant: str
+    key_id: str
+    model: str
+    priority: PriorityClass
+    hour: int  # epoch seconds, a multiple of HOUR_S
+
+
+@dataclass
+class UsageCounts:
+    """What the requests of one ledger row used, summed."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    errors: int = 0
+    total_s: float = 0.0
+    queue_s: float = 0.0
+
+    def add(self, other: UsageCounts) -> None:
+        for name in COUNT_COLUMNS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+USAGE_KEY_COLUMNS = tuple(f.name for f in fields(UsageKey))
+COUNT_COLUMNS = tuple(f.name for f in fields(UsageCounts))
+UsageRow = tuple[UsageKey, UsageCounts]
+
+
+def hour_of(epoch: float) -> int:
+    return int(epoch // HOUR_S) * HOUR_S
+
+
+class TenantStore(abc.ABC):
+    @abc.abstractmethod
+    async def put(self, tenant: Tenant) -> None:
+        """Store the tenant's row, replacing the one of that name."""
+
+    @abc.abstractmethod
+    async def get(self, name: str) -> Tenant | None:
+        """The tenant's row; None: it has none (the defaults apply)."""
+
+    @abc.abstractmethod
+    async def list(self) -> list[Tenant]:
+        """Every tenant's row, by name."""
+
+    @abc.abstractmethod
+    async def add_usage(self, rows: Mapping[UsageKey, UsageCounts]) -> None:
+        """Add each row's counts to the ledger's, in one transaction."""
+
+    @abc.abstractmethod
+    async def usage(
+        self, start: int, end: int, tenant: str | None = None, models: list[str] | None = None
+    ) -> list[UsageRow]:
+        """The ledger's rows of the hours in [start, end), of `tenant` and
+        `models` when given, by hour."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release the connection(s); harmless twice or before any use."""
+
+
+def usage_filter(
+    start: int,
+    end: int,
+    tenant: str | None,
+    models: list[str] | None,
+    mark: Callable[[int], str],
+) -> tuple[str, list[object]]:
+    """The WHERE clause of `usage` and its arguments; `mark(n)` spells the
+    n-th parameter (SQLite "?", PostgreSQL "$n")."""
+    args: list[object] = []
+
+    def param(value: object) -> str:
+        args.append(value)
+        return mark(len(args))
+
+    clauses = [f"hour >= {param(start)}", f"hour < {param(end)}"]
+    if tenant is not None:
+        clauses.append(f"tenant = {param(tenant)}")
+    if models:
+        clauses.append(f"model IN ({', '.join(param(m) for m in models)})")
+    return " AND ".join(clauses), args
+
+
+def usage_values(rows: Mapping[UsageKey, UsageCounts]) -> list[tuple[Any, ...]]:
+    """The rows of a flush as statement arguments (USAGE_KEY_COLUMNS then
+    COUNT_COLUMNS), in the key's order: two flushes of the same rows at once
+    lock them in the same order, so they wait for each other, never deadlock."""
+    return [
+        (*(getattr(k, c) for c in USAGE_KEY_COLUMNS), *(getattr(rows[k], c) for c in COUNT_COLUMNS))
+        for k in sorted(rows)
+    ]
+
+
+def usage_row(values: Sequence[Any]) -> UsageRow:
+    """A selected row (USAGE_KEY_COLUMNS then COUNT_COLUMNS) as records."""
+    width = len(USAGE_KEY_COLUMNS)
+    key = UsageKey(*values[:width])
+    return key, UsageCounts(*values[width:])
+
+
+def open_tenant_store(state_dir: Path, postgres_dsn: str | None) -> TenantStore:
+    """The tenant store cortex uses with these settings (and `neuraxis
+    tenants` and `neuraxis usage`)."""
+    if postgres_dsn:
+        from cortex.store.postgres_tenants import PostgresTenantStore
+
+        return PostgresTenantStore(postgres_dsn)
+    from cortex.store.sqlite_tenants import SqliteTenantStore
+
+    return SqliteTenantStore(state_dir / SQLITE_FILE)
