@@ -30,6 +30,7 @@ from cortex.api.responses.upkeep_settings import UpkeepSettings
 from cortex.auth.authenticator import Authenticator
 from cortex.auth.limiter import Limiter
 from cortex.auth.local_usage import counters_for
+from cortex.auth.tenant_policies import StoreTenantPolicies
 from cortex.cluster.spec import DeploymentSpec, load_spec
 from cortex.config import CortexSettings
 from cortex.http import openapi
@@ -42,8 +43,10 @@ from cortex.routing.client import NeuronClient, channel_credentials
 from cortex.routing.pool import NeuronPool
 from cortex.store.base import ResponseStore
 from cortex.store.keys import KeyStore, open_key_store
+from cortex.store.ledger import Ledger
 from cortex.store.quota import StoreQuota
 from cortex.store.sqlite import SqliteResponseStore
+from cortex.store.tenants import open_tenant_store
 
 # The GIL's switch interval in cortex (why: the lifespan below).
 SWITCH_INTERVAL_S = 0.001
@@ -106,7 +109,10 @@ def create_app(
     # gateway's recorder.
     metrics.configure(settings.metrics_enabled)
     address = f"{socket.gethostname()}:{settings.port}"
-    gateway = _gateway(settings, neurons, store, keys, f"{address}/{os.getpid()}")
+    tenants = open_tenant_store(settings.store.state_dir, settings.store.postgres_dsn)
+    policies = StoreTenantPolicies(tenants, settings.tenancy.refresh_s)
+    ledger = Ledger(tenants, settings.tenancy.ledger_flush_s) if settings.tenancy.ledger else None
+    gateway = _gateway(settings, neurons, store, keys, f"{address}/{os.getpid()}", policies, ledger)
     runs = gateway.runs
     upkeep = Upkeep(
         store,
@@ -152,6 +158,7 @@ def create_app(
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         systemd = [asyncio.create_task(readiness.announce()), asyncio.create_task(watchdog())]
         upkeeping = asyncio.create_task(upkeep.forever())
+        tenancy = await _start_tenancy(policies, ledger)
         try:
             yield
         finally:
@@ -169,6 +176,12 @@ def create_app(
                 follower.cancel()
             await neurons.stop()
             await store.close()
+            # The ledger's task flushes once more as it ends: after every
+            # request has ended, before its store closes.
+            for task in tenancy:
+                task.cancel()
+            await asyncio.gather(*tenancy, return_exceptions=True)
+            await tenants.close()
             if keys is not None:
                 assert gateway.limiter is not None
                 await gateway.limiter.drain()
@@ -197,12 +210,30 @@ def create_app(
     return app
 
 
+async def _start_tenancy(
+    policies: StoreTenantPolicies, ledger: Ledger | None
+) -> list[asyncio.Task[None]]:
+    """Read the tenants' rows once before serving (the first requests get
+    their tenant's policy), then keep them fresh and flush the ledger in
+    the background."""
+    try:
+        await policies.refresh()
+    except Exception:
+        log.exception("reading the tenants failed; every tenant gets the defaults until it works")
+    tasks = [asyncio.create_task(policies.forever())]
+    if ledger is not None:
+        tasks.append(asyncio.create_task(ledger.forever()))
+    return tasks
+
+
 def _gateway(
     settings: CortexSettings,
     neurons: Neurons,
     store: ResponseStore,
     keys: KeyStore | None,
     instance: str,
+    policies: StoreTenantPolicies,
+    ledger: Ledger | None,
 ) -> Gateway:
     authenticator = limiter = None
     if keys is not None:
@@ -211,7 +242,9 @@ def _gateway(
         )
         # A lease outlives the longest generation, then frees its slot.
         counters = counters_for(keys, settings.local_rate_limit_counters)
-        limiter = Limiter(counters, time.time, lease_s=settings.deadlines.total_s + 60)
+        limiter = Limiter(
+            counters, time.time, lease_s=settings.deadlines.total_s + 60, policies=policies
+        )
     return Gateway(
         neurons=neurons,
         caps=settings.caps,
@@ -221,6 +254,9 @@ def _gateway(
         quota=StoreQuota(store, settings.responses.max_stored_bytes_per_tenant),
         authenticator=authenticator,
         limiter=limiter,
+        tenant_policies=policies,
+        ledger=ledger,
+        tenant_tokens=settings.metrics_enabled and settings.metrics_tenant_label,
     )
 
 

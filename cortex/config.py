@@ -36,6 +36,7 @@ from axon.tls import TlsFiles, check_plaintext, tls_files
 from cortex.api.caps import RequestCaps
 from cortex.api.responses.upkeep_settings import UpkeepSettings
 from cortex.auth.settings import AuthSettings
+from cortex.auth.tenancy_settings import TenancySettings
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.deadlines import Deadlines
 from cortex.routing.ejection import EjectionOptions
@@ -189,6 +190,12 @@ class CortexSettings(SourcedSettings, LogSettings):
     metrics_enabled: Annotated[bool, Flag("metrics")] = Field(
         True, description="request metrics at /metrics (off only to measure what they cost)"
     )
+    metrics_tenant_label: bool = Field(
+        False,
+        description="also count each tenant's prompt, cached and output tokens at /metrics "
+        "(neuraxis_tenant_tokens_total, a label per tenant: off by default to bound the series; "
+        "the usage ledger has the same figures)",
+    )
     workers: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = Field(
         1,
         description="uvicorn worker processes, or auto: one per core, at most "
@@ -225,6 +232,7 @@ class CortexSettings(SourcedSettings, LogSettings):
     retry_budget: RetryBudgetOptions = group(RetryBudgetOptions, "the retry budget")
     ejection: EjectionOptions = group(EjectionOptions, "outlier ejection")
     auth: AuthSettings = group(AuthSettings, "API keys")
+    tenancy: TenancySettings = group(TenancySettings, "tenants and the usage ledger")
     store: StoreSettings = group(StoreSettings, "the store")
     responses: UpkeepSettings = group(UpkeepSettings, "stored responses' upkeep")
     ray: RaySettings = group(RaySettings, "cluster mode: Ray")

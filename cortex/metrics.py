@@ -138,6 +138,14 @@ RATE_LIMITED = Counter(
     "requests, tokens or concurrency.",
     ["tenant", "reason"],
 )
+# Recorded only with metrics_tenant_label = true: a label per tenant is an
+# operator's choice of cardinality (the ledger has the same figures anyway).
+TENANT_TOKENS = Counter(
+    "neuraxis_tenant_tokens",
+    "Tokens of finished requests by tenant, model and kind: prompt, cached (prompt tokens "
+    "served from the prefix cache) or output. Only with metrics_tenant_label = true.",
+    ["tenant", "model", "kind"],
+)
 
 
 STORED_RESPONSES = Counter(
@@ -295,6 +303,14 @@ def record_rate_limited(tenant: str, reason: str) -> None:
     """A request refused by its key's limits (tenants are the operator's
     own names, made with `neuraxis keys create`: a bounded set)."""
     RATE_LIMITED.labels(tenant, reason).inc()
+
+
+@_when_enabled
+def record_tenant_tokens(tenant: str, model: str, prompt: int, cached: int, output: int) -> None:
+    """A finished request's tokens by its tenant (metrics_tenant_label only)."""
+    for kind, count in (("prompt", prompt), ("cached", cached), ("output", output)):
+        if count:
+            TENANT_TOKENS.labels(tenant, model, kind).inc(count)
 
 
 def touch_replica(model: str, replica: str) -> None:

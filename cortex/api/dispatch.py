@@ -27,6 +27,7 @@ from fastapi import Request
 from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api import caps
+from cortex.api.accounting import account_for
 from cortex.api.gateway import gateway_of
 from cortex.api.lifecycle import Tracker, outcome_of, tracked
 from cortex.api.streams import first_messages
@@ -65,7 +66,7 @@ async def _admit(request: Request, tokens: int, parts: int, output: int = 0) -> 
     limiter = gateway_of(request).limiter
     context = context_of(request)
     principal = context.principal
-    if limiter is None or principal.key_id is None or not principal.limits.any:
+    if limiter is None or not limiter.applies(principal):
         return None
     context.admission = await limiter.admit(principal, tokens, parts, output)
     return context.admission
@@ -84,7 +85,8 @@ def _tracker(request: Request, model: str, parts: int = 1) -> Tracker:
     gateway = gateway_of(request)
     label = gateway.neurons.model_label(model)
     context.tracked = True
-    return Tracker(gateway.recorder, surface.name, label, request_id, parts)
+    account = account_for(context.principal, model, gateway.ledger, gateway.tenant_tokens)
+    return Tracker(gateway.recorder, surface.name, label, request_id, parts, account)
 
 
 async def _route(

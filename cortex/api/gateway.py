@@ -1,8 +1,8 @@
 """What the API layer may use of the rest of cortex, typed, built once by
 `create_app`: the neurons behind it (`Neurons`, the pool's methods the
 handlers call), the request caps, the rate limiter, the Responses store and
-each tenant's quota of it, the runs of this process and the recorder of
-request metrics. Handlers reach it
+each tenant's quota of it, the runs of this process, the recorder of
+request metrics, the tenants' policies and the usage ledger. Handlers reach it
 through `gateway_of(request)`, and nothing else of the app's state; tests
 hand `create_app` any object with the `Neurons` methods.
 """
@@ -22,7 +22,9 @@ from cortex.auth.limiter import Limiter
 from cortex.http.context import context_of
 from cortex.recording import Recorder
 from cortex.routing.policy import RouteHints
+from cortex.routing.tenant_policy import FixedTenantPolicies, TenantPolicies
 from cortex.store.base import ResponseStore
+from cortex.store.ledger import Ledger
 from cortex.store.quota import StoreQuota
 
 if TYPE_CHECKING:
@@ -82,6 +84,11 @@ class Gateway:
     quota: StoreQuota | None = None  # None: no tenant's store share is capped
     authenticator: Authenticator | None = None  # None: auth off
     limiter: Limiter | None = None  # None: no key has limits (auth off)
+    # The tenants' weights, classes and limits (the store's, refreshed in
+    # the background: cortex/auth/tenant_policies.py), for admission.
+    tenant_policies: TenantPolicies = field(default_factory=FixedTenantPolicies)
+    ledger: Ledger | None = None  # None: [tenancy] ledger = false
+    tenant_tokens: bool = False  # metrics_tenant_label: token counters per tenant
 
 
 def gateway_of_app(app: FastAPI) -> Gateway:
@@ -104,5 +111,5 @@ async def authenticate(request: Request) -> None:
     header = request.headers.get("authorization")
     principal = await gateway.authenticator.principal(header)
     context_of(request).principal = principal
-    if gateway.limiter is not None and principal.limits.any:
+    if gateway.limiter is not None and gateway.limiter.applies(principal):
         await gateway.limiter.check(principal)

@@ -20,6 +20,10 @@ from cortex.shutdown import CUTOFF
 
 log = logging.getLogger("neuraxis.cortex.requests")
 
+# What hears how a request ended, beside the recorder (the usage ledger,
+# cortex/api/accounting.py): the ended request and its cached prompt tokens.
+Account = Callable[[Ended, int], None]
+
 
 def outcome_of(error: BaseException) -> str:
     if isinstance(error, NeuraxisError):
@@ -39,12 +43,14 @@ class Tracker:
     model: str
     request_id: str
     parts: int = 1
+    account: Account | None = None
     started: float = field(default_factory=time.perf_counter)
     _last: float | None = None
     _ttft: float | None = None
     _done: bool = False
     _prompt_tokens: int = 0
     _output_tokens: int = 0
+    _cached_tokens: int = 0
     _itl: Observe | None = None
 
     def __post_init__(self) -> None:
@@ -60,9 +66,10 @@ class Tracker:
             self._itl(now - self._last)
         self._last = now
 
-    def part_done(self, prompt_tokens: int, output_tokens: int) -> None:
+    def part_done(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
         self._prompt_tokens += prompt_tokens
         self._output_tokens += output_tokens
+        self._cached_tokens += cached_tokens
         self.parts -= 1
         if self.parts <= 0:
             self.finish("success")
@@ -72,17 +79,18 @@ class Tracker:
             return
         self._done = True
         duration = time.perf_counter() - self.started
-        self.recorder.finished(
-            Ended(
-                self.api,
-                self.model,
-                outcome,
-                duration,
-                self._prompt_tokens,
-                self._output_tokens,
-                had_output=self._last is not None,
-            )
+        ended = Ended(
+            self.api,
+            self.model,
+            outcome,
+            duration,
+            self._prompt_tokens,
+            self._output_tokens,
+            had_output=self._last is not None,
         )
+        self.recorder.finished(ended)
+        if self.account is not None:
+            self.account(ended, self._cached_tokens)
         log.info(
             "%s %s",
             self.api,
@@ -124,9 +132,10 @@ async def tracked(
                 generated += len(response.choices)
             if response.HasField("usage"):
                 ended = True
-                prompt, output = response.usage.prompt_tokens, response.usage.completion_tokens
+                usage = response.usage
+                prompt, output = usage.prompt_tokens, usage.completion_tokens
                 used = prompt + output
-                tracker.part_done(prompt, output)
+                tracker.part_done(prompt, output, usage.cached_prompt_tokens)
             yield response
     except Exception as e:
         used = 0 if used is None else used  # failed: what it did not use goes back

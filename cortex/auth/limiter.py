@@ -1,9 +1,14 @@
-"""Per-key rate limits applied to requests: the token estimate, the
-reservation at admission (a 429 `rate_limit_exceeded` when over) and its
-settlement when the request ends. The arithmetic is limits.py's; the
+"""Per-key and tenant-wide rate limits applied to requests: the token
+estimate, the reservation at admission (a 429 `rate_limit_exceeded` when
+over) and its settlement when the request ends. The arithmetic is limits.py's; the
 atomic read-decide-write is the key store's (cortex/store/sqlite_keys.py,
 postgres_keys.py, whose docstrings say how exact each is across workers and
 instances).
+
+A tenant's own limits (`neuraxis tenants set --tpm/--max-concurrent`, read
+through the `TenantPolicies`) bound all its keys together: they are one more
+counter in the same store, `tenant:<name>`, reserved before the key's with
+the same arithmetic, so they are exact as the keys' are.
 
 cortex does not tokenize (the neuron owns the tokenizer), so the prompt is
 reserved at a bound its real count cannot pass: every token of a tokenizer
@@ -39,8 +44,10 @@ from axon.errors import RateLimitError, TokenRateLimitError
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.auth import limits
+from cortex.auth.limits import Limits
 from cortex.auth.local_usage import LocalUsage
 from cortex.auth.principal import Principal
+from cortex.routing.tenant_policy import FixedTenantPolicies, TenantPolicies
 from cortex.store.keys import Adjust, KeyStore, Usage
 
 log = logging.getLogger("neuraxis.cortex")
@@ -85,82 +92,131 @@ def estimate_embed(request: pb.EmbedRequest) -> int:
     )
 
 
+@dataclass(frozen=True)
+class Lease:
+    """One counter's part of an admission: the counter (a key's id, or
+    `tenant_counter`'s), the lease taken on it and the window it reserved in."""
+
+    counter: str
+    lease_id: str
+    window: int
+
+
+def tenant_counter(tenant: str) -> str:
+    """The counter of a tenant's tenant-wide limits, beside its keys' (whose
+    ids start with "key_", so the two never meet)."""
+    return f"tenant:{tenant}"
+
+
 class Limiter:
-    def __init__(self, store: KeyStore, clock: Callable[[], float], lease_s: float) -> None:
+    def __init__(
+        self,
+        store: KeyStore,
+        clock: Callable[[], float],
+        lease_s: float,
+        policies: TenantPolicies | None = None,
+    ) -> None:
         self._store, self._clock, self._lease_s = store, clock, lease_s
+        self._policies = policies or FixedTenantPolicies()
         # Settlements run after the response (not on its path); kept here
         # so that they are not garbage-collected mid-flight.
         self._settling: set[asyncio.Task[None]] = set()
 
+    def tenant_limits(self, tenant: str) -> Limits:
+        """The tenant-wide limits of `tenant` (its row's, read by the policies)."""
+        policy = self._policies.policy(tenant)
+        return Limits(tpm=policy.tpm, max_concurrent=policy.max_concurrent)
+
+    def _counters(self, principal: Principal) -> list[tuple[str, Limits, str]]:
+        """What a request of `principal` is counted against: its tenant's
+        limits first (they have no request rate, so a key's refusal after
+        them leaves nothing counted there), then its key's; each with the
+        word its refusal names."""
+        assert principal.key_id is not None
+        tenant = self.tenant_limits(principal.tenant)
+        counters = [(tenant_counter(principal.tenant), tenant, "tenant")] if tenant.any else []
+        if principal.limits.any:
+            counters.append((principal.key_id, principal.limits, "key"))
+        return counters
+
+    def applies(self, principal: Principal) -> bool:
+        """Whether the principal has limits of its key's or its tenant's."""
+        return principal.key_id is not None and bool(self._counters(principal))
+
     async def admit(
         self, principal: Principal, tokens: int, parts: int = 1, output: int = 0
     ) -> Admission:
-        """Reserve one request and `tokens` for the principal's key, or raise
-        429. `parts`: how many streams report into the admission; `output`:
-        how much of `tokens` is output (not charged unless generated)."""
-        assert principal.key_id is not None
-        key_limits, now = principal.limits, self._clock()
+        """Reserve one request and `tokens` for the principal's tenant and
+        key, or raise 429. `parts`: how many streams report into the
+        admission; `output`: how much of `tokens` is output (not charged
+        unless generated)."""
+        now = self._clock()
+        admission = Admission(self, principal, [], tokens, parts, {}, output=output)
+        for counter, counter_limits, holder in self._counters(principal):
 
-        def decide(usage: Usage) -> Usage | None:
-            decision = limits.admit(key_limits, usage, now, tokens)
-            return decision.usage if decision.admitted else None
+            def decide(usage: Usage, counter_limits: Limits = counter_limits) -> Usage | None:
+                decision = limits.admit(counter_limits, usage, now, tokens)
+                return decision.usage if decision.admitted else None
 
-        lease_id = uuid.uuid4().hex
-        seen = await self._store.admit(principal.key_id, lease_id, now, now + self._lease_s, decide)
-        # The same pure function on the same inputs: the decision the store applied.
-        decision = limits.admit(key_limits, seen, now, tokens)
-        _raise_refused(principal, decision)
-        return Admission(
-            self,
-            principal,
-            lease_id,
-            decision.usage.window,
-            tokens,
-            parts,
-            limits.headers(key_limits, decision.usage, now),
-            output=output,
-        )
+            lease_id = uuid.uuid4().hex
+            seen = await self._store.admit(counter, lease_id, now, now + self._lease_s, decide)
+            # The same pure function on the same inputs: the decision the store applied.
+            decision = limits.admit(counter_limits, seen, now, tokens, holder)
+            if not decision.admitted:
+                admission.release()  # what the counters before this one reserved
+                _raise_refused(principal, decision)
+            admission.leases.append(Lease(counter, lease_id, decision.usage.window))
+            found = limits.headers(counter_limits, decision.usage, now)
+            admission.headers = limits.tightest(admission.headers, found)
+        return admission
 
     async def check(self, principal: Principal) -> None:
-        """429 if the key is already at its request rate or concurrency;
-        reserves nothing (the admission does)."""
-        assert principal.key_id is not None
+        """429 if the tenant or key is already at its concurrency or the key
+        at its request rate; reserves nothing (the admission does)."""
         now = self._clock()
-        usage = await self._store.usage(principal.key_id, now)
-        _raise_refused(principal, limits.precheck(principal.limits, usage, now))
+        for counter, counter_limits, holder in self._counters(principal):
+            usage = await self._store.usage(counter, now)
+            _raise_refused(principal, limits.precheck(counter_limits, usage, now, holder))
 
     async def headers(self, principal: Principal) -> dict[str, str]:
-        """Where the key stands now (for responses that reserve nothing)."""
-        assert principal.key_id is not None
+        """Where the tenant and key stand now (for responses that reserve
+        nothing): of each kind of limit, the one nearer its end."""
         now = self._clock()
-        usage = await self._store.usage(principal.key_id, now)
-        return limits.headers(principal.limits, usage, now)
+        out: dict[str, str] = {}
+        for counter, counter_limits, _ in self._counters(principal):
+            usage = await self._store.usage(counter, now)
+            out = limits.tightest(out, limits.headers(counter_limits, usage, now))
+        return out
 
     def settle_later(self, admission: Admission, used: int) -> None:
+        now = self._clock()
         if isinstance(self._store, LocalUsage):
             # Counters in this process: settled on the spot, no task (one a
             # request was a measurable share of what limits cost).
-            self._store.settle_now(*self._settlement(admission, used, self._clock()))
+            for lease in admission.leases:
+                self._store.settle_now(*self._settlement(admission, lease, used, now))
             return
-        task = asyncio.create_task(self._settle(admission, used))
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
+        for lease in admission.leases:
+            task = asyncio.create_task(self._settle(admission, lease, used))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
 
     @staticmethod
-    def _settlement(admission: Admission, used: int, now: float) -> tuple[str, str, float, Adjust]:
-        """The key store's `settle` arguments for an admission."""
-        assert admission.principal.key_id is not None
-        window, reserved = admission.window, admission.reserved
+    def _settlement(
+        admission: Admission, lease: Lease, used: int, now: float
+    ) -> tuple[str, str, float, Adjust]:
+        """The key store's `settle` arguments for one lease of an admission."""
+        window, reserved = lease.window, admission.reserved
         return (
-            admission.principal.key_id,
-            admission.lease_id,
+            lease.counter,
+            lease.lease_id,
             now,
             lambda usage: limits.settle(usage, now, window, reserved, used),
         )
 
-    async def _settle(self, admission: Admission, used: int) -> None:
+    async def _settle(self, admission: Admission, lease: Lease, used: int) -> None:
         try:
-            await self._store.settle(*self._settlement(admission, used, self._clock()))
+            await self._store.settle(*self._settlement(admission, lease, used, self._clock()))
         except Exception:
             # The lease expires on its own; the window's tokens stay reserved.
             log.exception("settling a rate-limit reservation failed")
@@ -179,13 +235,12 @@ def _raise_refused(principal: Principal, decision: limits.Decision) -> None:
 
 @dataclass
 class Admission:
-    """One admitted request's reservation, settled exactly once, when every
+    """One admitted request's reservations, settled exactly once, when every
     one of its `parts` (streams) has ended, or at once by `release`."""
 
     limiter: Limiter
     principal: Principal
-    lease_id: str
-    window: int
+    leases: list[Lease]  # one per counter it reserved on: its tenant's, its key's
     reserved: int
     parts: int
     headers: dict[str, str]

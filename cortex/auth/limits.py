@@ -59,11 +59,11 @@ class Decision:
     message: str = ""
 
 
-def admit(limits: Limits, usage: Usage, now: float, tokens: int) -> Decision:
+def admit(limits: Limits, usage: Usage, now: float, tokens: int, holder: str = "key") -> Decision:
     """Admit a request that may use `tokens`, or say which limit refuses it
-    and when to retry."""
+    and when to retry (`holder`: whose limits they are, "key" or "tenant")."""
     seen = current(usage, now)
-    refusal = _refusal(limits, seen, now, tokens)
+    refusal = _refusal(limits, seen, now, tokens, holder)
     if refusal is not None:
         retry_after_s, limit, message = refusal
         return Decision(False, seen, retry_after_s, limit, message)
@@ -71,33 +71,37 @@ def admit(limits: Limits, usage: Usage, now: float, tokens: int) -> Decision:
     return Decision(True, after)
 
 
-def precheck(limits: Limits, usage: Usage, now: float) -> Decision:
+def precheck(limits: Limits, usage: Usage, now: float, holder: str = "key") -> Decision:
     """Whether the key could be admitted at all now (a request of no
     tokens), reserving nothing: checked from the headers, before a body is
     read, so that a key at its rate is not worth a parse."""
     seen = current(usage, now)
-    refusal = _refusal(limits, seen, now, 0)
+    refusal = _refusal(limits, seen, now, 0, holder)
     if refusal is None:
         return Decision(True, seen)
     retry_after_s, limit, message = refusal
     return Decision(False, seen, retry_after_s, limit, message)
 
 
-def _refusal(limits: Limits, seen: Usage, now: float, tokens: int) -> tuple[float, str, str] | None:
+def _refusal(
+    limits: Limits, seen: Usage, now: float, tokens: int, holder: str
+) -> tuple[float, str, str] | None:
     """The first limit the request would pass: when to retry, the limit's
     name and the message (None: none refuses it)."""
+    of = "" if holder == "key" else f" of this {holder}"
     if limits.max_concurrent is not None and seen.in_flight >= limits.max_concurrent:
-        message = f"Too many concurrent requests for this key: limit {limits.max_concurrent}."
+        message = f"Too many concurrent requests for this {holder}: limit {limits.max_concurrent}."
         return CONCURRENCY_RETRY_S, "concurrency", message
     until_reset = seen.window + WINDOW_S - now
     if limits.rpm is not None and seen.requests + 1 > limits.rpm:
         message = (
-            f"Rate limit reached for requests per minute: limit {limits.rpm}, used {seen.requests}."
+            f"Rate limit reached for requests per minute{of}: limit {limits.rpm}, "
+            f"used {seen.requests}."
         )
         return until_reset, "requests", message
     if limits.tpm is not None and seen.tokens + tokens > limits.tpm:
         message = (
-            f"Rate limit reached for tokens per minute: limit {limits.tpm}, used "
+            f"Rate limit reached for tokens per minute{of}: limit {limits.tpm}, used "
             f"{seen.tokens}, requested {tokens}."
         )
         return until_reset, "tokens", message
@@ -143,4 +147,27 @@ def headers(limits: Limits, usage: Usage, now: float) -> dict[str, str]:
         out["x-ratelimit-limit-concurrent-requests"] = str(limits.max_concurrent)
         remaining = max(0, limits.max_concurrent - seen.in_flight)
         out["x-ratelimit-remaining-concurrent-requests"] = str(remaining)
+    return out
+
+
+# The header families `headers` writes, each named by its remaining count.
+_FAMILIES = ("requests", "tokens", "concurrent-requests")
+
+
+def tightest(first: dict[str, str], second: dict[str, str]) -> dict[str, str]:
+    """Two holders' headers (a tenant's and its key's) as one set: of each
+    kind of limit, the trio of the holder with less remaining, which is the
+    one a client pacing itself must respect."""
+    out = {**first}
+    for family in _FAMILIES:
+        remaining = f"x-ratelimit-remaining-{family}"
+        if remaining not in second:
+            continue
+        if remaining in first and int(first[remaining]) <= int(second[remaining]):
+            continue
+        for part in ("limit", "remaining", "reset"):
+            name = f"x-ratelimit-{part}-{family}"
+            out.pop(name, None)
+            if name in second:
+                out[name] = second[name]
     return out

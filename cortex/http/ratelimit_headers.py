@@ -36,7 +36,7 @@ class RateLimitHeaders(HttpMiddleware):
 
     async def _headers(self, context: RequestContext) -> dict[str, str]:
         principal = context.principal
-        if principal.key_id is None or not principal.limits.any:
+        if not self.limiter.applies(principal):
             return {}
         if context.admission is not None:
             return context.admission.headers

@@ -102,7 +102,7 @@ class PostgresTenantStore(TenantStore):
         row = await pool.fetchrow(_SELECT_TENANT + "WHERE name = $1", name)
         return None if row is None else Tenant(*row)
 
-    async def list(self) -> list[Tenant]:
+    async def tenants(self) -> list[Tenant]:
         pool = await self._connection_pool()
         return [Tenant(*row) for row in await pool.fetch(_SELECT_TENANT + "ORDER BY name")]
 

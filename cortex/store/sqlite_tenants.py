@@ -105,7 +105,7 @@ class SqliteTenantStore(TenantStore):
         )
         return Tenant(*rows[0]) if rows else None
 
-    async def list(self) -> list[Tenant]:
+    async def tenants(self) -> list[Tenant]:
         rows = await self._run(lambda db: db.execute(_SELECT_TENANT + "ORDER BY name").fetchall())
         return [Tenant(*row) for row in rows]
 

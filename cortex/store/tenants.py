@@ -94,7 +94,7 @@ class TenantStore(abc.ABC):
         """The tenant's row; None: it has none (the defaults apply)."""
 
     @abc.abstractmethod
-    async def list(self) -> list[Tenant]:
+    async def tenants(self) -> list[Tenant]:
         """Every tenant's row, by name."""
 
     @abc.abstractmethod

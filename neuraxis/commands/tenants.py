@@ -124,7 +124,7 @@ def tenant_view(tenant: Tenant, stored: bool = True) -> dict[str, Any]:
 
 
 async def _list(store: TenantStore, as_json: bool) -> int:
-    views = [tenant_view(t) for t in await store.list()]
+    views = [tenant_view(t) for t in await store.tenants()]
     if as_json:
         print(json.dumps(views, indent=2))
         return 0

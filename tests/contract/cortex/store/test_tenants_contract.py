@@ -53,12 +53,12 @@ async def test_a_tenant_reads_back_equal_and_is_replaced(store: TenantStore) -> 
 async def test_list_is_by_name(store: TenantStore) -> None:
     for name in ["b", "c", "a"]:
         await store.put(Tenant(name))
-    assert [t.name for t in await store.list()] == ["a", "b", "c"]
+    assert [t.name for t in await store.tenants()] == ["a", "b", "c"]
 
 
 async def test_a_change_made_elsewhere_is_seen_at_once(open_store: Opener) -> None:
     cortex, cli = open_store(), open_store()
-    assert await cortex.list() == []
+    assert await cortex.tenants() == []
     await cli.put(Tenant("acme", weight=2.0))
     assert await cortex.get("acme") == Tenant("acme", weight=2.0)
 
@@ -72,7 +72,7 @@ async def test_usage_flushes_add_up(store: TenantStore) -> None:
 
 
 async def test_usage_is_filtered_by_hours_tenant_and_models(store: TenantStore) -> None:
-    rows = {
+    rows: dict[UsageKey, UsageCounts] = {
         _key(hour=h, tenant=t, model=m): _counts()
         for h in (HOUR_S, 2 * HOUR_S, 3 * HOUR_S)
         for t in ("a", "b")
@@ -105,4 +105,4 @@ async def test_an_empty_flush_writes_nothing(store: TenantStore) -> None:
 
 
 async def test_close_is_harmless_twice_and_unused(open_store: Opener) -> None:
-    await backends.close_twice(open_store, lambda s: s.list())
+    await backends.close_twice(open_store, lambda s: s.tenants())

@@ -3,7 +3,7 @@ settlements, refusals and the headers."""
 
 from __future__ import annotations
 
-from cortex.auth.limits import Limits, admit, headers, precheck, settle, window_of
+from cortex.auth.limits import Limits, admit, headers, precheck, settle, tightest, window_of
 from cortex.store.keys import Usage
 
 T0 = 1_800_000_000.0  # a window start (divisible by 60)
@@ -120,3 +120,22 @@ def test_the_precheck_refuses_a_key_at_its_rate_and_reserves_nothing() -> None:
     room = precheck(Limits(rpm=3, max_concurrent=2), full, T0)
     assert room.admitted and room.usage == full
     assert precheck(Limits(rpm=2), full, T0 + 60).admitted  # the window turned
+
+
+def test_tightest_takes_each_kind_from_the_holder_with_less_left() -> None:
+    tenant = headers(Limits(tpm=100, max_concurrent=3), Usage(0, 0, 90, 1), 0.0)
+    key = headers(Limits(rpm=5, tpm=1000, max_concurrent=2), Usage(0, 1, 50, 1), 0.0)
+    merged = tightest(key, tenant)
+    assert merged["x-ratelimit-limit-tokens"] == "100"
+    assert merged["x-ratelimit-remaining-tokens"] == "10"
+    assert merged["x-ratelimit-limit-requests"] == "5"
+    assert merged["x-ratelimit-limit-concurrent-requests"] == "2"
+    assert tightest({}, tenant) == tenant
+    assert tightest(tenant, {}) == tenant
+
+
+def test_a_tenant_refusal_names_the_tenant() -> None:
+    decision = admit(Limits(max_concurrent=1), Usage(in_flight=1), 0.0, 0, "tenant")
+    assert not decision.admitted and "for this tenant" in decision.message
+    decision = admit(Limits(tpm=10), Usage(), 0.0, 20, "tenant")
+    assert "tokens per minute of this tenant" in decision.message

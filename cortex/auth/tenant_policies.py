@@ -1,0 +1,54 @@
+"""The tenants' rows as admission and the limiter read them: a
+`TenantPolicies` (cortex/routing/tenant_policy.py) over the store, kept in
+memory and read again every `refresh_s` in the background, so that a look-up
+never waits on the store and `neuraxis tenants set` takes effect on every
+cortex instance within `refresh_s`, no restart.
+
+Here rather than in routing/ or store/: those are siblings that cannot
+import each other, and this is where the two meet. A refresh that fails
+keeps the rows last read (and logs): a store that is briefly away changes
+no tenant's weight or limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from cortex.routing.tenant_policy import DEFAULT_POLICY, TenantPolicy
+from cortex.store.tenants import Tenant, TenantStore
+
+log = logging.getLogger("neuraxis.cortex")
+
+
+def policy_of(tenant: Tenant) -> TenantPolicy:
+    return TenantPolicy(
+        weight=tenant.weight,
+        max_priority=tenant.max_priority,
+        max_concurrent=tenant.max_concurrent,
+        tpm=tenant.tpm,
+    )
+
+
+class StoreTenantPolicies:
+    def __init__(self, store: TenantStore, refresh_s: float) -> None:
+        self._store, self._refresh_s = store, refresh_s
+        self._policies: dict[str, TenantPolicy] = {}
+
+    def policy(self, tenant: str) -> TenantPolicy:
+        return self._policies.get(tenant, DEFAULT_POLICY)
+
+    async def refresh(self) -> None:
+        """Read every tenant's row again (a tenant whose row is gone gets
+        the defaults)."""
+        rows = await self._store.tenants()
+        self._policies = {row.name: policy_of(row) for row in rows}
+
+    async def forever(self) -> None:
+        """Refresh every `refresh_s` until cancelled."""
+        while True:
+            await asyncio.sleep(self._refresh_s)
+            try:
+                await self.refresh()
+            except Exception:
+                log.exception("reading the tenants failed; their last rows still apply")
