@@ -1,8 +1,9 @@
-"""The admin listener: `/metrics` and `/sd/neurons` on a socket of their own
-(`admin_host`:`admin_port`, loopback by default), so that the API port,
-which API clients and whatever fronts them reach, serves `/v1/...`,
-`/healthz` and `/readyz` only (and the schema at `/openapi.json`). Metrics
-and the neurons' addresses are for this host's operators and Prometheus.
+"""The admin listener: `/metrics`, `/sd/neurons` and `/v1/usage` (the usage
+ledger, every tenant's) on a socket of their own (`admin_host`:`admin_port`,
+loopback by default), so that the API port, which API clients and whatever
+fronts them reach, serves `/v1/...`, `/healthz` and `/readyz` only (and the
+schema at `/openapi.json`). Metrics, the neurons' addresses and the tenants'
+usage are for this host's operators and Prometheus.
 
 One uvicorn server serves both sockets: `Listeners` hands each connection
 to the app of the socket it was accepted on (the ASGI scope's `server`, the
@@ -19,24 +20,29 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from cortex.api import observability
+from cortex.api import observability, usage
 from cortex.api.errors import install_error_handlers
 from cortex.api.gateway import Neurons, gateway_of_app
 from cortex.http.listeners import Listeners
 from cortex.recording import NoRecorder
+from cortex.store.tenants import TenantStore
 
 
-def create_admin_app(neurons: Neurons) -> FastAPI:
-    """The admin routes over the API app's neurons. No lifespan of its own:
-    the API app's starts and stops the pool; no schema: not an API."""
+def create_admin_app(neurons: Neurons, tenants: TenantStore | None = None) -> FastAPI:
+    """The admin routes over the API app's neurons and usage ledger (in
+    `tenants`). No lifespan of its own: the API app's starts and stops the
+    pool and the store; no schema: not an API."""
     app = FastAPI(title="neuraxis cortex admin", openapi_url=None, docs_url=None, redoc_url=None)
     # An unknown path is a 404 in the envelope here too; no API request
     # comes here to be counted.
     install_error_handlers(app, NoRecorder())
     app.include_router(observability.router_for(neurons))
+    app.include_router(usage.router_for(tenants))
     return app
 
 
 def with_admin(api: FastAPI, admin_port: int) -> Listeners:
     """The API app with the admin app on `admin_port` (the bound port)."""
-    return Listeners(api, create_admin_app(gateway_of_app(api).neurons), admin_port)
+    gateway = gateway_of_app(api)
+    admin = create_admin_app(gateway.neurons, gateway.ledger.store if gateway.ledger else None)
+    return Listeners(api, admin, admin_port)

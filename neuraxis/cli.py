@@ -3,7 +3,7 @@
 Each command is one module of neuraxis/commands/ with `add_parser` and
 `run`: up, cortex, head, neuron serve|agent, status, cluster stop|apply,
 config check, model prepare, tls init, keys create|list|revoke, tenants
-set|list|show, node
+set|list|show, usage, node
 cordon|drain|uncordon, doctor. The options of `cortex`, `neuron serve`, `neuron
 agent`, `head` and `up` are generated from their settings classes
 (neuraxis/options.py): a new setting needs no edit here nor there."""
@@ -30,6 +30,7 @@ from neuraxis.commands import (
     tenants,
     tls,
     up,
+    usage,
 )
 from neuraxis.commands.shared import UsageError, fail
 
@@ -46,6 +47,7 @@ COMMANDS = (
     tls,
     keys,
     tenants,
+    usage,
     node,
     doctor,
 )

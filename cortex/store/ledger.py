@@ -27,7 +27,7 @@ class Ledger:
     def __init__(
         self, store: TenantStore, flush_s: float, clock: Callable[[], float] = time.time
     ) -> None:
-        self._store, self._flush_s, self.clock = store, flush_s, clock
+        self.store, self._flush_s, self.clock = store, flush_s, clock
         self._pending: dict[UsageKey, UsageCounts] = {}
         self._flushing = asyncio.Lock()
 
@@ -46,7 +46,7 @@ class Ledger:
             if not pending:
                 return
             try:
-                await self._store.add_usage(pending)
+                await self.store.add_usage(pending)
             except BaseException:
                 for key, counts in pending.items():  # for the next flush
                     self.add(key, counts)
