@@ -63,4 +63,9 @@ class Ledger:
                 except Exception:
                     log.exception("writing the usage ledger failed; kept for the next flush")
         finally:
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception:
+                # At shutdown nothing is left to retry: say what was lost.
+                lost = sum(c.requests for c in self._pending.values())
+                log.exception("the usage ledger's last flush failed: %d requests not written", lost)
