@@ -12,12 +12,10 @@ the leases run out.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import asyncpg
-
 from cortex.store.keys import KEY_COLUMNS, Adjust, ApiKey, Decide, KeyStore, Usage
+from cortex.store.postgres_pool import LazyPool
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS neuraxis_api_keys (
@@ -60,23 +58,10 @@ _STORE_USAGE = (
 
 class PostgresKeyStore(KeyStore):
     def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
-        self._pool: Any = None
-        self._opening = asyncio.Lock()
+        self._pool = LazyPool(dsn, _SCHEMA, _SCHEMA_LOCK, max_size=8)
 
     async def _connection_pool(self) -> Any:
-        # Created on first use, inside the server's event loop; once, however
-        # many requests arrive together.
-        async with self._opening:
-            if self._pool is None:
-                pool = await asyncpg.create_pool(self._dsn, min_size=1, max_size=8)
-                async with pool.acquire() as conn, conn.transaction():
-                    # Instances starting together would race on CREATE TABLE
-                    # IF NOT EXISTS (a unique violation in pg_type).
-                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                    await conn.execute(_SCHEMA)
-                self._pool = pool
-        return self._pool
+        return await self._pool.get()
 
     async def add(self, key: ApiKey) -> None:
         pool = await self._connection_pool()
@@ -146,8 +131,7 @@ class PostgresKeyStore(KeyStore):
         return await _read_usage(await self._connection_pool(), _USAGE, key_id, now)
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
+        await self._pool.close()
 
 
 async def _locked_usage(conn: Any, key_id: str, now: float) -> Usage:

@@ -9,12 +9,10 @@ another's.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-import asyncpg
-
+from cortex.store.postgres_pool import LazyPool
 from cortex.store.tenants import (
     COUNT_COLUMNS,
     TENANT_COLUMNS,
@@ -77,21 +75,10 @@ _SELECT_TENANT = f"SELECT {', '.join(TENANT_COLUMNS)} FROM neuraxis_tenants "
 
 class PostgresTenantStore(TenantStore):
     def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
-        self._pool: Any = None
-        self._opening = asyncio.Lock()
+        self._pool = LazyPool(dsn, _SCHEMA, _SCHEMA_LOCK, max_size=4)
 
     async def _connection_pool(self) -> Any:
-        # Created on first use, inside the server's event loop; once.
-        async with self._opening:
-            if self._pool is None:
-                pool = await asyncpg.create_pool(self._dsn, min_size=1, max_size=4)
-                async with pool.acquire() as conn, conn.transaction():
-                    # Instances starting together would race on CREATE TABLE.
-                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                    await conn.execute(_SCHEMA)
-                self._pool = pool
-        return self._pool
+        return await self._pool.get()
 
     async def put(self, tenant: Tenant) -> None:
         pool = await self._connection_pool()
@@ -123,5 +110,4 @@ class PostgresTenantStore(TenantStore):
         return [usage_row(tuple(row)) for row in await pool.fetch(sql, *args)]
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
+        await self._pool.close()

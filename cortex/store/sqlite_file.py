@@ -1,4 +1,6 @@
-"""The state directory's SQLite file, opened as both stores open it.
+"""The state directory's SQLite file, opened as every store opens it, and
+`Serialized`, the one connection the key and tenant stores each run their
+statements on.
 
 A new file is made readable and writable by its owner only (0600): it
 holds API key hashes, stored prompts and answers. systemd's
@@ -9,10 +11,15 @@ SQLite gives its -wal and -shm files the database's own mode.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 MEMORY = ":memory:"
 
@@ -35,3 +42,27 @@ def _create_private(path: Path) -> None:
         return
     with contextlib.suppress(FileExistsError):  # made meanwhile: by SQLite, as we would
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))
+
+
+class Serialized:
+    """A connection (WAL, synchronous=NORMAL, `schema` made) used by one
+    statement at a time, off the event loop."""
+
+    def __init__(self, path: Path, schema: str, busy_timeout_ms: int = 10_000) -> None:
+        self._db = connect(path)
+        self._db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(schema)
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        async with self._lock:
+            return await asyncio.to_thread(work, self._db)
+
+    async def close(self) -> None:
+        """Close the connection; harmless twice."""
+        if not self._closed:
+            self._closed = True
+            await self.run(lambda db: db.close())

@@ -17,7 +17,6 @@ that was acknowledged survives a crash.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -65,18 +64,10 @@ _UPSERT_USAGE = (
 
 class SqliteKeyStore(KeyStore):
     def __init__(self, path: Path, busy_timeout_ms: int = 10_000) -> None:
-        self._db = sqlite_file.connect(path)
-        self._db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._lock = asyncio.Lock()
-        self._closed = False
+        self._db = sqlite_file.Serialized(path, _SCHEMA, busy_timeout_ms)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        # One connection, one call at a time, off the event loop.
-        async with self._lock:
-            return await asyncio.to_thread(work, self._db)
+        return await self._db.run(work)
 
     async def add(self, key: ApiKey) -> None:
         sql = f"INSERT INTO api_keys ({', '.join(KEY_COLUMNS)}) VALUES ({','.join('?' * 11)})"
@@ -138,9 +129,7 @@ class SqliteKeyStore(KeyStore):
         return await self._run(lambda db: _usage(db, key_id, now))
 
     async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            await self._run(lambda db: db.close())
+        await self._db.close()
 
 
 def _usage(db: sqlite3.Connection, key_id: str, now: float) -> Usage:

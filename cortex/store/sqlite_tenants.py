@@ -10,7 +10,6 @@ losing the seconds it has not flushed, cortex/store/ledger.py.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -69,18 +68,10 @@ _SELECT_TENANT = f"SELECT {', '.join(TENANT_COLUMNS)} FROM tenants "
 
 class SqliteTenantStore(TenantStore):
     def __init__(self, path: Path, busy_timeout_ms: int = 10_000) -> None:
-        self._db = sqlite_file.connect(path)
-        self._db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._lock = asyncio.Lock()
-        self._closed = False
+        self._db = sqlite_file.Serialized(path, _SCHEMA, busy_timeout_ms)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        # One connection, one call at a time, off the event loop.
-        async with self._lock:
-            return await asyncio.to_thread(work, self._db)
+        return await self._db.run(work)
 
     async def put(self, tenant: Tenant) -> None:
         values = tuple(getattr(tenant, c) for c in TENANT_COLUMNS)
@@ -134,6 +125,4 @@ class SqliteTenantStore(TenantStore):
         return [usage_row(row) for row in rows]
 
     async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            await self._run(lambda db: db.close())
+        await self._db.close()
