@@ -9,7 +9,9 @@ few milliseconds, the cost tens of microseconds).
 - the usage hook on a 34-message neuron stream (against the same stream
   tracked without it),
 - the x-ratelimit-* headers middleware on a 34-message response (against
-  the bare app).
+  the bare app),
+- the usage ledger's account of a finished request (the same stream
+  tracked without one; the flush is off the request's path).
 
 At c=16 with synchronized arrivals, the last of sixteen requests waits for
 the fifteen ahead of it, so the added TTFT p50 is bounded by about
@@ -31,6 +33,7 @@ from pathlib import Path
 from starlette.types import Message, Receive, Scope, Send
 
 from axon.v1 import neuron_pb2 as pb
+from cortex.api.accounting import account_for
 from cortex.api.lifecycle import Tracker, tracked
 from cortex.auth.authenticator import Authenticator
 from cortex.auth.keys import KeyRequest, make_key
@@ -38,7 +41,9 @@ from cortex.auth.limiter import Limiter
 from cortex.auth.local_usage import counters_for
 from cortex.http.ratelimit_headers import RateLimitHeaders
 from cortex.recording import NoRecorder
+from cortex.store.ledger import Ledger
 from cortex.store.sqlite_keys import SqliteKeyStore
+from cortex.store.sqlite_tenants import SqliteTenantStore
 
 MESSAGES = 34  # a 32-token answer: the role chunk, 32 tokens, the usage
 
@@ -76,8 +81,13 @@ async def measure(loops: int) -> dict[str, float]:
 
     admission = await limiter.admit(principal, 100)
 
-    async def read(hooked: bool) -> None:
-        tracker = Tracker(NoRecorder(), "chat", "m", "chatcmpl-bench")
+    tenants = SqliteTenantStore(Path(tempfile.mkdtemp(prefix="neuraxis-ledger-")) / "t.sqlite3")
+    account = account_for(principal, "m", Ledger(tenants, flush_s=3600), tenant_tokens=False)
+
+    async def read(hooked: bool, accounted: bool = False) -> None:
+        tracker = Tracker(
+            NoRecorder(), "chat", "m", "chatcmpl-bench", account=account if accounted else None
+        )
         hook = admission.stream_ended if hooked else None
         async for _ in tracked(neuron(), tracker, hook):
             pass
@@ -104,9 +114,12 @@ async def measure(loops: int) -> dict[str, float]:
             loops, lambda: middleware(scope, nothing, sink)
         )
         - await _per_call(loops, lambda: app(scope, nothing, sink)),
+        "usage ledger account": await _per_call(loops, lambda: read(False, accounted=True))
+        - await _per_call(loops, lambda: read(False)),
     }
     await limiter.drain()
     await store.close()
+    await tenants.close()
     figures["total"] = sum(figures.values())
     return figures
 
