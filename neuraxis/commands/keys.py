@@ -24,6 +24,7 @@ from typing import Any
 from cortex.auth.authenticator import limits_of
 from cortex.auth.keys import KeyRequest, make_key
 from cortex.auth.limits import Limits
+from cortex.config import CortexSettings
 from cortex.store.keys import SQLITE_FILE, ApiKey, KeyStore, open_key_store
 from neuraxis.commands.shared import (
     Help,
@@ -72,12 +73,18 @@ def _positive(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     settings = store_settings(args)
+    own_state_file(settings)
+    store = open_key_store(settings.store.state_dir, settings.store.postgres_dsn)
+    return asyncio.run(_with_store(store, args, settings.auth.default_limits()))
+
+
+def own_state_file(settings: CortexSettings) -> None:
+    """Before a command opens the SQLite store as root (keys, tenants,
+    usage): `own_as_directory`, and its note on stderr."""
     if settings.store.postgres_dsn is None:
         note = own_as_directory(settings.store.state_dir / SQLITE_FILE, os.geteuid())
         if note is not None:
             print(f"neuraxis: {note}", file=sys.stderr)
-    store = open_key_store(settings.store.state_dir, settings.store.postgres_dsn)
-    return asyncio.run(_with_store(store, args, settings.auth.default_limits()))
 
 
 def own_as_directory(database: Path, euid: int) -> str | None:

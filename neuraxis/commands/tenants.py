@@ -21,6 +21,7 @@ from typing import Any
 
 from axon.priority import CLASSES
 from cortex.store.tenants import Tenant, TenantStore, open_tenant_store
+from neuraxis.commands.keys import own_state_file
 from neuraxis.commands.shared import (
     Help,
     Subparsers,
@@ -90,6 +91,7 @@ def _positive(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     settings = store_settings(args)
+    own_state_file(settings)
     store = open_tenant_store(settings.store.state_dir, settings.store.postgres_dsn)
     return asyncio.run(_with_store(store, args))
 

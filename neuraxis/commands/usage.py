@@ -21,6 +21,7 @@ from typing import Any
 
 from cortex.store.tenants import open_tenant_store
 from cortex.store.usage_report import BUCKET_WIDTHS, UsageQuery, UsageQueryError, usage_page
+from neuraxis.commands.keys import own_state_file
 from neuraxis.commands.shared import (
     Help,
     Subparsers,
@@ -90,6 +91,7 @@ def query_for(args: argparse.Namespace, now: int) -> UsageQuery:
 
 def run(args: argparse.Namespace) -> int:
     settings = store_settings(args)
+    own_state_file(settings)
     try:
         query = query_for(args, int(time.time()))
     except UsageQueryError as e:
