@@ -3,15 +3,16 @@ usage ledger (cortex/store/ledger.py) and, with metrics_tenant_label, the
 per-tenant token counters. The request's tracker (lifecycle.py) calls the
 `Account` made here once, when the request ends.
 
-The class of a request is "default" until the request carries one: the
-internal request has no priority field yet (the fair queue adds it).
+The class of a request is "default" until dispatch passes the request's
+own: the internal request has no priority field yet (the fair queue adds
+it).
 Queue seconds are 0 for the same reason: the admission wait is not handed
 to the request's end yet.
 """
 
 from __future__ import annotations
 
-from axon.priority import DEFAULT_CLASS
+from axon.priority import DEFAULT_CLASS, PriorityClass
 from cortex import metrics
 from cortex.api.lifecycle import Account
 from cortex.auth.principal import Principal
@@ -25,17 +26,21 @@ ERRORS = frozenset({"client_error", "server_error"})
 
 
 def account_for(
-    principal: Principal, model: str, ledger: Ledger | None, tenant_tokens: bool
+    principal: Principal,
+    model: str,
+    ledger: Ledger | None,
+    tenant_tokens: bool,
+    priority: PriorityClass = DEFAULT_CLASS,
 ) -> Account | None:
-    """The account of a request of `principal` for `model` (None: nothing
-    to add to)."""
+    """The account of a request of `principal` for `model` in class
+    `priority` (None: nothing to add to)."""
     if ledger is None and not tenant_tokens:
         return None
     tenant, key_id = principal.tenant, principal.key_id or ""
 
     def account(end: Ended, cached: int) -> None:
         if ledger is not None:
-            key = UsageKey(tenant, key_id, model, DEFAULT_CLASS, hour_of(ledger.clock()))
+            key = UsageKey(tenant, key_id, model, priority, hour_of(ledger.clock()))
             error = int(end.outcome in ERRORS)
             counts = UsageCounts(
                 1, end.prompt_tokens, cached, end.output_tokens, error, end.seconds, 0.0

@@ -33,7 +33,7 @@ async def test_requests_add_up_by_tenant_key_model_and_hour(tmp_path: Path) -> N
     account(_ended("cancelled", 0, 0), 0)
     clock.now += HOUR_S  # the next hour's row
     account(_ended(), 0)
-    anonymous = account_for(ANONYMOUS, "m1", ledger, tenant_tokens=False)
+    anonymous = account_for(ANONYMOUS, "m1", ledger, tenant_tokens=False, priority="batch")
     assert anonymous is not None
     anonymous(_ended(), 0)
     await ledger.flush()
@@ -42,7 +42,7 @@ async def test_requests_add_up_by_tenant_key_model_and_hour(tmp_path: Path) -> N
     hour = UsageKey("acme", "key_a", "m1", "default", 3 * HOUR_S)
     assert pending[hour] == UsageCounts(3, 20, 3, 4, 1, 1.5, 0.0)
     assert pending[UsageKey("acme", "key_a", "m1", "default", 4 * HOUR_S)].requests == 1
-    assert pending[UsageKey("", "", "m1", "default", 4 * HOUR_S)].requests == 1
+    assert pending[UsageKey("", "", "m1", "batch", 4 * HOUR_S)].requests == 1
 
 
 def test_tenant_token_counters_only_when_asked() -> None:
