@@ -94,3 +94,25 @@ async def test_a_request_of_several_streams_ends_with_its_last() -> None:
     for _ in range(2):
         assert [m async for m in tracked(_stream(TOKEN, END), tracker)] == [TOKEN, END]
     assert [c for c in calls.seen if c[0] == "finished"] == [("finished", "success", (6, 4), True)]
+
+
+async def test_the_account_hears_the_end_once_with_the_cached_tokens() -> None:
+    heard: list[tuple[str, int, int, int]] = []
+
+    def account(end: Ended, cached: int) -> None:
+        heard.append((end.outcome, end.prompt_tokens, end.output_tokens, cached))
+
+    tracker = Tracker(NoRecorder(), "completions", "m", "cmpl-3", parts=2, account=account)
+    cached_end = pb.GenerateResponse(
+        usage=pb.Usage(prompt_tokens=5, completion_tokens=1, cached_prompt_tokens=4)
+    )
+    for stream in (_stream(TOKEN, END), _stream(TOKEN, cached_end)):
+        async for _ in tracked(stream, tracker):
+            pass
+    assert heard == [("success", 8, 3, 4)]
+    # A stream the client left: one end, cancelled, with no tokens.
+    heard.clear()
+    left = tracked(_stream(TOKEN, END), Tracker(NoRecorder(), "chat", "m", "c-2", account=account))
+    await anext(left)
+    await left.aclose()
+    assert heard == [("cancelled", 0, 0, 0)]
