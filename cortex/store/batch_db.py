@@ -1,0 +1,201 @@
+"""The connection the Files and Batches store (batches.py) speaks through:
+SQLite (a file of its own in the state directory, `batches.sqlite3`) or
+PostgreSQL. The store's SQL is written once, with `?` placeholders; the
+PostgreSQL side renumbers them (`$1`, `$2` ...). Only the schemas differ
+(column types).
+
+SQLite is blocking: its statements run in a worker thread, one at a time on
+one connection, as in sqlite.py (WAL, synchronous=FULL: a line's result
+committed survives a crash).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from cortex.store import sqlite_file
+
+T = TypeVar("T")
+Row = Sequence[Any]
+
+_SQLITE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    filename TEXT NOT NULL,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    lines INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS files_tenant ON files (tenant, created_at);
+CREATE INDEX IF NOT EXISTS files_created_at ON files (created_at);
+CREATE TABLE IF NOT EXISTS file_chunks (
+    file_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (file_id, seq)
+);
+CREATE TABLE IF NOT EXISTS batches (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    batch TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT '',
+    lease_until REAL NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS batches_tenant ON batches (tenant, created_at);
+CREATE INDEX IF NOT EXISTS batches_running ON batches (status, lease_until);
+CREATE TABLE IF NOT EXISTS batch_results (
+    batch_id TEXT NOT NULL,
+    line INTEGER NOT NULL,
+    ok INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (batch_id, line)
+);
+"""
+
+_POSTGRES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS neuraxis_files (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    status TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    filename TEXT NOT NULL,
+    bytes BIGINT NOT NULL DEFAULT 0,
+    lines BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS neuraxis_files_tenant ON neuraxis_files (tenant, created_at);
+CREATE INDEX IF NOT EXISTS neuraxis_files_created_at ON neuraxis_files (created_at);
+CREATE TABLE IF NOT EXISTS neuraxis_file_chunks (
+    file_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data BYTEA NOT NULL,
+    PRIMARY KEY (file_id, seq)
+);
+CREATE TABLE IF NOT EXISTS neuraxis_batches (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    status TEXT NOT NULL,
+    batch TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT '',
+    lease_until DOUBLE PRECISION NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS neuraxis_batches_tenant ON neuraxis_batches (tenant, created_at);
+CREATE INDEX IF NOT EXISTS neuraxis_batches_running ON neuraxis_batches (status, lease_until);
+CREATE TABLE IF NOT EXISTS neuraxis_batch_results (
+    batch_id TEXT NOT NULL,
+    line INTEGER NOT NULL,
+    ok INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (batch_id, line)
+);
+"""
+
+
+class Db(abc.ABC):
+    """One backend's connection. `prefix` goes before every table name
+    (PostgreSQL's tables share a database with others: `neuraxis_`)."""
+
+    prefix = ""
+    backend = "unknown"
+
+    @abc.abstractmethod
+    async def execute(self, sql: str, *args: Any) -> int:
+        """Run a statement; the rows it changed."""
+
+    @abc.abstractmethod
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        """Run a query (or a statement with RETURNING); its rows."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release the connection(s); harmless twice or before any use."""
+
+
+class SqliteDb(Db):
+    backend = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite_file.connect(path)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=10000")
+        self._db.executescript(_SQLITE_SCHEMA)
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        return await self._call(lambda: int(self._db.execute(sql, args).rowcount))
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        return await self._call(lambda: list(self._db.execute(sql, args).fetchall()))
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._call(self._db.close)
+
+    async def _call(self, work: Callable[[], T]) -> T:
+        """As SqliteResponseStore._call: a cancelled caller still waits for
+        its statement before it lets go of the connection."""
+        async with self._lock:
+            running = asyncio.ensure_future(asyncio.to_thread(work))
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                await asyncio.wait({running})
+                raise
+
+
+_MARK = re.compile(r"\?")
+
+
+def numbered(sql: str) -> str:
+    """`?` placeholders as PostgreSQL's `$1`, `$2` ..."""
+    count = iter(range(1, sql.count("?") + 1))
+    return _MARK.sub(lambda _: f"${next(count)}", sql)
+
+
+class PostgresDb(Db):
+    prefix = "neuraxis_"
+    backend = "postgres"
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._pool: Any = None
+
+    async def _connection_pool(self) -> Any:
+        # Created on first use, inside the server's event loop.
+        if self._pool is None:
+            import asyncpg
+
+            self._pool = await asyncpg.create_pool(self._dsn, min_size=1, max_size=8)
+            async with self._pool.acquire() as conn:
+                await conn.execute(_POSTGRES_SCHEMA)
+        return self._pool
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        pool = await self._connection_pool()
+        status = await pool.execute(numbered(sql), *args)
+        return int(str(status).rsplit(" ", 1)[-1])
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        pool = await self._connection_pool()
+        return [tuple(row) for row in await pool.fetch(numbered(sql), *args)]
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
