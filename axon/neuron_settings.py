@@ -48,7 +48,8 @@ class NeuronSettings(LogSettings):
     )
     task: ModelTask = Field(
         ModelTask.GENERATE,
-        description="what a model directory does (bundled models know their task)",
+        description="what a model directory does (bundled models know their task); the sim "
+        "engine serves an embedding model with embed",
     )
     served_id: str | None = Field(
         None,

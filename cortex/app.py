@@ -21,6 +21,10 @@ from fastapi import FastAPI
 from axon.sdnotify import notify
 from cortex import metrics
 from cortex.api import chat, completions, embeddings, health, models
+from cortex.api.batches import files_routes
+from cortex.api.batches import routes as batches
+from cortex.api.batches.line_run import run_line
+from cortex.api.batches.runner import BatchRunner
 from cortex.api.errors import install_error_handlers
 from cortex.api.gateway import Gateway, Neurons, Runs
 from cortex.api.responses import routes as responses
@@ -42,6 +46,8 @@ from cortex.recording import recorder_for
 from cortex.routing.client import NeuronClient, channel_credentials
 from cortex.routing.pool import NeuronPool
 from cortex.store.base import ResponseStore
+from cortex.store.batch_db import PostgresDb, SqliteDb
+from cortex.store.batches import BatchStore
 from cortex.store.keys import KeyStore, open_key_store
 from cortex.store.ledger import Ledger
 from cortex.store.quota import StoreQuota
@@ -114,6 +120,17 @@ def create_app(
     ledger = Ledger(tenants, settings.tenancy.ledger_flush_s) if settings.tenancy.ledger else None
     gateway = _gateway(settings, neurons, store, keys, f"{address}/{os.getpid()}", policies, ledger)
     runs = gateway.runs
+    batch_store = gateway.batches
+    assert batch_store is not None
+    batch_runner = BatchRunner(
+        batch_store,
+        lambda endpoint, principal, line: run_line(app, endpoint, principal, line),
+        runs.instance,
+        settings.batches,
+        settings.files,
+        purge_claim=store.claim,
+        purge_interval_s=settings.responses.purge_interval_s,
+    )
     upkeep = Upkeep(
         store,
         runs.instance,
@@ -159,6 +176,7 @@ def create_app(
         systemd = [asyncio.create_task(readiness.announce()), asyncio.create_task(watchdog())]
         upkeeping = asyncio.create_task(upkeep.forever())
         tenancy = await _start_tenancy(policies, ledger)
+        batch_running = asyncio.create_task(batch_runner.forever())
         try:
             yield
         finally:
@@ -166,7 +184,9 @@ def create_app(
             for task in systemd:
                 task.cancel()
             upkeeping.cancel()  # before the store closes: its statements finish first
-            await asyncio.gather(upkeeping, return_exceptions=True)
+            batch_running.cancel()
+            await asyncio.gather(upkeeping, batch_running, return_exceptions=True)
+            await batch_runner.stop()  # its leases let go: taken up at once elsewhere
             # Background responses still running end as failed (and stored).
             tasks = [run.task for run in runs.background.values() if run.task]
             for task in tasks:
@@ -182,6 +202,7 @@ def create_app(
                 task.cancel()
             await asyncio.gather(*tenancy, return_exceptions=True)
             await tenants.close()
+            await batch_store.close()
             if keys is not None:
                 assert gateway.limiter is not None
                 await gateway.limiter.drain()
@@ -198,7 +219,7 @@ def create_app(
     # Who is calling: every /v1 route authenticates from the headers before
     # its body is read (cortex/api/route.py); with auth off it attaches
     # nothing and the anonymous principal applies.
-    for api in (chat, completions, embeddings, responses, models):
+    for api in (chat, completions, embeddings, responses, models, files_routes, batches):
         app.include_router(api.router)
     # /metrics and /sd/neurons are the admin listener's (cortex/admin.py).
     app.include_router(health.router)
@@ -206,7 +227,10 @@ def create_app(
     app.add_middleware(CancelOnDisconnect)
     if gateway.limiter is not None:
         app.add_middleware(RateLimitHeaders, limiter=gateway.limiter)
-    app.add_middleware(BodyLimit, max_bytes=settings.http.max_body_bytes)
+    upload = settings.files.max_bytes + files_routes.MULTIPART_OVERHEAD
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.http.max_body_bytes, paths={"/v1/files": upload}
+    )
     return app
 
 
@@ -257,6 +281,8 @@ def _gateway(
         tenant_policies=policies,
         ledger=ledger,
         tenant_tokens=settings.metrics_enabled and settings.metrics_tenant_label,
+        batches=_batch_store_for(settings),
+        files=settings.files,
     )
 
 
@@ -282,6 +308,15 @@ async def _join_cluster(
     log.info("cluster mode: following the controller at %s", settings.ray.address)
     followed = Followed(received=received, plane=ControlPlane(settings.ray.address))
     return asyncio.create_task(follow_cluster(controller, pool, followed))
+
+
+def _batch_store_for(settings: CortexSettings) -> BatchStore:
+    """Files and batches: beside the responses, in a SQLite file of their
+    own (chunks and line results kept apart from the responses' writes) or
+    in the same PostgreSQL database."""
+    if settings.store.postgres_dsn:
+        return BatchStore(PostgresDb(settings.store.postgres_dsn))
+    return BatchStore(SqliteDb(settings.store.state_dir / "batches.sqlite3"))
 
 
 def _store_for(settings: CortexSettings) -> ResponseStore:

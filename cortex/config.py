@@ -33,6 +33,7 @@ from axon.grpc_limits import MAX_MESSAGE_BYTES
 from axon.logs import LogSettings
 from axon.settings import Flag, SettingsGroup, SourcedSettings, group
 from axon.tls import TlsFiles, check_plaintext, tls_files
+from cortex.api.batches.settings import BatchSettings, FilesSettings
 from cortex.api.caps import RequestCaps
 from cortex.api.responses.upkeep_settings import UpkeepSettings
 from cortex.auth.settings import AuthSettings
@@ -235,6 +236,8 @@ class CortexSettings(SourcedSettings, LogSettings):
     tenancy: TenancySettings = group(TenancySettings, "tenants and the usage ledger")
     store: StoreSettings = group(StoreSettings, "the store")
     responses: UpkeepSettings = group(UpkeepSettings, "stored responses' upkeep")
+    files: FilesSettings = group(FilesSettings, "the Files API")
+    batches: BatchSettings = group(BatchSettings, "the Batch API")
     ray: RaySettings = group(RaySettings, "cluster mode: Ray")
     controller: ControllerSettings = group(ControllerSettings, "cluster mode: the controller")
 

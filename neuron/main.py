@@ -46,6 +46,7 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
                 load_s=settings.sim_load_s,
                 fail_after_tokens=settings.sim_fail_after_tokens,
                 default_max_tokens=settings.default_max_tokens,
+                task=settings.task,
                 prefix_cache=PrefixCacheOptions(
                     capacity_blocks=settings.sim_prefix_cache_blocks,
                     block_tokens=settings.sim_block_tokens,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from fastapi import FastAPI, Request
 
 from axon.v1 import neuron_pb2 as pb
+from cortex.api.batches.settings import FilesSettings
 from cortex.api.caps import RequestCaps
 from cortex.auth.authenticator import Authenticator
 from cortex.auth.limiter import Limiter
@@ -25,6 +26,7 @@ from cortex.routing.policy import RouteHints
 from cortex.routing.tenant_policy import FixedTenantPolicies, TenantPolicies
 from cortex.store.base import ResponseStore
 from cortex.store.ledger import Ledger
+from cortex.store.batches import BatchStore
 from cortex.store.quota import StoreQuota
 
 if TYPE_CHECKING:
@@ -89,6 +91,8 @@ class Gateway:
     tenant_policies: TenantPolicies = field(default_factory=FixedTenantPolicies)
     ledger: Ledger | None = None  # None: [tenancy] ledger = false
     tenant_tokens: bool = False  # metrics_tenant_label: token counters per tenant
+    batches: BatchStore | None = None  # the Files and Batches store (None: not served)
+    files: FilesSettings = field(default_factory=FilesSettings)
 
 
 def gateway_of_app(app: FastAPI) -> Gateway:

@@ -24,6 +24,8 @@ from axon.process import interrupted_by_stop_signals
 from axon.tasks import ModelTask
 from neuron.engine.base import (
     ChoiceDelta,
+    EmbedRequest,
+    EmbedResult,
     Engine,
     EngineLoad,
     EngineRequest,
@@ -34,6 +36,7 @@ from neuron.engine.base import (
     TopLogprob,
     Usage,
     check_context,
+    wrong_task,
 )
 from neuron.engine.sim_cache import PrefillModel, PrefixCacheOptions
 
@@ -65,6 +68,9 @@ class SimOptions:
     prefix_cache: PrefixCacheOptions = field(default_factory=PrefixCacheOptions)
     # Reported by Info as the engine's batch size (0: unknown); not enforced.
     max_concurrency: int = 0
+    # EMBED: an embedding model (a vector per input, after ttft_s), which
+    # generates nothing.
+    task: ModelTask = ModelTask.GENERATE
 
 
 class SimEngine(Engine):
@@ -77,7 +83,7 @@ class SimEngine(Engine):
         self._model = ServedModel(
             id=options.served_id,
             max_context_length=options.max_context_length,
-            task=ModelTask.GENERATE,
+            task=options.task,
             created=int(time.time()),
             default_max_tokens=options.default_max_tokens,
         )
@@ -113,9 +119,26 @@ class SimEngine(Engine):
         if self._death is not None:
             raise EngineDiedError(f"the neuron's engine has died: {self._death}")
 
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        if request.model != self._model.id:
+            raise ModelNotFoundError(f"The model '{request.model}' does not exist on this neuron.")
+        if self._model.task is not ModelTask.EMBED:
+            raise wrong_task(request.model, ModelTask.GENERATE)
+        self._check_alive()
+        await asyncio.sleep(self._options.ttft_s)
+        # A deterministic unit-ish vector per input: its length and word count.
+        vectors, tokens = [], 0
+        for item in request.inputs:
+            words = len(item.split()) if isinstance(item, str) else len(item)
+            tokens += words
+            vectors.append([float(words), float(len(item)), 1.0][: request.dimensions or 3])
+        return EmbedResult(embeddings=vectors, prompt_tokens=tokens)
+
     async def generate(self, request: EngineRequest) -> AsyncIterator[Output]:
         if request.model != self._model.id:
             raise ModelNotFoundError(f"The model '{request.model}' does not exist on this neuron.")
+        if self._model.task is not ModelTask.GENERATE:
+            raise wrong_task(request.model, ModelTask.EMBED)
         self._check_alive()
         opts = self._options
         text_in = (
