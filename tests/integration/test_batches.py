@@ -176,7 +176,7 @@ def test_bad_lines_go_to_the_error_file_with_their_ids(batch_stack: BatchStack) 
     by_id = dict(errors)
     assert set(by_id) == {None, "bad-url", "bad-model"}
     assert "Line 2" in next(m for c, m in errors if c is None and "invalid_json_line" in m)
-    assert "Line 6" in next(m for c, m in errors if c is None and "custom_id" in m)
+    assert "Line 6" in next(m for c, m in errors if c is None and "missing_required_parameter" in m)
     assert '"code": "invalid_url"' in by_id["bad-url"] and "Line 3" in by_id["bad-url"]
     # A request the model refused: its answer, as a client would have had it.
     refused = json.loads(by_id["bad-model"])
