@@ -63,7 +63,7 @@ def test_a_move_leaves_the_original_alone_and_sets_fields() -> None:
     failed = lifecycle.moved(batch, "failed", 5, errors=lifecycle.failure("empty_file", "none", 3))
     assert batch["status"] == "validating" and batch["errors"] is None
     assert Batch.model_validate(failed).errors is not None
-    assert failed["errors"]["data"][0]["line"] == 3  # type: ignore[index]
+    assert failed["errors"]["data"][0]["line"] == 3
     counted = lifecycle.with_counts(failed, 3, 2, 1)
     assert counted["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
     assert failed["request_counts"] == {"total": 0, "completed": 0, "failed": 0}

@@ -25,7 +25,7 @@ from cortex.store.batches import BatchStore, StoredBatch, StoredFile
 from harness.clock import ManualClock
 
 CHAT = "/v1/chat/completions"
-PRINCIPAL = {"tenant": "t", "key_id": None, "models": [], "limits": {}}
+PRINCIPAL: dict[str, Any] = {"tenant": "t", "key_id": None, "models": [], "limits": {}}
 
 
 class Lines:
