@@ -68,7 +68,7 @@ proto-check: $(STAMP)
 # them all with --smoke (seconds each; `make test` does it too).
 BENCH_ALL := gateway_overhead embeddings_throughput metrics_cost responses_vs_chat failover \
 	tool_stream auth_cost admission routing routing_sim gateway_capacity store seeded_streams \
-	edge_stalls
+	edge_stalls batch
 bench: $(STAMP)
 	set -e; for m in $(BENCH_ALL); do $(PY) -m bench.$$m; done
 
@@ -83,10 +83,12 @@ bench-smoke: $(STAMP)
 # (what killed vLLM's CPU engine); routing, the routing policies on two real vLLM replicas
 # (~16 minutes on 2 busy cores); gateway, the streams and SSE events/s one
 # cortex (then two workers) sustains; edge, /healthz latency while clients
-# send what could stall cortex's event loop (issue 31).
+# send what could stall cortex's event loop (issue 31); batch, interactive TTFT with and
+# without a 5,000-line batch running (sim neuron) and the batch's lines/s (issue 30).
 BENCHES := failover:failover embeddings:embeddings_throughput metrics:metrics_cost \
 	responses:responses_vs_chat tool-stream:tool_stream auth:auth_cost admission:admission \
-	routing:routing gateway:gateway_capacity seeded:seeded_streams edge:edge_stalls
+	routing:routing gateway:gateway_capacity seeded:seeded_streams edge:edge_stalls \
+	batch:batch
 
 define bench_rule
 bench-$(1): $$(STAMP)

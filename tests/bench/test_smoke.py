@@ -131,6 +131,13 @@ def test_gateway_capacity_benchmark_runs(tmp_path: Path) -> None:
     _check_writes(out, ("| 2 workers | 4 |",), tmp_path, files)
 
 
+def test_batch_benchmark_runs(tmp_path: Path) -> None:
+    # Its own sim neuron and cortex: 50 batch lines beside a second of load.
+    out = _smoke("bench.batch", "--out", str(tmp_path / "batch.json"))
+    tables = ("| interactive + batch |", "| batch lines | completed |")
+    _check_writes(out, tables, tmp_path, ("batch.md", "batch.json"))
+
+
 def test_store_benchmark_runs(tmp_path: Path) -> None:
     # Its own sim neuron, cortex and PostgreSQL server: 100 tokens, 1,000 rows.
     out = _smoke("bench.store", "--out", str(tmp_path / "store.json"))
