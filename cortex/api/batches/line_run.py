@@ -98,10 +98,14 @@ def line_request(app: FastAPI, path: str, principal: Principal) -> Request:
 
 
 async def run_line(
-    app: FastAPI, endpoint: str, principal: Principal, line: BatchLine
+    app: FastAPI,
+    endpoint: str,
+    principal: Principal,
+    line: BatchLine,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> LineResult:
     """Run `line` until it has an answer; one refused for want of capacity
-    (503, 429) is tried again after a backoff."""
+    (503, 429) is tried again after a backoff (`sleep`)."""
     route = ENDPOINTS[endpoint]
     try:
         body = route.body.model_validate(line.body)
@@ -114,7 +118,7 @@ async def run_line(
         try:
             response = await route.handler(body, request)
         except (UnavailableError, RateLimitError):
-            await asyncio.sleep(backoff)
+            await sleep(backoff)
             backoff = min(2 * backoff, MAX_BACKOFF_S)
             continue
         except NeuraxisError as e:
