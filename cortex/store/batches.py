@@ -246,6 +246,17 @@ class BatchStore:
         )
         return {row[0]: row[1] for row in rows}
 
+    async def held_under(self, prefix: str) -> list[tuple[str, str]]:
+        """(id, owner) of the active batches whose owner starts with `prefix`
+        (the processes of one host:port)."""
+        rows = await self._db.fetch(
+            f"SELECT id, owner FROM {self._batches} WHERE {_ACTIVE_ROW} "
+            "AND substr(owner, 1, ?) = ?",
+            len(prefix),
+            prefix,
+        )
+        return [(row[0], row[1]) for row in rows]
+
     async def release(self, batch_id: str, owner: str) -> None:
         """Let go of a batch that has ended (or that this owner stops)."""
         await self._db.execute(

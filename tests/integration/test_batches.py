@@ -259,7 +259,8 @@ def test_cortex_killed_mid_batch_resumes_every_line_once(
         )
     finally:
         first.proc.stop(signal.SIGKILL)
-    second = cortex(batch_stack.logs / "killed-2.log", batch_stack.neurons, *args)
+    # On the same port: its batch is let go at once (the killed pid is gone).
+    second = cortex(batch_stack.logs / "killed-2.log", batch_stack.neurons, *args, port=first.port)
     try:
         second.wait_ready()
         client = batch_stack.client(key, base_url=second.base_url)

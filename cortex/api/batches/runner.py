@@ -30,6 +30,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from axon.process import pid_alive
 from cortex.api.batches import lifecycle
 from cortex.api.batches.files import file_lines, write_file
 from cortex.api.batches.line_run import LineResult
@@ -114,7 +115,23 @@ class BatchRunner:
             log.info("purged %d expired files and batches", count)
         return count
 
+    async def release_dead_siblings(self) -> int:
+        """At start-up: the batches held by this host:port's processes that
+        no longer exist (a SIGKILLed cortex restarted on its port) are let
+        go at once, without waiting for their leases; how many."""
+        prefix = self.instance.rsplit("/", 1)[0] + "/"
+        dead = 0
+        for batch_id, owner in await self._store.held_under(prefix):
+            pid = owner[len(prefix) :]
+            if owner != self.instance and pid.isdigit() and not pid_alive(int(pid)):
+                await self._store.release(batch_id, owner)
+                dead += 1
+        if dead:
+            log.info("%d batches of a stopped process here taken up at once", dead)
+        return dead
+
     async def forever(self) -> None:
+        await self._step("release", self.release_dead_siblings)
         next_purge = 0.0
         while True:
             await self._step("renew", self.renew)

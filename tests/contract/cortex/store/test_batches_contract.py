@@ -109,7 +109,10 @@ async def test_one_instance_at_a_time_holds_a_batch(store: BatchStore) -> None:
     taken = await store.claim("c", now=1035, until=1065)  # b's lapsed at 1030
     assert taken is not None and (taken.id, taken.owner) == ("b1", "c")
     assert await store.renew("b", ["b1"], 1070) == {}  # b lost it
+    assert await store.held_under("a") == [("b0", "a")]
+    assert await store.held_under("z") == []
     await store.release("b0", "a")
+    assert await store.held_under("a") == []
     again = await store.claim("d", now=1036, until=1066)
     assert again is not None and again.id == "b0"
     ended = lifecycle.moved(again.batch, "failed", 7)

@@ -246,3 +246,16 @@ async def test_a_batch_held_under_a_lease_is_taken_over_once_it_lapses(store: Ba
     await _until(completed)
     await first.stop()
     await second.stop()
+
+
+async def test_a_dead_process_of_this_host_port_lets_go_at_once(store: BatchStore) -> None:
+    clock = ManualClock()
+    await _batch(store, [_request("r0")], clock)
+    # A process of host:1 that no longer exists (pid 2**22 + 1 is past pid_max).
+    assert await store.claim(f"host:1/{2**22 + 1}", clock(), clock() + 30) is not None
+    other = _runner(store, Lines(), clock, "other:2/5")
+    assert await other.release_dead_siblings() == 0  # not its host:port
+    restarted = _runner(store, Lines(), clock, "host:1/7")
+    assert await restarted.release_dead_siblings() == 1
+    assert await restarted.claim() == 1  # before the lease would have lapsed
+    await restarted.tasks["batch_1"]
