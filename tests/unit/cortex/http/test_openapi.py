@@ -20,12 +20,15 @@ from cortex.config import CortexSettings, StoreSettings
 from cortex.http.openapi import error_responses
 from tests.unit.cortex.api.fakes import ScriptedPool
 
-# The routes that read a JSON body, and the model each is validated by.
+# The routes that read a body: its content type, the model it is validated
+# by, and a field that model requires.
 BODIES = {
-    "/v1/chat/completions": "ChatCompletionRequest",
-    "/v1/completions": "CompletionRequest",
-    "/v1/embeddings": "EmbeddingRequest",
-    "/v1/responses": "ResponsesRequest",
+    "/v1/chat/completions": ("application/json", "ChatCompletionRequest", "model"),
+    "/v1/completions": ("application/json", "CompletionRequest", "model"),
+    "/v1/embeddings": ("application/json", "EmbeddingRequest", "model"),
+    "/v1/responses": ("application/json", "ResponsesRequest", "model"),
+    "/v1/batches": ("application/json", "BatchCreateRequest", "input_file_id"),
+    "/v1/files": ("multipart/form-data", "Body_create_file_v1_files_post", "file"),
 }
 
 
@@ -55,15 +58,16 @@ def test_every_v1_route_that_takes_a_body_publishes_its_model() -> None:
     schema = _schema()
     for path, method, operation in _v1_operations(schema):
         body: dict[str, Any] | None = operation.get("requestBody")
-        if path not in BODIES:
+        if method != "post" or path not in BODIES:
             assert body is None, f"{method} {path} takes no body"
             continue
         assert body is not None, f"{method} {path} publishes no body"
         assert method == "post" and body["required"] is True
-        ref = body["content"]["application/json"]["schema"]["$ref"]
-        assert ref == f"#/components/schemas/{BODIES[path]}"
-        model = schema["components"]["schemas"][BODIES[path]]
-        assert "model" in model["required"] and model["properties"]
+        content_type, name, required = BODIES[path]
+        ref = body["content"][content_type]["schema"]["$ref"]
+        assert ref == f"#/components/schemas/{name}"
+        model = schema["components"]["schemas"][name]
+        assert required in model["required"] and model["properties"]
 
 
 def test_every_v1_route_answers_errors_in_the_envelope_never_422() -> None:
