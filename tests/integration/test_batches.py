@@ -5,13 +5,15 @@ end for chat and embeddings, bad lines in the error file, a cancel
 mid-batch, another tenant's 404s, and a cortex SIGKILLed mid-batch and
 started again on the same store (every custom_id exactly once).
 
-The issue's 1,000 lines per batch: `LINES` below (50 in the suite).
+The issue's 1,000 lines per batch: NEURAXIS_TEST_BATCH_LINES=1000 (50 in
+the suite).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
@@ -27,7 +29,7 @@ from harness.polling import wait_until
 from neuraxis.cli import main
 
 CHAT, SLOW, EMBED = "sim-chat", "sim-slow", "sim-embed"
-LINES = 50
+LINES = int(os.environ.get("NEURAXIS_TEST_BATCH_LINES", "50"))
 # The batch runner's lease and polling, short so that a killed cortex's
 # batch is taken up again within seconds.
 RUNNER = ["--batches-lease-s", "3", "--batches-poll-s", "0.2"]
