@@ -128,10 +128,7 @@ class SqliteDb(Db):
     backend = "sqlite"
 
     def __init__(self, path: Path) -> None:
-        self._db = sqlite_file.connect(path)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=10000")
+        self._db = sqlite_file.connect_durable(path)
         self._db.executescript(_SQLITE_SCHEMA)
         self._lock = asyncio.Lock()
         self._closed = False
@@ -148,15 +145,7 @@ class SqliteDb(Db):
             await self._call(self._db.close)
 
     async def _call(self, work: Callable[[], T]) -> T:
-        """As SqliteResponseStore._call: a cancelled caller still waits for
-        its statement before it lets go of the connection."""
-        async with self._lock:
-            running = asyncio.ensure_future(asyncio.to_thread(work))
-            try:
-                return await asyncio.shield(running)
-            except asyncio.CancelledError:
-                await asyncio.wait({running})
-                raise
+        return await sqlite_file.serialized(self._lock, work)
 
 
 _MARK = re.compile(r"\?")

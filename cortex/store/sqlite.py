@@ -60,10 +60,7 @@ class SqliteResponseStore(ResponseStore):
     backend = "sqlite"
 
     def __init__(self, path: Path) -> None:
-        self._db = sqlite_file.connect(path)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=10000")
+        self._db = sqlite_file.connect_durable(path)
         self._db.executescript(_SCHEMA)
         present = {row[1] for row in self._db.execute("PRAGMA table_info(responses)")}
         for column, definition in _ADDED.items():
@@ -156,14 +153,5 @@ class SqliteResponseStore(ResponseStore):
         )
 
     async def _call(self, work: Callable[[], T]) -> T:
-        """`work` on the connection, in a worker thread, one at a time. A
-        cancelled caller still waits for its statement to finish before it
-        lets go of the connection: closing it under a running statement
-        crashes the process."""
-        async with self._lock:
-            running = asyncio.ensure_future(asyncio.to_thread(work))
-            try:
-                return await asyncio.shield(running)
-            except asyncio.CancelledError:
-                await asyncio.wait({running})
-                raise
+        """`work` on the connection, one at a time (sqlite_file.serialized)."""
+        return await sqlite_file.serialized(self._lock, work)

@@ -1,6 +1,7 @@
 """The state directory's SQLite file, opened as every store opens it, and
 `Serialized`, the one connection the key and tenant stores each run their
-statements on.
+statements on (the Responses and batch stores: `connect_durable` and
+`serialized`).
 
 A new file is made readable and writable by its owner only (0600): it
 holds API key hashes, stored prompts and answers. systemd's
@@ -42,6 +43,31 @@ def _create_private(path: Path) -> None:
         return
     with contextlib.suppress(FileExistsError):  # made meanwhile: by SQLite, as we would
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))
+
+
+def connect_durable(path: Path) -> sqlite3.Connection:
+    """`connect`, in WAL mode with synchronous=FULL (a commit survives a
+    crash of the process or the machine: the Responses and batch stores),
+    waiting up to 10 s for another process's write."""
+    db = connect(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("PRAGMA busy_timeout=10000")
+    return db
+
+
+async def serialized(lock: asyncio.Lock, work: Callable[[], T]) -> T:
+    """`work` on a connection, in a worker thread, one at a time under
+    `lock`. A cancelled caller still waits for its statement to finish
+    before it lets go of the connection: closing it under a running
+    statement crashes the process."""
+    async with lock:
+        running = asyncio.ensure_future(asyncio.to_thread(work))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            await asyncio.wait({running})
+            raise
 
 
 class Serialized:

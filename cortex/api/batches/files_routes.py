@@ -16,7 +16,7 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from axon.errors import InvalidRequestError, NotFoundError
-from cortex.api.batches.files import file_object, new_file_id, write_file
+from cortex.api.batches.files import file_object, list_page, new_file_id, write_file
 from cortex.api.gateway import gateway_of
 from cortex.api.route import CountedRoute
 from cortex.http.context import context_of
@@ -88,16 +88,7 @@ async def list_files(
     page = await batch_store(request).list_files(
         tenant, purpose, limit + 1, cursor, order == "desc"
     )
-    data = [file_object(f) for f in page[:limit]]
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": len(page) > limit,
-        }
-    )
+    return JSONResponse(list_page([file_object(f) for f in page], limit))
 
 
 @router.get("/v1/files/{file_id}")

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 
 from axon.errors import InvalidRequestError, NotFoundError
 from cortex.api.batches import lifecycle, principal
+from cortex.api.batches.files import list_page
 from cortex.api.batches.files_routes import batch_store, owned_file
 from cortex.api.route import CountedRoute
 from cortex.http.context import context_of
@@ -66,16 +67,7 @@ async def list_batches(
     cursor = await _owned(request, after) if after is not None else None
     tenant = context_of(request).principal.tenant
     page = await batch_store(request).list_batches(tenant, limit + 1, cursor)
-    data = [b.batch for b in page[:limit]]
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": len(page) > limit,
-        }
-    )
+    return JSONResponse(list_page([b.batch for b in page], limit))
 
 
 @router.post("/v1/batches/{batch_id}/cancel")
