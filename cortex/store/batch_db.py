@@ -23,38 +23,40 @@ from cortex.store import sqlite_file
 T = TypeVar("T")
 Row = Sequence[Any]
 
-_SQLITE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS files (
+# Both backends' tables, written once: `{p}` is the table prefix, `{big}`
+# a 64-bit integer, `{real}` a double and `{blob}` bytes in each dialect.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS {p}files (
     id TEXT PRIMARY KEY,
     tenant TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
+    created_at {big} NOT NULL,
     status TEXT NOT NULL,
     purpose TEXT NOT NULL,
     filename TEXT NOT NULL,
-    bytes INTEGER NOT NULL DEFAULT 0,
-    lines INTEGER NOT NULL DEFAULT 0
+    bytes {big} NOT NULL DEFAULT 0,
+    lines {big} NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS files_tenant ON files (tenant, created_at);
-CREATE INDEX IF NOT EXISTS files_created_at ON files (created_at);
-CREATE TABLE IF NOT EXISTS file_chunks (
+CREATE INDEX IF NOT EXISTS {p}files_tenant ON {p}files (tenant, created_at);
+CREATE INDEX IF NOT EXISTS {p}files_created_at ON {p}files (created_at);
+CREATE TABLE IF NOT EXISTS {p}file_chunks (
     file_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
-    data BLOB NOT NULL,
+    data {blob} NOT NULL,
     PRIMARY KEY (file_id, seq)
 );
-CREATE TABLE IF NOT EXISTS batches (
+CREATE TABLE IF NOT EXISTS {p}batches (
     id TEXT PRIMARY KEY,
     tenant TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
+    created_at {big} NOT NULL,
     status TEXT NOT NULL,
     batch TEXT NOT NULL,
     principal TEXT NOT NULL,
     owner TEXT NOT NULL DEFAULT '',
-    lease_until REAL NOT NULL DEFAULT 0
+    lease_until {real} NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS batches_tenant ON batches (tenant, created_at);
-CREATE INDEX IF NOT EXISTS batches_running ON batches (status, lease_until);
-CREATE TABLE IF NOT EXISTS batch_results (
+CREATE INDEX IF NOT EXISTS {p}batches_tenant ON {p}batches (tenant, created_at);
+CREATE INDEX IF NOT EXISTS {p}batches_running ON {p}batches (status, lease_until);
+CREATE TABLE IF NOT EXISTS {p}batch_results (
     batch_id TEXT NOT NULL,
     line INTEGER NOT NULL,
     ok INTEGER NOT NULL,
@@ -62,46 +64,10 @@ CREATE TABLE IF NOT EXISTS batch_results (
     PRIMARY KEY (batch_id, line)
 );
 """
-
-_POSTGRES_SCHEMA = """
-CREATE TABLE IF NOT EXISTS neuraxis_files (
-    id TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    created_at BIGINT NOT NULL,
-    status TEXT NOT NULL,
-    purpose TEXT NOT NULL,
-    filename TEXT NOT NULL,
-    bytes BIGINT NOT NULL DEFAULT 0,
-    lines BIGINT NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS neuraxis_files_tenant ON neuraxis_files (tenant, created_at);
-CREATE INDEX IF NOT EXISTS neuraxis_files_created_at ON neuraxis_files (created_at);
-CREATE TABLE IF NOT EXISTS neuraxis_file_chunks (
-    file_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    data BYTEA NOT NULL,
-    PRIMARY KEY (file_id, seq)
-);
-CREATE TABLE IF NOT EXISTS neuraxis_batches (
-    id TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    created_at BIGINT NOT NULL,
-    status TEXT NOT NULL,
-    batch TEXT NOT NULL,
-    principal TEXT NOT NULL,
-    owner TEXT NOT NULL DEFAULT '',
-    lease_until DOUBLE PRECISION NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS neuraxis_batches_tenant ON neuraxis_batches (tenant, created_at);
-CREATE INDEX IF NOT EXISTS neuraxis_batches_running ON neuraxis_batches (status, lease_until);
-CREATE TABLE IF NOT EXISTS neuraxis_batch_results (
-    batch_id TEXT NOT NULL,
-    line INTEGER NOT NULL,
-    ok INTEGER NOT NULL,
-    body TEXT NOT NULL,
-    PRIMARY KEY (batch_id, line)
-);
-"""
+_SQLITE_SCHEMA = _SCHEMA.format(p="", big="INTEGER", real="REAL", blob="BLOB")
+_POSTGRES_SCHEMA = _SCHEMA.format(
+    p="neuraxis_", big="BIGINT", real="DOUBLE PRECISION", blob="BYTEA"
+)
 
 
 class Db(abc.ABC):
