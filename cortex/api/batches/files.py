@@ -4,6 +4,7 @@ routes and the batch runner share."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
@@ -13,8 +14,15 @@ from cortex.api.batches.lines import split_lines
 from cortex.store.batches import PROCESSED, BatchStore, StoredFile
 
 
+def ordered_id(prefix: str) -> str:
+    """A new id that sorts after every earlier one (nanoseconds first, in
+    16 hex digits, then randomness): lists are in creation order by
+    (created_at, id) even within one second."""
+    return f"{prefix}{time.time_ns():016x}{uuid.uuid4().hex[:16]}"
+
+
 def new_file_id() -> str:
-    return f"file-{uuid.uuid4().hex}"
+    return ordered_id("file-")
 
 
 def file_object(file: StoredFile) -> dict[str, Any]:

@@ -7,14 +7,13 @@ the caller's principal (its key's models and limits); the runner
 from __future__ import annotations
 
 import time
-import uuid
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from axon.errors import InvalidRequestError, NotFoundError
 from cortex.api.batches import lifecycle, principal
-from cortex.api.batches.files import list_page
+from cortex.api.batches.files import list_page, ordered_id
 from cortex.api.batches.files_routes import batch_store, owned_file
 from cortex.api.route import CountedRoute
 from cortex.http.context import context_of
@@ -45,7 +44,7 @@ async def create_batch(body: BatchCreateRequest, request: Request) -> JSONRespon
             f"The file {file.id} was not uploaded with purpose 'batch'.", param="input_file_id"
         )
     now = int(time.time())
-    batch_id = f"batch_{uuid.uuid4().hex}"
+    batch_id = ordered_id("batch_")
     batch = lifecycle.new_batch(
         batch_id, file.id, body.endpoint, body.completion_window, body.metadata, now
     )
