@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from openai import NotFoundError, OpenAI
 
@@ -273,3 +274,20 @@ def test_cortex_killed_mid_batch_resumes_every_line_once(
         assert sorted(ids) == sorted(f"k{i}" for i in range(120))  # each exactly once
     finally:
         second.proc.stop()
+
+
+def test_every_files_and_batches_route_needs_a_key(batch_stack: BatchStack) -> None:
+    for method, path in [
+        ("POST", "/v1/files"),
+        ("GET", "/v1/files"),
+        ("GET", "/v1/files/file-x"),
+        ("GET", "/v1/files/file-x/content"),
+        ("DELETE", "/v1/files/file-x"),
+        ("POST", "/v1/batches"),
+        ("GET", "/v1/batches"),
+        ("GET", "/v1/batches/batch_x"),
+        ("POST", "/v1/batches/batch_x/cancel"),
+    ]:
+        answer = httpx.request(method, batch_stack.base_url + path, timeout=30)
+        assert answer.status_code == 401, (method, path, answer.text)
+        assert answer.json()["error"]["code"] == "invalid_api_key"
