@@ -93,7 +93,9 @@ def line_request(app: FastAPI, path: str, principal: Principal) -> Request:
     }
     context_in(scope).principal = principal
     # LEAD(priority): run batch lines as PriorityClass "batch" (axon/priority.py)
-    # here, once the request context (or the internal request) carries a class.
+    # here, once the request path carries a class (the wfq branch: the
+    # request's asked-for class, params.Generation.priority, which admission
+    # caps and puts on GenerateRequest.priority): every line asks for "batch".
     return Request(scope, receive=_never)
 
 
