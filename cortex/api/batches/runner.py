@@ -173,6 +173,16 @@ class BatchRunner:
             self._stops.pop(record.id, None)
 
 
+def _reaped(tasks: set[asyncio.Task[None]]) -> set[asyncio.Task[None]]:
+    """The tasks still running; one that failed (its result could not be
+    stored) fails the run, so that the batch is taken up again and the
+    line runs again rather than go missing from the output."""
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise RuntimeError("a batch line's result could not be stored") from task.exception()
+    return {t for t in tasks if not t.done()}
+
+
 class BatchJob:
     """One batch taken under a lease, run from the status it is in to its end."""
 
@@ -281,13 +291,13 @@ class BatchJob:
                     continue
                 while len(in_flight) >= self._settings.max_in_flight and not stopping.done():
                     await asyncio.wait({*in_flight, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                    in_flight = {t for t in in_flight if not t.done()}
+                    in_flight = _reaped(in_flight)
                 if stopping.done():
                     break
                 in_flight.add(asyncio.create_task(self._one(batch["endpoint"], parsed)))
             while in_flight and not stopping.done():
                 await asyncio.wait({*in_flight, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                in_flight = {t for t in in_flight if not t.done()}
+                in_flight = _reaped(in_flight)
         finally:
             stopping.cancel()
             for task in in_flight:

@@ -259,3 +259,26 @@ async def test_a_dead_process_of_this_host_port_lets_go_at_once(store: BatchStor
     assert await restarted.release_dead_siblings() == 1
     assert await restarted.claim() == 1  # before the lease would have lapsed
     await restarted.tasks["batch_1"]
+
+
+async def test_a_line_whose_result_is_lost_fails_the_run_not_the_line(store: BatchStore) -> None:
+    clock, lines = ManualClock(), Lines()
+    await _batch(store, [_request(f"r{i}") for i in range(6)], clock)
+    real = lines.__call__
+    broken = {"r3"}
+
+    async def once_broken(endpoint: str, principal: Principal, line: BatchLine) -> LineResult:
+        if line.custom_id in broken:
+            broken.clear()
+            raise OSError("the store went away")
+        return await real(endpoint, principal, line)
+
+    job = BatchJob(store, once_broken, FilesSettings(chunk_bytes=64), BatchSettings(), clock)
+    record = await store.get_batch("batch_1")
+    assert record is not None
+    with pytest.raises(RuntimeError, match="could not be stored"):
+        await job.run(record, asyncio.Event())
+    batch = await _run(store, lines, clock)  # taken up again
+    assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 6
+    output = await _file(store, batch["output_file_id"])
+    assert sorted(o["custom_id"] for o in output) == [f"r{i}" for i in range(6)]
