@@ -25,8 +25,8 @@ from cortex.recording import Recorder
 from cortex.routing.policy import RouteHints
 from cortex.routing.tenant_policy import FixedTenantPolicies, TenantPolicies
 from cortex.store.base import ResponseStore
-from cortex.store.ledger import Ledger
 from cortex.store.batches import BatchStore
+from cortex.store.ledger import Ledger
 from cortex.store.quota import StoreQuota
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cortex.store import sqlite_file
+from cortex.store.postgres_pool import LazyPool
 
 T = TypeVar("T")
 Row = Sequence[Any]
@@ -123,34 +124,26 @@ def numbered(sql: str) -> str:
     return _MARK.sub(lambda _: f"${next(count)}", sql)
 
 
+# The advisory lock the schema is made under ("nxbtch": any constant other
+# code does not use), so that instances starting together do not race.
+_SCHEMA_LOCK = 0x6E78_6274_6368
+
+
 class PostgresDb(Db):
     prefix = "neuraxis_"
     backend = "postgres"
 
     def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
-        self._pool: Any = None
-
-    async def _connection_pool(self) -> Any:
-        # Created on first use, inside the server's event loop.
-        if self._pool is None:
-            import asyncpg
-
-            self._pool = await asyncpg.create_pool(self._dsn, min_size=1, max_size=8)
-            async with self._pool.acquire() as conn:
-                await conn.execute(_POSTGRES_SCHEMA)
-        return self._pool
+        self._pool = LazyPool(dsn, _POSTGRES_SCHEMA, _SCHEMA_LOCK, max_size=8)
 
     async def execute(self, sql: str, *args: Any) -> int:
-        pool = await self._connection_pool()
+        pool = await self._pool.get()
         status = await pool.execute(numbered(sql), *args)
         return int(str(status).rsplit(" ", 1)[-1])
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
-        pool = await self._connection_pool()
+        pool = await self._pool.get()
         return [tuple(row) for row in await pool.fetch(numbered(sql), *args)]
 
     async def close(self) -> None:
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+        await self._pool.close()
