@@ -15,6 +15,7 @@ import io
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ RUNNER = ["--batches-lease-s", "3", "--batches-poll-s", "0.2"]
 @dataclass
 class BatchStack:
     base_url: str
+    admin_url: str
     state_dir: Path
     neurons: list[str]
     logs: Path
@@ -75,6 +77,7 @@ def batch_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchStack
     with sim_gateway(logs, "batch", *args, sims=sims) as running:
         yield BatchStack(
             running.base_url,
+            running.admin_url,
             state_dir,
             [n.address for n in running.neurons],
             logs,
@@ -274,6 +277,37 @@ def test_cortex_killed_mid_batch_resumes_every_line_once(
         assert sorted(ids) == sorted(f"k{i}" for i in range(120))  # each exactly once
     finally:
         second.proc.stop()
+
+
+def test_a_batchs_usage_lands_in_the_tenants_ledger(batch_stack: BatchStack) -> None:
+    # A tenant of its own: the ledger's rows for it are this batch's alone.
+    key = _new_key(batch_stack.state_dir, "tenant-ledger")
+    client = batch_stack.client(key)
+    since = int(time.time()) - 60
+    lines = [json.dumps(_chat_line(f"u{i}")) for i in range(5)]
+    batch = client.batches.create(
+        input_file_id=_upload(client, lines),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    done = _wait(client, batch.id, {"completed", "failed"})
+    assert done.usage is not None and done.request_counts is not None
+
+    def ledger() -> dict[str, int]:
+        query = {"start_time": str(since), "bucket_width": "1d", "group_by": "tenant"}
+        page = httpx.get(f"{batch_stack.admin_url}/v1/usage", params=query, timeout=10).json()
+        totals = {"requests": 0, "input": 0, "output": 0}
+        for bucket in page["data"]:
+            for result in bucket["results"]:
+                if result["tenant"] == "tenant-ledger":
+                    totals["requests"] += result["num_model_requests"]
+                    totals["input"] += result["input_tokens"]
+                    totals["output"] += result["output_tokens"]
+        return totals
+
+    expected = {"requests": 5, "input": done.usage.input_tokens, "output": done.usage.output_tokens}
+    # The ledger flushes every [tenancy] ledger_flush_s (2 s).
+    assert wait_until(lambda: ledger() == expected, 30, 0.5), (ledger(), expected)
 
 
 def test_every_files_and_batches_route_needs_a_key(batch_stack: BatchStack) -> None:
