@@ -35,6 +35,9 @@ LINES = int(os.environ.get("NEURAXIS_TEST_BATCH_LINES", "50"))
 # The batch runner's lease and polling, short so that a killed cortex's
 # batch is taken up again within seconds.
 RUNNER = ["--batches-lease-s", "3", "--batches-poll-s", "0.2"]
+# The batch of the SIGKILL test: at 0.3 s a line, 8 at a time, a few
+# seconds of work, a sixth of it done before the kill.
+KILLED_LINES = 60
 
 
 @dataclass
@@ -250,7 +253,7 @@ def test_cortex_killed_mid_batch_resumes_every_line_once(
     key = _new_key(tmp_path, "tenant-k")
     args = ["--auth", "required", "--state-dir", str(tmp_path), *RUNNER]
     first = cortex(batch_stack.logs / "killed-1.log", batch_stack.neurons, *args)
-    lines = [json.dumps(_chat_line(f"k{i}", SLOW)) for i in range(120)]
+    lines = [json.dumps(_chat_line(f"k{i}", SLOW)) for i in range(KILLED_LINES)]
     try:
         first.wait_ready()
         client = batch_stack.client(key, base_url=first.base_url)
@@ -272,9 +275,9 @@ def test_cortex_killed_mid_batch_resumes_every_line_once(
         client = batch_stack.client(key, base_url=second.base_url)
         done = _wait(client, batch.id, {"completed", "failed"}, timeout_s=180)
         assert done.status == "completed", done
-        assert done.request_counts is not None and done.request_counts.completed == 120
+        assert done.request_counts is not None and done.request_counts.completed == KILLED_LINES
         ids = [o["custom_id"] for o in _lines_of(client, done.output_file_id)]
-        assert sorted(ids) == sorted(f"k{i}" for i in range(120))  # each exactly once
+        assert sorted(ids) == sorted(f"k{i}" for i in range(KILLED_LINES))  # each exactly once
     finally:
         second.proc.stop()
 
