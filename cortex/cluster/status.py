@@ -121,6 +121,11 @@ class CortexReport(_PlaneView):
     pid: int
     in_flight: dict[str, int]  # neuron address -> requests in flight
     table_version: int  # the endpoint table it routes on
+    # Per model: requests waiting in its admission queue (a model at zero
+    # replicas with some waiting is woken: cortex/cluster/autoscale.py), and
+    # the largest concurrency cap among its ready replicas (0: none known).
+    queued: dict[str, int] = Field(default_factory=dict)
+    caps: dict[str, int] = Field(default_factory=dict)
 
 
 class CortexStatus(_PlaneView):
@@ -244,7 +249,7 @@ def cluster_status(
         models=models,
         cortices=[
             CortexStatus(
-                **report.model_dump(exclude={"in_flight", "table_age_s"}),
+                **report.model_dump(exclude={"in_flight", "table_age_s", "queued", "caps"}),
                 in_flight=sum(report.in_flight.values()),
                 table_age_s=_rounded(report.table_age_s),
                 reported_s_ago=round(age, 1),
