@@ -3,6 +3,7 @@ ramps, spikes, oscillation, stale reports, clamps, scale to zero."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from cortex.cluster.autoscale import (
@@ -83,7 +84,7 @@ def test_an_oscillating_load_scales_up_once_and_never_flaps() -> None:
         state, high = run(scale, state, load(60), cycle * 60, 30)
         state, low = run(scale, state, load(10), cycle * 60 + 30, 30)
         history += high + low
-    changes = sum(1 for a, b in zip(history, history[1:], strict=False) if a != b)
+    changes = sum(1 for a, b in itertools.pairwise(history) if a != b)
     assert changes == 1
     assert history[-1] == 6
 
@@ -117,7 +118,7 @@ def test_scale_to_zero_after_idle_then_a_request_wakes_it_at_once() -> None:
 
 def test_without_any_signal_nothing_moves() -> None:
     scale = table(min_replicas=0, scale_to_zero_after_s=5)
-    state, counts = run(scale, ScaleState(3), Signals(), 0, 1000)
+    _state, counts = run(scale, ScaleState(3), Signals(), 0, 1000)
     assert set(counts) == {3}
 
 
