@@ -25,14 +25,21 @@ from dataclasses import dataclass
 
 from axon.generations import Generation
 from axon.tls import NEURON_PLAINTEXT_ENV, TlsFiles
-from cortex.cluster import decisions
+from cortex.cluster import autoscale, decisions
 from cortex.cluster.adoption import adopt
+from cortex.cluster.autoscale import ScaleState
 from cortex.cluster.backend import ClusterBackend, ReplicaRequest, ReplicaStartError
 from cortex.cluster.clock import Clock
 from cortex.cluster.decisions import Backoff, ReplicaRecord
 from cortex.cluster.failovers import FailoverLog
 from cortex.cluster.nodes import NodeMark, resolve
-from cortex.cluster.placement import NodeView, eligibility, label_selector, unplaceable_reason
+from cortex.cluster.placement import (
+    NodeView,
+    eligibility,
+    label_selector,
+    no_room_reason,
+    unplaceable_reason,
+)
 from cortex.cluster.replica_settings import replica_settings, settings_env
 from cortex.cluster.reports import CortexReports
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
@@ -85,6 +92,12 @@ class Controller:
         self._reports = CortexReports()
         # Cordoned and draining nodes (nodes.py), by node id.
         self._marks: dict[str, NodeMark] = {}
+        # The autoscaled models' desired counts and hysteresis (autoscale.py).
+        # Never saved: a new controller recomputes them from the replicas it
+        # adopted and the signals, so that a restart neither forgets a
+        # scale-up in progress nor counts a replica twice.
+        self._scale: dict[str, ScaleState] = {}
+        self._poked = asyncio.Event()
 
     # -- what the actor exposes ----------------------------------------------
 
@@ -95,9 +108,10 @@ class Controller:
         themselves)."""
         await self.adopt()
         self._spec = spec
+        self._follow_tables(spec)
         log.info(
             "deployment spec: %s",
-            ", ".join(f"{m.id}×{m.replicas}" for m in spec.models) or "no models",
+            ", ".join(f"{m.id}×{self.desired(m)}" for m in spec.models) or "no models",
         )
         if self._loop is None and start_loop:
             self._loop = asyncio.create_task(self._run())
@@ -106,8 +120,56 @@ class Controller:
 
     def report(self, report: CortexReport) -> None:
         """A cortex instance's periodic report (its requests in flight per
-        replica); kept for REPORT_TTL_S, so a cortex that stopped drops out."""
+        replica, queued per model); kept for REPORT_TTL_S, so a cortex that
+        stopped drops out. A request queued for a model at zero replicas
+        wakes it now rather than at the next pass."""
         self._reports.add(report, self._clock.monotonic())
+        for model_id, queued in report.queued.items():
+            state = self._scale.get(model_id)
+            if queued and state is not None and state.desired == 0:
+                self._poked.set()
+                return
+
+    def desired(self, model: ModelSpec) -> int:
+        """The replica count the controller keeps `model` at now."""
+        state = self._scale.get(model.id)
+        return model.replicas if state is None else state.desired
+
+    def _follow_tables(self, spec: DeploymentSpec) -> None:
+        """Start following each new autoscaled model from the replicas it
+        has (adopted or running), forget the models no longer autoscaled."""
+        for model in spec.models:
+            if model.autoscale is None:
+                self._scale.pop(model.id, None)
+            elif model.id not in self._scale:
+                running = len(self._active(model.id))
+                start = autoscale.initial_state(model.autoscale, model.replicas, running)
+                self._scale[model.id] = start
+        for model_id in set(self._scale) - {m.id for m in spec.models}:
+            del self._scale[model_id]
+
+    def _autoscale(self) -> None:
+        """One step of every autoscaled model's desired count."""
+        now = self._clock.monotonic()
+        fresh = self._reports.fresh(now)
+        records = list(self._replicas.values())
+        for model in self._spec.models:
+            state = self._scale.get(model.id)
+            if model.autoscale is None or state is None:
+                continue
+            seen = autoscale.signals(model.id, records, fresh, now)
+            after = autoscale.step(model.autoscale, state, seen, now)
+            self._scale[model.id] = after
+            if after.last is not None and after.last is not state.last:
+                last = after.last
+                log.info(
+                    "autoscaling %s: %d -> %d replicas (%s: %s)",
+                    model.id,
+                    last.previous,
+                    last.desired,
+                    last.reason.value,
+                    last.detail,
+                )
 
     async def mark_node(self, name: str, mark: NodeMark | None) -> NodeView:
         """Cordon (`CORDONED`), drain (`DRAINING`) or uncordon (None) the node
@@ -137,6 +199,8 @@ class Controller:
             self._reports.fresh(self._clock.monotonic()),
             marks=self._marks,
             unplaceable=self._unplaceable,
+            desired={m.id: self.desired(m) for m in self._spec.models},
+            scaling=self._scale,
             start_errors={model: b.last_error for model, b in self._backoff.items()},
             failovers=self._failovers.recent(),
             version=self.table.version,
@@ -184,11 +248,20 @@ class Controller:
 
     async def _run(self) -> None:
         while True:
+            self._poked.clear()
             try:
                 await self.tick()
             except Exception:
                 log.exception("controller pass failed")
-            await self._clock.sleep(self._config.health_interval_s)
+            # The next pass comes after the interval, or at once when a
+            # request wakes a model at zero replicas (`report`).
+            pause = asyncio.ensure_future(self._clock.sleep(self._config.health_interval_s))
+            poke = asyncio.ensure_future(self._poked.wait())
+            try:
+                await asyncio.wait({pause, poke}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                pause.cancel()
+                poke.cancel()
 
     async def tick(self) -> None:
         """One pass: nodes, checks, reconciling every model, the table."""
@@ -196,7 +269,8 @@ class Controller:
             return
         self._nodes = await self._backend.nodes()
         await asyncio.gather(*(self._check(r) for r in list(self._replicas.values())))
-        for model in self._spec.models:
+        self._autoscale()
+        for model in self._reconcile_order():
             self._reconcile(model)
         for replica in list(self._replicas.values()):
             if (
@@ -247,25 +321,53 @@ class Controller:
         self._replicas.pop(replica.id, None)
         self._backend.kill(replica.id)
 
-    def _reconcile(self, model: ModelSpec) -> None:
-        active = [
+    def _active(self, model_id: str) -> list[ReplicaRecord]:
+        return [
             r
             for r in self._replicas.values()
-            if r.model == model.id and r.state is not ReplicaState.DRAINING
+            if r.model == model_id and r.state is not ReplicaState.DRAINING
         ]
+
+    def _reconcile_order(self) -> list[ModelSpec]:
+        """The models in the order they get free GPUs: those below their
+        min_replicas first, then the spec's order (a model never takes
+        another's running replicas)."""
+
+        def below_min(model: ModelSpec) -> bool:
+            floor = model.autoscale.min_replicas if model.autoscale else model.replicas
+            return len(self._active(model.id)) < floor
+
+        return sorted(self._spec.models, key=lambda m: not below_min(m))
+
+    def _reconcile(self, model: ModelSpec) -> None:
+        active = self._active(model.id)
+        desired = self.desired(model)
         leaving = [r for r in active if self._marks.get(r.node_id or "") is NodeMark.DRAINING]
         if leaving:
             self._move_off(model, active, leaving)
             return
-        if len(active) > model.replicas:
-            for replica in decisions.scale_down_victims(active, model.replicas):
+        if len(active) > desired:
+            in_flight = self._in_flight()
+            for replica in decisions.scale_down_victims(active, desired, in_flight):
                 self._drain(replica)
             return
-        if len(active) == model.replicas:
+        if len(active) == desired:
             self._unplaceable.pop(model.id, None)
             self._rebalance(model, active)
             return
-        self._place_missing(model, model.replicas - len(active))
+        self._place_missing(model, desired - len(active))
+
+    def _in_flight(self) -> dict[str, int]:
+        """Requests in flight per replica id: the cortex instances' (fresh
+        reports), else its engine's last count."""
+        fresh = self._reports.fresh(self._clock.monotonic())
+        counts: dict[str, int] = {}
+        for replica in self._replicas.values():
+            if fresh and replica.address:
+                counts[replica.id] = sum(r.in_flight.get(replica.address, 0) for r, _ in fresh)
+            elif replica.engine_running is not None:
+                counts[replica.id] = replica.engine_running + (replica.engine_waiting or 0)
+        return counts
 
     def _place_missing(self, model: ModelSpec, count: int) -> int:
         """Place `count` replicas of `model` on schedulable nodes; how many
@@ -283,9 +385,25 @@ class Controller:
         backoff = self._backoff.get(model.id)
         if backoff and self._clock.monotonic() < backoff.not_before:
             return 0
+        placed = 0
         for _ in range(count):
+            if model.autoscale is not None and self._no_room(model):
+                break
             self._place(model)
-        return count
+            placed += 1
+        return placed
+
+    def _no_room(self, model: ModelSpec) -> bool:
+        """An autoscaled model's scale-up finds no node with room: say why in
+        its status instead of leaving a replica pending on the cluster."""
+        used = decisions.usage(list(self._replicas.values()), self._spec)
+        reason = no_room_reason(model, self._schedulable(), used.gpus)
+        if reason is None:
+            return False
+        if self._unplaceable.get(model.id) != reason:
+            log.warning("cannot scale %s up: %s", model.id, reason)
+        self._unplaceable[model.id] = reason
+        return True
 
     def _move_off(
         self, model: ModelSpec, active: list[ReplicaRecord], leaving: list[ReplicaRecord]
@@ -294,9 +412,10 @@ class Controller:
         leaving replica drains once the ready replicas elsewhere keep the
         model's ready count (one not serving yet drains at once)."""
         staying = [r for r in active if r not in leaving]
-        if len(staying) < model.replicas:
-            self._place_missing(model, model.replicas - len(staying))
-        for replica in decisions.moved_off(staying, leaving, model.replicas):
+        desired = self.desired(model)
+        if len(staying) < desired:
+            self._place_missing(model, desired - len(staying))
+        for replica in decisions.moved_off(staying, leaving, desired):
             log.info("moving %s off draining node %s", replica.id, replica.node_id)
             self._drain(replica)
 
