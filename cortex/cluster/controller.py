@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections import Counter
 from dataclasses import dataclass
 
 from axon.generations import Generation
@@ -43,7 +44,13 @@ from cortex.cluster.placement import (
 from cortex.cluster.replica_settings import replica_settings, settings_env
 from cortex.cluster.reports import CortexReports
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
-from cortex.cluster.status import ClusterStatus, CortexReport, ReplicaState, cluster_status
+from cortex.cluster.status import (
+    ClusterStatus,
+    CortexReport,
+    ReplicaState,
+    ScalingView,
+    cluster_status,
+)
 from cortex.cluster.table import Endpoint, EndpointTable
 from cortex.cluster.tasks import ReplicaTasks
 
@@ -98,6 +105,9 @@ class Controller:
         # scale-up in progress nor counts a replica twice.
         self._scale: dict[str, ScaleState] = {}
         self._poked = asyncio.Event()
+        self._decisions: Counter[str] = Counter()
+        # Seconds each model's last replica took from placement to SERVING.
+        self._load_s: dict[str, float] = {}
 
     # -- what the actor exposes ----------------------------------------------
 
@@ -118,7 +128,7 @@ class Controller:
         else:
             await self.tick()
 
-    def report(self, report: CortexReport) -> None:
+    def report(self, report: CortexReport) -> ScalingView:
         """A cortex instance's periodic report (its requests in flight per
         replica, queued per model); kept for REPORT_TTL_S, so a cortex that
         stopped drops out. A request queued for a model at zero replicas
@@ -128,7 +138,11 @@ class Controller:
             state = self._scale.get(model_id)
             if queued and state is not None and state.desired == 0:
                 self._poked.set()
-                return
+        return ScalingView(
+            desired={model: state.desired for model, state in self._scale.items()},
+            decisions=dict(self._decisions),
+            load_s=dict(self._load_s),
+        )
 
     def desired(self, model: ModelSpec) -> int:
         """The replica count the controller keeps `model` at now."""
@@ -162,6 +176,7 @@ class Controller:
             self._scale[model.id] = after
             if after.last is not None and after.last is not state.last:
                 last = after.last
+                self._decisions[f"{model.id}/{last.direction.value}/{last.reason.value}"] += 1
                 log.info(
                     "autoscaling %s: %d -> %d replicas (%s: %s)",
                     model.id,
@@ -503,6 +518,7 @@ class Controller:
             return
         ready_at = self._clock.time()
         replica.serving(started, ready_at)
+        self._load_s[model.id] = round(ready_at - replica.created, 3)
         self._backoff.pop(model.id, None)
         log.info(
             "replica %s of %s ready at %s on %s (%s)",

@@ -129,6 +129,18 @@ class CortexReport(_PlaneView):
     caps: dict[str, int] = Field(default_factory=dict)
 
 
+class ScalingView(_Status):
+    """The controller's answer to a cortex report: what cortex exports of
+    autoscaling (metrics) and sizes its wake timeouts by."""
+
+    # Autoscaled models' desired counts.
+    desired: dict[str, int] = Field(default_factory=dict)
+    # Decisions since the controller started, "model/direction/reason" -> count.
+    decisions: dict[str, int] = Field(default_factory=dict)
+    # Seconds the last replica of each model took from placement to SERVING.
+    load_s: dict[str, float] = Field(default_factory=dict)
+
+
 class CortexStatus(_PlaneView):
     """A cortex instance as the status shows it: its report and its age."""
 
