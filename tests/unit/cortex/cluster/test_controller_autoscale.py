@@ -159,3 +159,20 @@ async def test_a_replica_still_starting_when_the_controller_restarts_is_replaced
     # recomputed from the serving one: no orphan left on the cluster.
     assert sorted(backend.actors) == sorted(active(new))
     assert model(new).desired >= 1
+
+
+async def test_the_answer_to_a_report_carries_the_counts_decisions_and_load_times() -> None:
+    controller, _, clock = await started(NODES, spec(scaled()))
+    [first] = addresses(controller)
+    for _ in range(4):
+        report(controller, {first: 30})
+        await tick(controller, clock)
+    controller.report(
+        CortexReport(instance="gw:1", host="gw", pid=1, in_flight={}, table_version=1)
+    )
+    view = controller.report(
+        CortexReport(instance="gw:1", host="gw", pid=1, in_flight={}, table_version=1)
+    )
+    assert view.desired == {"chat": 3}
+    assert view.decisions == {"chat/up/load": 1}
+    assert set(view.load_s) == {"chat"}
