@@ -66,6 +66,8 @@ class EngineSpec(BaseModel):
     # Simulated engine only.
     sim_ttft_s: float = Field(0.01, ge=0)
     sim_itl_s: float = Field(0.005, ge=0)
+    # How long a simulated replica takes to load (a cold start to measure).
+    sim_load_s: float = Field(0.0, ge=0)
 
 
 class AutoscaleSpec(BaseModel):

@@ -130,12 +130,13 @@ tests:
         exp_alerts:
           - exp_labels: {{severity: warning, model: chat}}
             exp_annotations:
-              summary: "Model chat has had fewer ready replicas than the autoscaler wants for 15 minutes"
+              summary: "{summary}"
               description: "{why}"
       - eval_time: 42m
         alertname: NeuraxisModelBelowDesired
         exp_alerts: []
 """
+SUMMARY = "Model chat has had fewer ready replicas than the autoscaler wants for 15 minutes"
 WHY = (
     "See neuraxis status: AUTOSCALING for the desired count and why, UNPLACEABLE for a "
     "scale-up with no room (and the generations that would fit), the replicas' start errors."
@@ -144,7 +145,7 @@ WHY = (
 
 def test_a_model_below_its_desired_count_alerts_after_15_minutes(tmp_path: Path) -> None:
     tests = tmp_path / "rules_test.yml"
-    tests.write_text(BELOW_DESIRED.format(rules=RULES, why=WHY))
+    tests.write_text(BELOW_DESIRED.format(rules=RULES, summary=SUMMARY, why=WHY))
     result = subprocess.run(
         [_promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60
     )
