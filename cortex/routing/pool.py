@@ -110,6 +110,7 @@ class NeuronPool:
         """Follow the endpoint table: add new neurons (polled at once), retire
         the ones that left it."""
         await self._roster.update(addresses)
+        self._refreshed()  # a new replica may end a wake, or free slots
 
     async def refresh(self) -> None:
         await self._roster.refresh()
