@@ -187,7 +187,7 @@ def step(scale: AutoscaleSpec, state: ScaleState, seen: Signals, now: float) -> 
         since = state.more_since if state.more_since is not None else now
         state = replace(state, more_since=since, fewer_since=None)
         if now - since >= scale.scale_up_after_s:
-            held = f"{why}: {wanted} wanted for {now - since:g} s"
+            held = f"{why}: {wanted} wanted for {now - since:.1f} s"
             return _moved(state, wanted, Reason.LOAD, held, now)
         return state
     if wanted < state.desired:
@@ -195,10 +195,10 @@ def step(scale: AutoscaleSpec, state: ScaleState, seen: Signals, now: float) -> 
         state = replace(state, more_since=None, fewer_since=since)
         idle = now - busy_at
         if wanted == 0 and idle >= scale.idle_after_s():
-            return _moved(state, 0, Reason.IDLE, f"nothing in flight for {idle:g} s", now)
+            return _moved(state, 0, Reason.IDLE, f"nothing in flight for {idle:.1f} s", now)
         down_to = max(wanted, 1)
         if state.desired > down_to and now - since >= scale.scale_down_after_s:
-            held = f"{why}: {down_to} enough for {now - since:g} s"
+            held = f"{why}: {down_to} enough for {now - since:.1f} s"
             return _moved(state, down_to, Reason.LOAD, held, now)
         return state
     return replace(state, more_since=None, fewer_since=None)
