@@ -21,14 +21,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections import Counter
 from dataclasses import dataclass
 
 from axon.generations import Generation
 from axon.tls import NEURON_PLAINTEXT_ENV, TlsFiles
-from cortex.cluster import autoscale, decisions
+from cortex.cluster import decisions
 from cortex.cluster.adoption import adopt
-from cortex.cluster.autoscale import ScaleState
 from cortex.cluster.backend import ClusterBackend, ReplicaRequest, ReplicaStartError
 from cortex.cluster.clock import Clock
 from cortex.cluster.decisions import Backoff, ReplicaRecord
@@ -43,6 +41,7 @@ from cortex.cluster.placement import (
 )
 from cortex.cluster.replica_settings import replica_settings, settings_env
 from cortex.cluster.reports import CortexReports
+from cortex.cluster.scaling import Scaling
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
 from cortex.cluster.status import (
     ClusterStatus,
@@ -99,15 +98,10 @@ class Controller:
         self._reports = CortexReports()
         # Cordoned and draining nodes (nodes.py), by node id.
         self._marks: dict[str, NodeMark] = {}
-        # The autoscaled models' desired counts and hysteresis (autoscale.py).
-        # Never saved: a new controller recomputes them from the replicas it
-        # adopted and the signals, so that a restart neither forgets a
-        # scale-up in progress nor counts a replica twice.
-        self._scale: dict[str, ScaleState] = {}
+        # The autoscaled models' desired counts (scaling.py), never saved.
+        self._scaling = Scaling()
+        # Set to run the next pass at once (a request woke a model at zero).
         self._poked = asyncio.Event()
-        self._decisions: Counter[str] = Counter()
-        # Seconds each model's last replica took from placement to SERVING.
-        self._load_s: dict[str, float] = {}
 
     # -- what the actor exposes ----------------------------------------------
 
@@ -118,7 +112,7 @@ class Controller:
         themselves)."""
         await self.adopt()
         self._spec = spec
-        self._follow_tables(spec)
+        self._scaling.follow(spec, lambda model_id: len(self._active(model_id)))
         log.info(
             "deployment spec: %s",
             ", ".join(f"{m.id}×{self.desired(m)}" for m in spec.models) or "no models",
@@ -132,59 +126,16 @@ class Controller:
         """A cortex instance's periodic report (its requests in flight per
         replica, queued per model); kept for REPORT_TTL_S, so a cortex that
         stopped drops out. A request queued for a model at zero replicas
-        wakes it now rather than at the next pass."""
+        wakes it now rather than at the next pass. The answer is the
+        autoscaling view (metrics and wake timeouts on cortex's side)."""
         self._reports.add(report, self._clock.monotonic())
-        for model_id, queued in report.queued.items():
-            state = self._scale.get(model_id)
-            if queued and state is not None and state.desired == 0:
-                self._poked.set()
-        return ScalingView(
-            desired={model: state.desired for model, state in self._scale.items()},
-            decisions=dict(self._decisions),
-            load_s=dict(self._load_s),
-        )
+        if self._scaling.wakes(report):
+            self._poked.set()
+        return self._scaling.view()
 
     def desired(self, model: ModelSpec) -> int:
         """The replica count the controller keeps `model` at now."""
-        state = self._scale.get(model.id)
-        return model.replicas if state is None else state.desired
-
-    def _follow_tables(self, spec: DeploymentSpec) -> None:
-        """Start following each new autoscaled model from the replicas it
-        has (adopted or running), forget the models no longer autoscaled."""
-        for model in spec.models:
-            if model.autoscale is None:
-                self._scale.pop(model.id, None)
-            elif model.id not in self._scale:
-                running = len(self._active(model.id))
-                start = autoscale.initial_state(model.autoscale, model.replicas, running)
-                self._scale[model.id] = start
-        for model_id in set(self._scale) - {m.id for m in spec.models}:
-            del self._scale[model_id]
-
-    def _autoscale(self) -> None:
-        """One step of every autoscaled model's desired count."""
-        now = self._clock.monotonic()
-        fresh = self._reports.fresh(now)
-        records = list(self._replicas.values())
-        for model in self._spec.models:
-            state = self._scale.get(model.id)
-            if model.autoscale is None or state is None:
-                continue
-            seen = autoscale.signals(model.id, records, fresh, now)
-            after = autoscale.step(model.autoscale, state, seen, now)
-            self._scale[model.id] = after
-            if after.last is not None and after.last is not state.last:
-                last = after.last
-                self._decisions[f"{model.id}/{last.direction.value}/{last.reason.value}"] += 1
-                log.info(
-                    "autoscaling %s: %d -> %d replicas (%s: %s)",
-                    model.id,
-                    last.previous,
-                    last.desired,
-                    last.reason.value,
-                    last.detail,
-                )
+        return self._scaling.desired(model)
 
     async def mark_node(self, name: str, mark: NodeMark | None) -> NodeView:
         """Cordon (`CORDONED`), drain (`DRAINING`) or uncordon (None) the node
@@ -215,7 +166,7 @@ class Controller:
             marks=self._marks,
             unplaceable=self._unplaceable,
             desired={m.id: self.desired(m) for m in self._spec.models},
-            scaling=self._scale,
+            scaling=self._scaling.states,
             start_errors={model: b.last_error for model, b in self._backoff.items()},
             failovers=self._failovers.recent(),
             version=self.table.version,
@@ -284,7 +235,8 @@ class Controller:
             return
         self._nodes = await self._backend.nodes()
         await asyncio.gather(*(self._check(r) for r in list(self._replicas.values())))
-        self._autoscale()
+        now = self._clock.monotonic()
+        self._scaling.step(self._spec, self._replicas.values(), self._reports.fresh(now), now)
         for model in self._reconcile_order():
             self._reconcile(model)
         for replica in list(self._replicas.values()):
@@ -518,7 +470,7 @@ class Controller:
             return
         ready_at = self._clock.time()
         replica.serving(started, ready_at)
-        self._load_s[model.id] = round(ready_at - replica.created, 3)
+        self._scaling.loaded(model.id, ready_at - replica.created)
         self._backoff.pop(model.id, None)
         log.info(
             "replica %s of %s ready at %s on %s (%s)",
