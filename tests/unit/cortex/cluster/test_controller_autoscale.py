@@ -176,3 +176,43 @@ async def test_the_answer_to_a_report_carries_the_counts_decisions_and_load_time
     assert view.desired == {"chat": 3}
     assert view.decisions == {"chat/up/load": 1}
     assert set(view.load_s) == {"chat"}
+
+
+async def test_a_cortex_restart_reapplying_the_spec_keeps_the_scaled_count() -> None:
+    controller, backend, clock = await started(NODES, spec(scaled()))
+    [first] = addresses(controller)
+    for _ in range(4):
+        report(controller, {first: 30})
+        await tick(controller, clock)
+    assert model(controller).desired == 3
+    await controller.apply(spec(scaled()), start_loop=False)  # what a new cortex does
+    await settle()
+    assert model(controller).desired == 3
+    assert len(backend.created) == 3  # nothing placed again
+
+
+async def test_a_controller_restart_during_a_scale_down_leaves_no_orphan() -> None:
+    controller, backend, clock = await started(NODES, spec(scaled(scale_down_after_s=2)))
+    [first] = addresses(controller)
+    for _ in range(4):
+        report(controller, {first: 30})
+        await tick(controller, clock)
+    for _ in range(8):
+        report(controller, dict.fromkeys(addresses(controller), 1))
+        await tick(controller, clock, 0.5)
+        if model(controller).desired == 1:
+            break  # the drains wait DRAIN_DELAY_S before they stop anything
+    assert model(controller).desired == 1
+    draining = [r.id for r in model(controller).replicas if r.state is ReplicaState.DRAINING]
+    assert draining
+    # The controller dies with drains in flight; its replicas still run.
+    new = Controller(backend, clock, ControllerConfig(health_interval_s=1.0))
+    await new.apply(spec(scaled(scale_down_after_s=2)), start_loop=False)
+    await settle()
+    assert sorted(backend.actors) == sorted(r.id for r in model(new).replicas)  # none orphaned
+    assert model(new).desired == len(backend.actors)  # each counted once
+    for _ in range(6):  # the load is gone: down again, through drains
+        report(new, {})
+        await tick(new, clock)
+    assert model(new).desired == 1
+    assert len(backend.actors) == 1
