@@ -18,7 +18,6 @@ says the model is starting. Time comes from a clock and a sleep passed in.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -135,5 +134,4 @@ class Wakes:
             elif not wake.waiters:
                 # Every waiter gave up (timed out, cancelled): the next
                 # request starts a new wake, counted again.
-                with contextlib.suppress(KeyError):
-                    del self._wakes[model]
+                del self._wakes[model]
