@@ -48,9 +48,9 @@ class Phase:
 
 
 TRACE = [
-    Phase("ramp", 40, 8, ramp=True),
-    Phase("plateau", 60, 8),
-    Phase("spike", 15, 12),
+    Phase("ramp", 40, 6, ramp=True),
+    Phase("plateau", 60, 6),
+    Phase("spike", 15, 8),
     Phase("idle", 90, 0),
 ]
 SMOKE_TRACE = [
@@ -66,11 +66,11 @@ def spec(peak: int, idle_s: float) -> str:
         '[models.engine]\nkind = "sim"\nsim_ttft_s = 0.05\nsim_itl_s = 0.02\nsim_load_s = 1.0\n'
     )
     return (
-        f'[[models]]\nid = "{AUTO}"\nsource = "sim"\nmin_generation = "ada"\n{engine}'
+        f'[[models]]\nid = "{AUTO}"\nsource = "sim"\ngenerations = ["cpu"]\n{engine}'
         f"[models.autoscale]\nmin_replicas = 0\nmax_replicas = {peak}\n"
         f"target_in_flight = {TARGET}\nscale_up_after_s = 2\nscale_down_after_s = 15\n"
         f"scale_to_zero_after_s = {idle_s:g}\n\n"
-        f'[[models]]\nid = "{FIXED}"\nsource = "sim"\nmin_generation = "ada"\n'
+        f'[[models]]\nid = "{FIXED}"\nsource = "sim"\ngenerations = ["cpu"]\n'
         f"replicas = {peak}\n{engine}"
     )
 
@@ -173,10 +173,9 @@ def main(argv: list[str] | None = None) -> None:
     folder = out.parent if out is not None else None
     work = Path(tempfile.mkdtemp(prefix="neuraxis-bench-autoscale-"))
     clients_log: list[tuple[float, int]] = []
-    # A node of two GPUs on ada or newer per replica at the peak: room for
-    # both models at their peaks.
-    generations = tuple(("ada", "hopper", "blackwell")[i % 3] for i in range(peak))
-    with sim_cluster(spec(peak, idle_s), work, generations, wait_for_model=FIXED) as cluster:
+    # One CPU node holds every sim replica (they take no GPU): the lightest
+    # cluster on a loaded machine.
+    with sim_cluster(spec(peak, idle_s), work, ("cpu",), wait_for_model=FIXED) as cluster:
         cluster.wait_ready(FIXED, peak, timeout=120)
         with Sampler(cluster) as sampler:
             windows, outcomes = run_trace(cluster, trace, clients_log, sampler.started)

@@ -79,7 +79,7 @@ class NeuronPool:
             clock=clock,
             sleep=sleep,
         )
-        # The wait for a wake, per model where known (cortex/cluster/client.py
+        # The wait for a wake, per model where known (cluster/scaling_follower.py
         # sizes it to the model's measured load time), else this.
         self.wake_timeout_s = 900.0
         self.wake_timeouts: dict[str, float] = {}
