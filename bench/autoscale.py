@@ -163,6 +163,16 @@ def phase_rows(
     return rows
 
 
+def steps(changes: list[tuple[float, int]], per: int) -> list[tuple[float, float]]:
+    """The client count as a step line (held until each change), over `per`."""
+    points: list[tuple[float, float]] = []
+    for t, n in changes:
+        if points:
+            points.append((t, points[-1][1]))
+        points.append((t, n / per))
+    return points
+
+
 def main(argv: list[str] | None = None) -> None:
     cli = parser(__doc__)
     args = cli.parse_args(argv)
@@ -215,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
             {
                 "auto: replicas": [(t, held) for t, held, _ in points[AUTO]],
                 "fixed: replicas": [(t, held) for t, held, _ in points[FIXED]],
-                "clients per model / target": [(t, n / TARGET) for t, n in clients_log],
+                "clients per model / target": steps(clients_log, TARGET),
             },
             "seconds",
             "replicas",
