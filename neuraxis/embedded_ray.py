@@ -24,6 +24,7 @@ from pathlib import Path
 from axon.generations import GENERATION_LABEL
 from axon.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
 from axon.process import stop_process_group
+from cortex.cluster.spec import parse_spec
 from cortex.config import default_state_dir
 from neuraxis.console import auth_line, print_banner, say, warn
 from neuraxis.embedded import (
@@ -81,7 +82,9 @@ def run_on_ray(options: EmbeddedOptions, cache_dir: Path, spec_text: str) -> int
             watch.poll(now=True)  # the last replica's "ready" line
         finally:
             watch.close()
-        print_banner(options)
+        # The spec's first model (a --deployment's), else the bundled chat model.
+        models = parse_spec(spec_text, "up").models
+        print_banner(options, models[0].id if models else DEFAULT_CHAT_MODEL)
         return supervisor.serve()
 
     def stop() -> None:
