@@ -3,12 +3,14 @@
 `signals` sums what the controller knows of a model's load: the requests
 every cortex instance that reported within REPORT_TTL_S has in flight on its
 replicas and waiting in its admission queue (a cortex whose reports stop
-drops out with them), and the engines' running + waiting requests from the
-last health checks. `step` turns those signals, the model's
+drops out with them), the fullest KV cache among its replicas as cortex
+polled it, and the engines' running + waiting requests from the last
+health checks. `step` turns those signals, the model's
 `[models.autoscale]` table and the previous `ScaleState` into the next one:
 
 - the wanted count is ceil(load / target_in_flight), within min..max, at
-  least 1 while anything is in flight or queued;
+  least 1 while anything is in flight or queued, and one more than now
+  while a replica's KV cache is KV_FULL;
 - the desired count follows it up only after the load has wanted more for
   `scale_up_after_s`, and down only after it has wanted fewer for
   `scale_down_after_s` (hysteresis: a spike or a dip shorter than that
@@ -44,6 +46,9 @@ TARGET_SHARE_OF_CAP = 0.7
 DEFAULT_TARGET_IN_FLIGHT = 8.0
 # An engine count older than this (controller's clock) is not a signal.
 ENGINE_COUNT_TTL_S = 15.0
+# A replica's KV cache this full wants one more replica, whatever the count
+# of requests says (long prompts fill the cache before the slots run out).
+KV_FULL = 0.9
 
 
 class Direction(Enum):
@@ -68,6 +73,7 @@ class Signals:
     queued: int = 0  # waiting in cortex's admission queues
     engine: int | None = None  # engines' running + waiting, fresh counts only
     cap: int | None = None  # a replica's concurrency cap as cortex reports it
+    kv_usage: float | None = None  # the fullest replica's KV cache (0..1), if reported
     reported: bool = False  # some cortex reported lately
 
     @property
@@ -139,6 +145,7 @@ def signals(
     addresses = {r.address for r in mine if r.address}
     in_flight = queued = 0
     caps: list[int] = []
+    kv: list[float] = []
     reported = False
     for report, _ in reports:
         reported = True
@@ -146,6 +153,8 @@ def signals(
         queued += report.queued.get(model, 0)
         if report.caps.get(model):
             caps.append(report.caps[model])
+        if model in report.kv_usage:
+            kv.append(report.kv_usage[model])
     counts = [
         r.engine_running + r.engine_waiting
         for r in mine
@@ -159,6 +168,7 @@ def signals(
         queued=queued,
         engine=sum(counts) if counts else None,
         cap=max(caps) if caps else None,
+        kv_usage=max(kv) if kv else None,
         reported=reported,
     )
 
@@ -172,6 +182,9 @@ def step(scale: AutoscaleSpec, state: ScaleState, seen: Signals, now: float) -> 
     why = f"{seen.in_flight} in flight + {seen.queued} queued"
     if seen.engine is not None:
         why += f" (engines: {seen.engine})"
+    full = seen.kv_usage is not None and seen.kv_usage >= KV_FULL
+    if full:
+        why += f", KV cache {seen.kv_usage:.0%} full"
     why += f", target {target:g} per replica"
 
     low, high = scale.min_replicas, scale.max_replicas
@@ -181,6 +194,8 @@ def step(scale: AutoscaleSpec, state: ScaleState, seen: Signals, now: float) -> 
     if not seen.known:
         return replace(state, more_since=None, fewer_since=None)
     wanted = min(max(math.ceil(load / target), low, 1 if load else 0), high)
+    if full and state.desired:
+        wanted = min(max(wanted, state.desired + 1), high)
     if state.desired == 0 and load > 0:
         return _moved(state, wanted, Reason.WAKE, f"{why}: woken by a request", now)
     if wanted > state.desired:

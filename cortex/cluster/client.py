@@ -248,6 +248,7 @@ async def report_forever(
             in_flight=pool.in_flight(),
             queued=pool.waiting(),
             caps=pool.caps(),
+            kv_usage=pool.kv_usage(),
             table_version=followed.version,
             head_up=plane.head_up if plane else None,
             table_age_s=plane.table_age_s() if plane else None,

@@ -127,6 +127,9 @@ class CortexReport(_PlaneView):
     # the largest concurrency cap among its ready replicas (0: none known).
     queued: dict[str, int] = Field(default_factory=dict)
     caps: dict[str, int] = Field(default_factory=dict)
+    # Per model: the fullest KV cache (0..1) among its ready replicas, where
+    # the engines report it.
+    kv_usage: dict[str, float] = Field(default_factory=dict)
 
 
 class ScalingView(_Status):
@@ -280,7 +283,9 @@ def cluster_status(
         models=models,
         cortices=[
             CortexStatus(
-                **report.model_dump(exclude={"in_flight", "table_age_s", "queued", "caps"}),
+                **report.model_dump(
+                    exclude={"in_flight", "table_age_s", "queued", "caps", "kv_usage"}
+                ),
                 in_flight=sum(report.in_flight.values()),
                 table_age_s=_rounded(report.table_age_s),
                 reported_s_ago=round(age, 1),

@@ -164,6 +164,18 @@ class NeuronPool:
                 counts[model] = counts.get(model, 0) + depth
         return counts
 
+    def kv_usage(self) -> dict[str, float]:
+        """The fullest KV cache (0..1) among each model's ready replicas, as
+        their engines last reported it (models whose engines report none: absent)."""
+        out: dict[str, float] = {}
+        for state in self._roster.states:
+            usage = state.load.kv_cache_usage if state.ready and state.load else None
+            if usage is None:
+                continue
+            for model in state.models:
+                out[model] = max(out.get(model, 0.0), usage)
+        return out
+
     def caps(self) -> dict[str, int]:
         """The largest concurrency cap among each model's ready replicas."""
         out: dict[str, int] = {}

@@ -168,10 +168,15 @@ def test_signals_sum_every_cortex_over_the_models_replicas() -> None:
     ]
     reports = [
         (report("h:1", {"a:1": 3, "c:1": 7}, queued={"chat": 2}, caps={"chat": 16}), 1.0),
-        (report("h:2", {"b:1": 4}, queued={"other": 9}, caps={"chat": 8}), 1.0),
+        (
+            report(
+                "h:2", {"b:1": 4}, queued={"other": 9}, caps={"chat": 8}, kv_usage={"chat": 0.4}
+            ),
+            1.0,
+        ),
     ]
     seen = signals("chat", replicas, reports, now=10.0)
-    assert seen == Signals(in_flight=7, queued=2, engine=5, cap=16, reported=True)
+    assert seen == Signals(in_flight=7, queued=2, engine=5, cap=16, kv_usage=0.4, reported=True)
     # An engine count older than the TTL is no signal.
     assert signals("chat", replicas, reports, now=100.0).engine is None
 
@@ -194,3 +199,16 @@ def test_a_cortex_whose_reports_stop_drops_out_and_the_count_comes_down() -> Non
             assert [r.instance for r, _ in fresh] == ["h:1"]
         state = step(scale, state, signals("chat", replicas, fresh, now), now)
     assert state.desired == 1
+
+
+def test_a_full_kv_cache_wants_one_more_replica_and_holds_the_count() -> None:
+    scale = table()
+    full = Signals(in_flight=5, kv_usage=0.95, reported=True)  # few requests, long ones
+    state, counts = run(scale, ScaleState(1), full, 0, 11)
+    assert counts[-1] == 2
+    assert state.last is not None and "KV cache 95% full" in state.last.detail
+    state, counts = run(scale, state, full, 11, 11)
+    assert counts[-1] == 3  # still full on two: one more again
+    # Not full: back down to what the requests want, after the delay.
+    state, counts = run(scale, state, Signals(in_flight=5, kv_usage=0.5, reported=True), 22, 121)
+    assert counts[-1] == 1

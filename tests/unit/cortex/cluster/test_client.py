@@ -82,6 +82,9 @@ class FakePool:
     def caps(self) -> dict[str, int]:
         return {"m": 16}
 
+    def kv_usage(self) -> dict[str, float]:
+        return {"m": 0.5}
+
     async def update(self, addresses: list[str]) -> None:
         self.updates.append(addresses)
         self.changed.set()
@@ -191,7 +194,7 @@ async def test_cortex_reports_its_requests_in_flight_and_survives_a_failed_repor
     # The first report was lost; the next ones carry the current counts.
     assert (first["in_flight"], second["in_flight"]) == ({"a:1": 2}, {"a:1": 3})
     assert first["table_version"] == 3
-    assert (first["queued"], first["caps"]) == ({"m": 1}, {"m": 16})
+    assert (first["queued"], first["caps"], first["kv_usage"]) == ({"m": 1}, {"m": 16}, {"m": 0.5})
     assert first["instance"] == f"{first['host']}:{first['pid']}"
 
 

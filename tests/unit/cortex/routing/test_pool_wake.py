@@ -91,3 +91,17 @@ async def test_a_model_that_is_not_wakeable_is_not_held() -> None:
     with pytest.raises(UnavailableError, match="No neuron serving 'm' is ready"):
         await texts(pool.generate(request()))
     assert pokes == []
+
+
+async def test_the_pool_reports_caps_kv_usage_and_waiting_per_model() -> None:
+    time, fleet = ManualClock(), Fleet()
+    pool, _ = _asleep(time, fleet)
+    await pool.update(["r1:1", "r2:1"])
+    fleet.neurons["r1:1"].max_concurrency, fleet.neurons["r2:1"].max_concurrency = 8, 16
+    fleet.neurons["r1:1"].kv_cache_usage = 0.25
+    fleet.neurons["r2:1"].kv_cache_usage = 0.75
+    await pool.refresh()
+    await pool.refresh_load()
+    assert pool.caps() == {"m": 16}
+    assert pool.kv_usage() == {"m": 0.75}
+    assert pool.waiting() == {}
