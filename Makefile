@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-store soak head-restart install clean
+.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-autoscale bench-store soak head-restart install clean
 
 install: $(STAMP)
 
@@ -68,7 +68,7 @@ proto-check: $(STAMP)
 # them all with --smoke (seconds each; `make test` does it too).
 BENCH_ALL := gateway_overhead embeddings_throughput metrics_cost responses_vs_chat failover \
 	tool_stream auth_cost admission routing routing_sim gateway_capacity store seeded_streams \
-	edge_stalls batch
+	edge_stalls batch autoscale
 bench: $(STAMP)
 	set -e; for m in $(BENCH_ALL); do $(PY) -m bench.$$m; done
 
@@ -84,11 +84,13 @@ bench-smoke: $(STAMP)
 # (~16 minutes on 2 busy cores); gateway, the streams and SSE events/s one
 # cortex (then two workers) sustains; edge, /healthz latency while clients
 # send what could stall cortex's event loop (issue 31); batch, interactive TTFT with and
-# without a 5,000-line batch running (sim neuron) and the batch's lines/s (issue 30).
+# without a 5,000-line batch running (sim neuron) and the batch's lines/s (issue 30);
+# autoscale, a ramp, plateau, spike and idle trace on an autoscaled sim model beside a
+# peak-sized fixed one (replicas over time, TTFT per phase, replica-seconds; issue 27).
 BENCHES := failover:failover embeddings:embeddings_throughput metrics:metrics_cost \
 	responses:responses_vs_chat tool-stream:tool_stream auth:auth_cost admission:admission \
 	routing:routing gateway:gateway_capacity seeded:seeded_streams edge:edge_stalls \
-	batch:batch
+	batch:batch autoscale:autoscale
 
 define bench_rule
 bench-$(1): $$(STAMP)

@@ -39,6 +39,7 @@ from cortex.cluster.spec import DeploymentSpec, load_spec
 from cortex.config import CortexSettings
 from cortex.http import openapi
 from cortex.http.body_limit import BodyLimit
+from cortex.http.cold_start import ColdStartHeader
 from cortex.http.disconnect import CancelOnDisconnect
 from cortex.http.ratelimit_headers import RateLimitHeaders
 from cortex.readiness import Readiness, watchdog
@@ -70,9 +71,11 @@ class Pool(Neurons, Protocol):
 def make_pool(settings: CortexSettings, spec: DeploymentSpec | None) -> NeuronPool:
     """The pool of the configured neurons (cluster mode: of the controller's
     table, over the same TLS)."""
-    expected = settings.models or ([m.id for m in spec.models if m.replicas] if spec else [])
+    expected = settings.models or (
+        [m.id for m in spec.models if m.replicas or m.autoscale] if spec else []
+    )
     credentials = channel_credentials(settings.tls) if settings.tls else None
-    return NeuronPool(
+    pool = NeuronPool(
         [NeuronClient(address, credentials) for address in settings.neurons],
         client_factory=lambda address: NeuronClient(address, credentials),
         expected_models=expected,
@@ -83,6 +86,11 @@ def make_pool(settings: CortexSettings, spec: DeploymentSpec | None) -> NeuronPo
         retry_budget=settings.retry_budget,
         admission=settings.admission,
     )
+    if spec is not None:  # models that may scale to zero wait for a wake
+        pool.wakes.wakeable = frozenset(
+            m.id for m in spec.models if m.autoscale and m.autoscale.min_replicas == 0
+        )
+    return pool
 
 
 def create_app(
@@ -225,6 +233,7 @@ def create_app(
     app.include_router(health.router)
     # Innermost: it watches for the disconnect once the body has been read.
     app.add_middleware(CancelOnDisconnect)
+    app.add_middleware(ColdStartHeader)
     if gateway.limiter is not None:
         app.add_middleware(RateLimitHeaders, limiter=gateway.limiter)
     upload = settings.files.max_bytes + files_routes.MULTIPART_OVERHEAD
@@ -295,6 +304,7 @@ async def _join_cluster(
     from cortex.cluster.client import Followed, connect, ensure_controller, follow_cluster
     from cortex.cluster.controller import ControllerConfig
     from cortex.cluster.plane import ControlPlane
+    from cortex.cluster.scaling_follower import ScalingFollower
 
     assert settings.ray.address is not None
     await asyncio.to_thread(connect, settings.ray.address)
@@ -306,7 +316,12 @@ async def _join_cluster(
     )
     controller = await asyncio.to_thread(ensure_controller, spec, config)
     log.info("cluster mode: following the controller at %s", settings.ray.address)
-    followed = Followed(received=received, plane=ControlPlane(settings.ray.address))
+    scaling = ScalingFollower(
+        pool, settings.controller.wake_timeout_s, settings.controller.replica_start_timeout_s
+    )
+    followed = Followed(
+        received=received, plane=ControlPlane(settings.ray.address), scaling=scaling
+    )
     return asyncio.create_task(follow_cluster(controller, pool, followed))
 
 

@@ -163,6 +163,13 @@ class ControllerSettings(SettingsGroup):
         900.0,
         description="how long a replica may take to load its model before it counts as failed (s)",
     )
+    wake_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="how long a request for a model scaled to zero waits for a replica to "
+        "load before it gets 503 with Retry-After (s); unset: twice the model's last "
+        "measured load time, at least 60 s (replica_start_timeout_s before any load)",
+    )
 
 
 class CortexSettings(SourcedSettings, LogSettings):

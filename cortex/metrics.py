@@ -221,6 +221,34 @@ ADOPTED_REPLICAS = Counter(
     ["head"],
 )
 
+# Autoscaling (cortex/cluster/autoscale.py, cortex/routing/wake.py). The
+# controller's figures reach each cortex in the answer to its report: every
+# instance exports the same desired count (gauge: max) and counts every
+# decision (take the max over instances, not the sum).
+AUTOSCALE_DESIRED = Gauge(
+    "neuraxis_autoscale_desired_replicas",
+    "Replicas the controller wants for each autoscaled model.",
+    ["model"],
+    multiprocess_mode="max",
+)
+AUTOSCALE_DECISIONS = Counter(
+    "neuraxis_autoscale_decisions",
+    "Changes of an autoscaled model's desired count, by direction (up, down) and reason "
+    "(load, wake, idle, bounds).",
+    ["model", "direction", "reason"],
+)
+WAKES = Counter(
+    "neuraxis_wakes",
+    "Wake-ups of a model scaled to zero that this cortex's requests started.",
+    ["model"],
+)
+WAKE_DURATION = Histogram(
+    "neuraxis_wake_duration_seconds",
+    "Time from the first request for a model at zero replicas to its first ready replica.",
+    ["model"],
+    buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 900),
+)
+
 
 _enabled = True
 
@@ -373,3 +401,19 @@ def set_table_age(head: str, seconds: float) -> None:
 def record_controller_restart(head: str, adopted: int) -> None:
     CONTROLLER_RESTARTS.labels(head).inc()
     ADOPTED_REPLICAS.labels(head).inc(adopted)
+
+
+def record_wake(model: str) -> None:
+    WAKES.labels(model).inc()
+
+
+def record_wake_duration(model: str, seconds: float) -> None:
+    WAKE_DURATION.labels(model).observe(seconds)
+
+
+def set_autoscale_desired(model: str, replicas: int) -> None:
+    AUTOSCALE_DESIRED.labels(model).set(replicas)
+
+
+def record_autoscale_decisions(model: str, direction: str, reason: str, count: int) -> None:
+    AUTOSCALE_DECISIONS.labels(model, direction, reason).inc(count)

@@ -15,7 +15,7 @@ from neuron.models.source import SourceKind, misplaced_revision, source_kind, un
 
 if TYPE_CHECKING:
     from axon.neuron_settings import NeuronSettings
-    from cortex.cluster.spec import DeploymentSpec
+    from cortex.cluster.spec import DeploymentSpec, ModelSpec
 
 
 def check(
@@ -50,7 +50,7 @@ def check(
     if deployment is not None:
         try:
             spec = load_spec(deployment)
-            models = ", ".join(f"{m.id}×{m.replicas}" for m in spec.models) or "no models"
+            models = ", ".join(_count(m) for m in spec.models) or "no models"
             problems = _source_problems(deployment, spec)
             results += problems or [f"{deployment}: ok ({models})"]
         except SpecError as e:
@@ -102,3 +102,11 @@ def _model_problem(
     if revision is not None and kind is not SourceKind.REPO:
         return "revision", misplaced_revision(source, revision)
     return None
+
+
+def _count(model: ModelSpec) -> str:
+    """A model and its replicas: fixed (×2) or autoscaled (×0..4)."""
+    scale = model.autoscale
+    if scale is None:
+        return f"{model.id}×{model.replicas}"
+    return f"{model.id}×{scale.min_replicas}..{scale.max_replicas}"

@@ -39,19 +39,19 @@ def auth_line(options: EmbeddedOptions) -> str:
     )
 
 
-def print_banner(options: EmbeddedOptions) -> None:
-    """How to call the API, once cortex is ready."""
+def print_banner(options: EmbeddedOptions, model: str = DEFAULT_CHAT_MODEL) -> None:
+    """How to call the API (asking `model`), once cortex is ready."""
     base, admin = options.base_url, options.admin_url
     question = "What is the capital of France?"
     message = f'{{"role": "user", "content": "{question}"}}'
-    body = f'{{"model": "{DEFAULT_CHAT_MODEL}", "temperature": 0, "messages": [{message}]}}'
+    body = f'{{"model": "{model}", "temperature": 0, "messages": [{message}]}}'
     say(f"ready: {base}")
     # With auth required the example needs a key (neuraxis keys create).
     required = options.auth == "required"
     key = '\n    -H "Authorization: Bearer $NEURAXIS_API_KEY" \\' if required else ""
     print(
         f"""
-An OpenAI-compatible API at {base}/v1 (model {DEFAULT_CHAT_MODEL}):
+An OpenAI-compatible API at {base}/v1 (model {model}):
 
   curl {base}/v1/chat/completions -H 'Content-Type: application/json' \\{key}
     -d '{body}'

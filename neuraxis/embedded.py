@@ -60,6 +60,20 @@ class EmbeddedOptions(BaseModel):
     static: bool = Field(
         False, description="start the neurons directly, without Ray (the --*-port options apply)"
     )
+    deployment: Path | None = Field(
+        None,
+        description="run this deployment spec (models, replicas, autoscale tables) on the "
+        "local Ray instead of the bundled models; its models must run on this machine's CPU "
+        '(generations = ["cpu"]) unless --engine sim',
+    )
+    engine: Literal["vllm", "sim"] = Field(
+        "vllm",
+        description="sim: simulated engines instead of vLLM, a testing tool (no model: made-up "
+        "tokens at --sim-ttft-s/--sim-itl-s) for trying tenants, limits, routing, load and "
+        "autoscaling; every model of the spec becomes a sim replica on this machine",
+    )
+    sim_ttft_s: float = Field(0.05, ge=0, description="--engine sim: time to the first token (s)")
+    sim_itl_s: float = Field(0.02, ge=0, description="--engine sim: time between tokens (s)")
     ray_port: int = Field(0, description="the local Ray head's port (0: a free one)")
     verbose: bool = Field(
         False,
@@ -78,6 +92,10 @@ class EmbeddedOptions(BaseModel):
         # chat replicas are Ray's to place, on ports of their choosing.
         if self.static and self.replicas > 1:
             raise ValueError("--replicas above 1 needs Ray: leave out --static")
+        if self.static and (self.deployment is not None or self.engine == "sim"):
+            raise ValueError("--deployment and --engine sim need Ray: leave out --static")
+        if self.deployment is not None and self.replicas != 1:
+            raise ValueError("--replicas is the bundled model's: the spec says its own")
         return self
 
     @property

@@ -24,6 +24,7 @@ from pathlib import Path
 from axon.generations import GENERATION_LABEL
 from axon.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
 from axon.process import stop_process_group
+from cortex.cluster.spec import parse_spec
 from cortex.config import default_state_dir
 from neuraxis.console import auth_line, print_banner, say, warn
 from neuraxis.embedded import (
@@ -31,13 +32,13 @@ from neuraxis.embedded import (
     EmbeddedOptions,
     cortex_command,
     cortex_logging,
-    embedded_spec,
 )
 from neuraxis.replica_watch import ReplicaWatch
 from neuraxis.supervisor import STOP_TIMEOUT_S, run_until_stopped, spawn, supervise_cortex
 
 
-def run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
+def run_on_ray(options: EmbeddedOptions, cache_dir: Path, spec_text: str) -> int:
+    """`spec_text`: the deployment spec to run (neuraxis/embedded_deployment.py)."""
     from cortex.cluster.head import start_head, wait_for_head
 
     port = options.ray_port or _free_port()
@@ -49,7 +50,7 @@ def run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
     env = _children_env(options, token, cache_dir, state_dir)
     workdir = Path(tempfile.mkdtemp(prefix="neuraxis-up-"))
     spec = workdir / "deployment.toml"
-    spec.write_text(embedded_spec(options))
+    spec.write_text(spec_text)
     # `neuraxis status` with no arguments finds this cluster here.
     marker = state_dir / EMBEDDED_CLUSTER_FILE
     cortex_cmd = cortex_command(options, "--ray-address", address, "--deployment", str(spec))
@@ -70,9 +71,8 @@ def run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
         marker.touch(mode=0o600)
         marker.write_text(json.dumps({"address": address, "token": token}))
         say(
-            f"starting cortex on {options.host}:{options.port}; it places {DEFAULT_CHAT_MODEL} "
-            f"(x{options.replicas}) and {DEFAULT_EMBEDDING_MODEL} on Ray (vLLM CPU; neuron logs in "
-            f"{state_dir / 'replicas'})"
+            f"starting cortex on {options.host}:{options.port}; it places {_placed(options)} "
+            f"on Ray (neuron logs in {state_dir / 'replicas'})"
         )
         say(auth_line(options))
         supervisor.start_cortex()
@@ -82,7 +82,9 @@ def run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
             watch.poll(now=True)  # the last replica's "ready" line
         finally:
             watch.close()
-        print_banner(options)
+        # The spec's first model (a --deployment's), else the bundled chat model.
+        models = parse_spec(spec_text, "up").models
+        print_banner(options, models[0].id if models else DEFAULT_CHAT_MODEL)
         return supervisor.serve()
 
     def stop() -> None:
@@ -96,6 +98,16 @@ def run_on_ray(options: EmbeddedOptions, cache_dir: Path) -> int:
         marker.unlink(missing_ok=True)
 
     return run_until_stopped(run, stop)
+
+
+def _placed(options: EmbeddedOptions) -> str:
+    """What `up` says cortex places."""
+    engines = "simulated engines" if options.engine == "sim" else "vLLM CPU"
+    if options.deployment is not None:
+        return f"the models of {options.deployment} ({engines})"
+    if options.engine == "sim":
+        return f"{DEFAULT_CHAT_MODEL} (x{options.replicas}, {engines})"
+    return f"{DEFAULT_CHAT_MODEL} (x{options.replicas}) and {DEFAULT_EMBEDDING_MODEL} ({engines})"
 
 
 def _children_env(

@@ -74,6 +74,7 @@ def render(status: ClusterStatus) -> str:
     )
     if unplaceable:
         out += _table("UNPLACEABLE", ["MODEL", "REASON"], unplaceable)
+    out += _autoscaling(status)
     cortices = [
         [c.instance, str(c.in_flight), str(c.table_version), f"{c.reported_s_ago:.1f}s ago"]
         for c in status.cortices
@@ -81,6 +82,32 @@ def render(status: ClusterStatus) -> str:
     out += _control_plane(status)
     out += _table("CORTEX", ["INSTANCE", "IN-FLIGHT", "TABLE", "REPORTED"], cortices)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _autoscaling(status: ClusterStatus) -> list[str]:
+    """The autoscaled models (none: no table): ready/desired, the bounds,
+    and the last change of the desired count with its reason and figures."""
+    rows = []
+    for model in status.models:
+        scale = model.autoscale
+        if scale is None:
+            continue
+        ready = sum(1 for r in model.replicas if r.state is ReplicaState.READY)
+        last = "-"
+        if scale.direction is not None:
+            last = f"{scale.direction} ({scale.reason}) {scale.decided_s_ago:.0f}s ago"
+        rows.append(
+            [
+                model.id,
+                f"{ready}/{model.desired}",
+                f"{scale.min_replicas}-{scale.max_replicas}",
+                last,
+                scale.detail or "-",
+            ]
+        )
+    if not rows:
+        return []
+    return _table("AUTOSCALING", ["MODEL", "READY/DESIRED", "MIN-MAX", "LAST", "WHY"], rows)
 
 
 def _control_plane(status: ClusterStatus) -> list[str]:

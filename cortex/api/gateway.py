@@ -47,6 +47,9 @@ class Neurons(Protocol):
     def missing_models(self) -> list[str]:
         """Configured models no ready neuron serves yet (readiness)."""
 
+    def sleeping_models(self) -> dict[str, bool]:
+        """Models scaled to zero, each with whether a request wakes it now."""
+
     def check_task(self, model: str, task: pb.ModelTask, endpoint: str) -> None:
         """A 400 for a model that cannot serve `endpoint` (a chat model asked to embed)."""
 

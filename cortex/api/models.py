@@ -1,5 +1,7 @@
 """GET /v1/models and /v1/models/{id}: what is servable right now (for the
-caller's key: a model outside its list is not there)."""
+caller's key: a model outside its list is not there), a model scaled to
+zero included: it is served after a wake, and its card says "sleeping" or
+"waking" (what it serves and its context are known once a replica is up)."""
 
 from __future__ import annotations
 
@@ -33,13 +35,29 @@ def _card(info: pb.ModelInfo) -> ModelCard:
 @router.get("/v1/models")
 async def list_models(request: Request) -> ModelList:
     principal = context_of(request).principal
-    served = gateway_of(request).neurons.served_models().values()
-    return ModelList(data=[_card(info) for info in served if principal.may_use(info.id)])
+    neurons = gateway_of(request).neurons
+    cards = [_card(info) for info in neurons.served_models().values()]
+    cards += [_asleep(m, waking) for m, waking in neurons.sleeping_models().items()]
+    return ModelList(data=[card for card in cards if principal.may_use(card.id)])
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> ModelCard:
-    info = gateway_of(request).neurons.served_models().get(model_id)
-    if info is None or not context_of(request).principal.may_use(model_id):
+    neurons = gateway_of(request).neurons
+    info = neurons.served_models().get(model_id)
+    sleeping = neurons.sleeping_models()
+    if (info is None and model_id not in sleeping) or not context_of(request).principal.may_use(
+        model_id
+    ):
         raise ModelNotFoundError(f"The model '{model_id}' does not exist.")
-    return _card(info)
+    return _card(info) if info is not None else _asleep(model_id, sleeping[model_id])
+
+
+def _asleep(model_id: str, waking: bool) -> ModelCard:
+    return ModelCard(
+        id=model_id,
+        created=0,
+        max_context_length=0,
+        endpoints=[],
+        state="waking" if waking else "sleeping",
+    )

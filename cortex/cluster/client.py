@@ -12,6 +12,7 @@ adopts the running replicas.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -30,8 +31,9 @@ from cortex.cluster.ray_backend import (
     ControllerActor,
     kill_replicas,
 )
+from cortex.cluster.scaling_follower import ScalingFollower
 from cortex.cluster.spec import DeploymentSpec, spec_to_dict
-from cortex.cluster.status import ClusterStatus, CortexReport
+from cortex.cluster.status import ClusterStatus, CortexReport, ScalingView
 from cortex.routing.pool import NeuronPool
 
 log = logging.getLogger("neuraxis.cortex")
@@ -212,6 +214,8 @@ class Followed:
     received: asyncio.Event = field(default_factory=asyncio.Event)
     # The controller and the head as this cortex sees them (metrics, status).
     plane: ControlPlane | None = None
+    # What the controller answers to the reports (autoscaling), if followed.
+    scaling: ScalingFollower | None = None
 
 
 async def follow_cluster(link: ControllerLink, pool: NeuronPool, followed: Followed) -> None:
@@ -227,17 +231,24 @@ async def report_forever(
     link: ControllerLink, pool: NeuronPool, followed: Followed, interval_s: float = REPORT_S
 ) -> None:
     """Every `interval_s`, tell the controller this process's requests in
-    flight per neuron. Best effort: a lost controller is the follower's to
-    find again, and a missed report only ages out of the status."""
+    flight per neuron and waiting per model (at once when a request wakes a
+    model scaled to zero). Best effort: a lost controller is the follower's
+    to find again, and a missed report only ages out of the status."""
     host = socket.gethostname()
     pid = os.getpid()
+    poked = asyncio.Event()
+    pool.wakes.on_wake = poked.set
     while True:
+        poked.clear()
         plane = followed.plane
         report = CortexReport(
             instance=f"{host}:{pid}",
             host=host,
             pid=pid,
             in_flight=pool.in_flight(),
+            queued=pool.waiting(),
+            caps=pool.caps(),
+            kv_usage=pool.kv_usage(),
             table_version=followed.version,
             head_up=plane.head_up if plane else None,
             table_age_s=plane.table_age_s() if plane else None,
@@ -245,12 +256,16 @@ async def report_forever(
             adopted=plane.adopted if plane else 0,
         )
         try:
-            await asyncio.wait_for(
+            answer = await asyncio.wait_for(
                 _result(link.actor.report.remote(report.model_dump(mode="json"))), REPORT_S
             )
-        except (RayError, TimeoutError, AttributeError) as e:
+            if followed.scaling is not None and answer is not None:
+                followed.scaling.apply(ScalingView.read(answer))
+        except (RayError, TimeoutError, AttributeError, TypeError) as e:
+            # TypeError: a controller of another version (its answer's form).
             log.debug("could not report to the controller: %s", type(e).__name__)
-        await asyncio.sleep(interval_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(poked.wait(), interval_s)
 
 
 async def follow_table(

@@ -32,11 +32,24 @@ from cortex.cluster.clock import Clock
 from cortex.cluster.decisions import Backoff, ReplicaRecord
 from cortex.cluster.failovers import FailoverLog
 from cortex.cluster.nodes import NodeMark, resolve
-from cortex.cluster.placement import NodeView, eligibility, label_selector, unplaceable_reason
+from cortex.cluster.placement import (
+    NodeView,
+    eligibility,
+    label_selector,
+    no_room_reason,
+    unplaceable_reason,
+)
 from cortex.cluster.replica_settings import replica_settings, settings_env
 from cortex.cluster.reports import CortexReports
+from cortex.cluster.scaling import Scaling
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
-from cortex.cluster.status import ClusterStatus, CortexReport, ReplicaState, cluster_status
+from cortex.cluster.status import (
+    ClusterStatus,
+    CortexReport,
+    ReplicaState,
+    ScalingView,
+    cluster_status,
+)
 from cortex.cluster.table import Endpoint, EndpointTable
 from cortex.cluster.tasks import ReplicaTasks
 
@@ -85,6 +98,10 @@ class Controller:
         self._reports = CortexReports()
         # Cordoned and draining nodes (nodes.py), by node id.
         self._marks: dict[str, NodeMark] = {}
+        # The autoscaled models' desired counts (scaling.py), never saved.
+        self._scaling = Scaling()
+        # Set to run the next pass at once (a request woke a model at zero).
+        self._poked = asyncio.Event()
 
     # -- what the actor exposes ----------------------------------------------
 
@@ -95,19 +112,30 @@ class Controller:
         themselves)."""
         await self.adopt()
         self._spec = spec
+        self._scaling.follow(spec, lambda model_id: len(self._active(model_id)))
         log.info(
             "deployment spec: %s",
-            ", ".join(f"{m.id}×{m.replicas}" for m in spec.models) or "no models",
+            ", ".join(f"{m.id}×{self.desired(m)}" for m in spec.models) or "no models",
         )
         if self._loop is None and start_loop:
             self._loop = asyncio.create_task(self._run())
         else:
             await self.tick()
 
-    def report(self, report: CortexReport) -> None:
+    def report(self, report: CortexReport) -> ScalingView:
         """A cortex instance's periodic report (its requests in flight per
-        replica); kept for REPORT_TTL_S, so a cortex that stopped drops out."""
+        replica, queued per model); kept for REPORT_TTL_S, so a cortex that
+        stopped drops out. A request queued for a model at zero replicas
+        wakes it now rather than at the next pass. The answer is the
+        autoscaling view (metrics and wake timeouts on cortex's side)."""
         self._reports.add(report, self._clock.monotonic())
+        if self._scaling.wakes(report):
+            self._poked.set()
+        return self._scaling.view()
+
+    def desired(self, model: ModelSpec) -> int:
+        """The replica count the controller keeps `model` at now."""
+        return self._scaling.desired(model)
 
     async def mark_node(self, name: str, mark: NodeMark | None) -> NodeView:
         """Cordon (`CORDONED`), drain (`DRAINING`) or uncordon (None) the node
@@ -137,6 +165,8 @@ class Controller:
             self._reports.fresh(self._clock.monotonic()),
             marks=self._marks,
             unplaceable=self._unplaceable,
+            desired={m.id: self.desired(m) for m in self._spec.models},
+            scaling=self._scaling.states,
             start_errors={model: b.last_error for model, b in self._backoff.items()},
             failovers=self._failovers.recent(),
             version=self.table.version,
@@ -184,11 +214,20 @@ class Controller:
 
     async def _run(self) -> None:
         while True:
+            self._poked.clear()
             try:
                 await self.tick()
             except Exception:
                 log.exception("controller pass failed")
-            await self._clock.sleep(self._config.health_interval_s)
+            # The next pass comes after the interval, or at once when a
+            # request wakes a model at zero replicas (`report`).
+            pause = asyncio.ensure_future(self._clock.sleep(self._config.health_interval_s))
+            poke = asyncio.ensure_future(self._poked.wait())
+            try:
+                await asyncio.wait({pause, poke}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                pause.cancel()
+                poke.cancel()
 
     async def tick(self) -> None:
         """One pass: nodes, checks, reconciling every model, the table."""
@@ -196,7 +235,9 @@ class Controller:
             return
         self._nodes = await self._backend.nodes()
         await asyncio.gather(*(self._check(r) for r in list(self._replicas.values())))
-        for model in self._spec.models:
+        now = self._clock.monotonic()
+        self._scaling.step(self._spec, self._replicas.values(), self._reports.fresh(now), now)
+        for model in self._reconcile_order():
             self._reconcile(model)
         for replica in list(self._replicas.values()):
             if (
@@ -247,25 +288,53 @@ class Controller:
         self._replicas.pop(replica.id, None)
         self._backend.kill(replica.id)
 
-    def _reconcile(self, model: ModelSpec) -> None:
-        active = [
+    def _active(self, model_id: str) -> list[ReplicaRecord]:
+        return [
             r
             for r in self._replicas.values()
-            if r.model == model.id and r.state is not ReplicaState.DRAINING
+            if r.model == model_id and r.state is not ReplicaState.DRAINING
         ]
+
+    def _reconcile_order(self) -> list[ModelSpec]:
+        """The models in the order they get free GPUs: those below their
+        min_replicas first, then the spec's order (a model never takes
+        another's running replicas)."""
+
+        def below_min(model: ModelSpec) -> bool:
+            floor = model.autoscale.min_replicas if model.autoscale else model.replicas
+            return len(self._active(model.id)) < floor
+
+        return sorted(self._spec.models, key=lambda m: not below_min(m))
+
+    def _reconcile(self, model: ModelSpec) -> None:
+        active = self._active(model.id)
+        desired = self.desired(model)
         leaving = [r for r in active if self._marks.get(r.node_id or "") is NodeMark.DRAINING]
         if leaving:
             self._move_off(model, active, leaving)
             return
-        if len(active) > model.replicas:
-            for replica in decisions.scale_down_victims(active, model.replicas):
+        if len(active) > desired:
+            in_flight = self._in_flight()
+            for replica in decisions.scale_down_victims(active, desired, in_flight):
                 self._drain(replica)
             return
-        if len(active) == model.replicas:
+        if len(active) == desired:
             self._unplaceable.pop(model.id, None)
             self._rebalance(model, active)
             return
-        self._place_missing(model, model.replicas - len(active))
+        self._place_missing(model, desired - len(active))
+
+    def _in_flight(self) -> dict[str, int]:
+        """Requests in flight per replica id: the cortex instances' (fresh
+        reports), else its engine's last count."""
+        fresh = self._reports.fresh(self._clock.monotonic())
+        counts: dict[str, int] = {}
+        for replica in self._replicas.values():
+            if fresh and replica.address:
+                counts[replica.id] = sum(r.in_flight.get(replica.address, 0) for r, _ in fresh)
+            elif replica.engine_running is not None:
+                counts[replica.id] = replica.engine_running + (replica.engine_waiting or 0)
+        return counts
 
     def _place_missing(self, model: ModelSpec, count: int) -> int:
         """Place `count` replicas of `model` on schedulable nodes; how many
@@ -283,9 +352,25 @@ class Controller:
         backoff = self._backoff.get(model.id)
         if backoff and self._clock.monotonic() < backoff.not_before:
             return 0
+        placed = 0
         for _ in range(count):
+            if model.autoscale is not None and self._no_room(model):
+                break
             self._place(model)
-        return count
+            placed += 1
+        return placed
+
+    def _no_room(self, model: ModelSpec) -> bool:
+        """An autoscaled model's scale-up finds no node with room: say why in
+        its status instead of leaving a replica pending on the cluster."""
+        used = decisions.usage(list(self._replicas.values()), self._spec)
+        reason = no_room_reason(model, self._schedulable(), used.gpus)
+        if reason is None:
+            return False
+        if self._unplaceable.get(model.id) != reason:
+            log.warning("cannot scale %s up: %s", model.id, reason)
+        self._unplaceable[model.id] = reason
+        return True
 
     def _move_off(
         self, model: ModelSpec, active: list[ReplicaRecord], leaving: list[ReplicaRecord]
@@ -294,9 +379,10 @@ class Controller:
         leaving replica drains once the ready replicas elsewhere keep the
         model's ready count (one not serving yet drains at once)."""
         staying = [r for r in active if r not in leaving]
-        if len(staying) < model.replicas:
-            self._place_missing(model, model.replicas - len(staying))
-        for replica in decisions.moved_off(staying, leaving, model.replicas):
+        desired = self.desired(model)
+        if len(staying) < desired:
+            self._place_missing(model, desired - len(staying))
+        for replica in decisions.moved_off(staying, leaving, desired):
             log.info("moving %s off draining node %s", replica.id, replica.node_id)
             self._drain(replica)
 
@@ -384,6 +470,7 @@ class Controller:
             return
         ready_at = self._clock.time()
         replica.serving(started, ready_at)
+        self._scaling.loaded(model.id, ready_at - replica.created)
         self._backoff.pop(model.id, None)
         log.info(
             "replica %s of %s ready at %s on %s (%s)",

@@ -13,6 +13,7 @@ and unplaceable reasons are in placement.py.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from axon.generations import Generation
@@ -169,13 +170,20 @@ def moved_off(
     return idle + sorted(serving, key=lambda r: r.serial)[: max(0, can_go)]
 
 
-def scale_down_victims(active: list[ReplicaRecord], desired: int) -> list[ReplicaRecord]:
+def scale_down_victims(
+    active: list[ReplicaRecord], desired: int, in_flight: Mapping[str, int] | None = None
+) -> list[ReplicaRecord]:
     """The replicas to drain when more than `desired` are active: those not
-    serving yet first, then the newest."""
+    serving yet first, then the ones with the fewest requests in flight
+    (`in_flight` by replica id: the drain then waits the least), then the
+    newest."""
     surplus = len(active) - desired
     if surplus <= 0:
         return []
-    ranked = sorted(active, key=lambda r: (_DRAIN_ORDER.index(r.state), -r.serial))
+    load = in_flight or {}
+    ranked = sorted(
+        active, key=lambda r: (_DRAIN_ORDER.index(r.state), load.get(r.id, 0), -r.serial)
+    )
     return ranked[:surplus]
 
 

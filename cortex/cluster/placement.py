@@ -73,6 +73,26 @@ def unplaceable_reason(model: ModelSpec, nodes: list[NodeView]) -> str | None:
     return None
 
 
+def no_room_reason(
+    model: ModelSpec, nodes: list[NodeView], used_gpus: dict[str, int]
+) -> str | None:
+    """Why no schedulable node has room for one more replica of `model` now
+    (its GPUs are held by other replicas), naming the generations where a
+    freed or added node would take it; None when one has room."""
+    need = model.gpus_per_replica()
+    wanted = set(eligibility(model).generations)
+    if not need or any(
+        n.alive and n.generation in wanted and n.gpus - used_gpus.get(n.node_id, 0) >= need
+        for n in nodes
+    ):
+        return None
+    names = ", ".join(g.value for g in eligibility(model).generations)
+    return (
+        f"no room for another replica: no node has {need} free GPUs; "
+        f"it would fit on a node of generation {names} with {need} free"
+    )
+
+
 def preferred_node(
     model: ModelSpec,
     nodes: list[NodeView],

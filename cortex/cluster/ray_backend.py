@@ -299,8 +299,9 @@ class ControllerShell:
         await self._resume()
         return self._controller.status().model_dump(mode="json")
 
-    async def report(self, report: dict[str, Any]) -> None:
-        self._controller.report(CortexReport.read(report))
+    async def report(self, report: dict[str, Any]) -> dict[str, Any]:
+        """A cortex report; the answer is the autoscaling view (ScalingView)."""
+        return self._controller.report(CortexReport.read(report)).model_dump(mode="json")
 
     async def mark_node(self, name: str, mark: str | None) -> dict[str, Any]:
         """`neuraxis node cordon|drain|uncordon`: the node's id, or the error."""

@@ -26,6 +26,7 @@ def replica_settings(model: ModelSpec, generation: Generation) -> NeuronSettings
         fields.update(
             sim_ttft_s=engine.sim_ttft_s,
             sim_itl_s=engine.sim_itl_s,
+            sim_load_s=engine.sim_load_s,
             sim_generation=generation,
         )
     else:

@@ -16,6 +16,9 @@ A TOML file on the cortex side, one `[[models]]` table per model:
                                    # routing_models still overrides it)
     [models.engine]
     kv_cache_dtype = "fp8"         # checked against each generation's profile
+    [models.autoscale]             # replicas follow the load (cortex/cluster/autoscale.py)
+    min_replicas = 0               # 0: scale to zero when idle, wake on a request
+    max_replicas = 4
 
 An invalid spec is refused at start with the line and the reason. Whether a
 generation can run a model's engine options is decided at placement
@@ -39,6 +42,15 @@ class SpecError(Exception):
     """The spec is invalid; the message names the file, the line and why."""
 
 
+class _KeyedError(ValueError):
+    """A model's contradiction between settings, raised by a validator of the
+    whole model: `key` says which line of its table the error points to."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class EngineSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -54,6 +66,51 @@ class EngineSpec(BaseModel):
     # Simulated engine only.
     sim_ttft_s: float = Field(0.01, ge=0)
     sim_itl_s: float = Field(0.005, ge=0)
+    # How long a simulated replica takes to load (a cold start to measure).
+    sim_load_s: float = Field(0.0, ge=0)
+
+
+class AutoscaleSpec(BaseModel):
+    """A model's `[models.autoscale]` table: its replica count follows the
+    load between `min_replicas` and `max_replicas` (docs/deploy.md,
+    "Autoscaling")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(ge=1)
+    # Requests in flight (and queued) one replica should carry; None: 0.7 ×
+    # the replica's concurrency cap as cortex reports it.
+    target_in_flight: float | None = Field(None, gt=0)
+    # How long the load must want more (fewer) replicas before the count
+    # moves: a spike shorter than scale_up_after_s adds none, and a replica
+    # is given back only after minutes of less load.
+    scale_up_after_s: float = Field(10.0, ge=0)
+    scale_down_after_s: float = Field(300.0, ge=0)
+    # With min_replicas = 0: the idle time (nothing in flight or queued)
+    # after which the last replica goes.
+    scale_to_zero_after_s: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AutoscaleSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})"
+            )
+        if self.scale_to_zero_after_s is not None and self.min_replicas > 0:
+            raise ValueError("scale_to_zero_after_s needs min_replicas = 0")
+        return self
+
+    def idle_after_s(self) -> float:
+        """Seconds of idleness before a min_replicas = 0 model goes to zero."""
+        if self.scale_to_zero_after_s is not None:
+            return self.scale_to_zero_after_s
+        return max(self.scale_down_after_s, DEFAULT_SCALE_TO_ZERO_S)
+
+
+# With min_replicas = 0 and no scale_to_zero_after_s: the idle time before
+# the last replica goes (a replica's load can take minutes: not too eager).
+DEFAULT_SCALE_TO_ZERO_S = 900.0
 
 
 class ModelSpec(BaseModel):
@@ -74,6 +131,25 @@ class ModelSpec(BaseModel):
     # local override (an instance trying another policy).
     routing: PolicyName | None = None
     engine: EngineSpec = Field(default_factory=lambda: EngineSpec.model_validate({}))
+    # None: `replicas` stays as given. With the table, `replicas` (if given)
+    # is the count the model starts at, within min..max.
+    autoscale: AutoscaleSpec | None = None
+
+    @model_validator(mode="after")
+    def _scaled(self) -> ModelSpec:
+        scale = self.autoscale
+        if scale is None:
+            return self
+        if "replicas" not in self.model_fields_set:
+            self.replicas = scale.min_replicas
+        elif not scale.min_replicas <= self.replicas <= scale.max_replicas:
+            # The table's own line: the contradiction is between it and `replicas`.
+            raise _KeyedError(
+                "replicas",
+                f"replicas = {self.replicas} is outside autoscale's "
+                f"{scale.min_replicas}..{scale.max_replicas}",
+            )
+        return self
 
     @model_validator(mode="after")
     def _where(self) -> ModelSpec:
@@ -147,6 +223,9 @@ def parse_spec(text: str, source: str) -> DeploymentSpec:
     except ValidationError as e:
         err = e.errors()[0]
         loc = tuple(err["loc"])
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, _KeyedError):
+            loc = (*loc, cause.key)
         where = ".".join(str(p) for p in loc) or "(file)"
         line = line_of(text, loc)
         at = f" line {line}" if line else ""
@@ -167,7 +246,10 @@ def line_of(text: str, loc: tuple[Any, ...]) -> int | None:
     end = headers[loc[1] + 1] if loc[1] + 1 < len(headers) else len(lines)
     keys = [p for p in loc[2:] if isinstance(p, str)]
     for key in reversed(keys):
-        pattern = re.compile(rf"\s*{re.escape(key)}\s*=")
+        # `key = ...`, or the header of its sub-table (`[models.autoscale]`).
+        pattern = re.compile(
+            rf"\s*(?:{re.escape(key)}\s*=|\[\s*models\s*\.\s*{re.escape(key)}\s*\])"
+        )
         for i in range(start, end):
             if pattern.match(lines[i]):
                 return i + 1

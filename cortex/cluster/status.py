@@ -24,6 +24,7 @@ from cortex.cluster.placement import NodeView, eligibility
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
 
 if TYPE_CHECKING:
+    from cortex.cluster.autoscale import ScaleState
     from cortex.cluster.decisions import ReplicaRecord
 
 # A replica not placed after this long is reported as waiting for resources.
@@ -121,6 +122,26 @@ class CortexReport(_PlaneView):
     pid: int
     in_flight: dict[str, int]  # neuron address -> requests in flight
     table_version: int  # the endpoint table it routes on
+    # Per model: requests waiting in its admission queue (a model at zero
+    # replicas with some waiting is woken: cortex/cluster/autoscale.py), and
+    # the largest concurrency cap among its ready replicas (0: none known).
+    queued: dict[str, int] = Field(default_factory=dict)
+    caps: dict[str, int] = Field(default_factory=dict)
+    # Per model: the fullest KV cache (0..1) among its ready replicas, where
+    # the engines report it.
+    kv_usage: dict[str, float] = Field(default_factory=dict)
+
+
+class ScalingView(_Status):
+    """The controller's answer to a cortex report: what cortex exports of
+    autoscaling (metrics) and sizes its wake timeouts by."""
+
+    # Autoscaled models' desired counts.
+    desired: dict[str, int] = Field(default_factory=dict)
+    # Decisions since the controller started, "model/direction/reason" -> count.
+    decisions: dict[str, int] = Field(default_factory=dict)
+    # Seconds the last replica of each model took from placement to SERVING.
+    load_s: dict[str, float] = Field(default_factory=dict)
 
 
 class CortexStatus(_PlaneView):
@@ -134,6 +155,19 @@ class CortexStatus(_PlaneView):
     reported_s_ago: float
 
 
+class ScalingStatus(_Status):
+    """An autoscaled model's table and the last change of its count."""
+
+    min_replicas: int
+    max_replicas: int
+    # The last decision: "up" or "down", why ("load", "wake", "idle",
+    # "bounds"), the figures behind it, and how long ago (s).
+    direction: str | None = None
+    reason: str | None = None
+    detail: str | None = None
+    decided_s_ago: float | None = None
+
+
 class ModelStatus(_Status):
     id: str
     desired: int
@@ -142,6 +176,8 @@ class ModelStatus(_Status):
     unplaceable: str | None = None
     last_start_error: str | None = None
     replicas: list[ReplicaStatus] = Field(default_factory=list)
+    # None: a fixed `replicas` count.
+    autoscale: ScalingStatus | None = None
 
 
 class Failure(_Status):
@@ -208,6 +244,8 @@ def cluster_status(
     *,
     marks: Mapping[str, NodeMark],
     unplaceable: Mapping[str, str],
+    desired: Mapping[str, int] | None = None,
+    scaling: Mapping[str, ScaleState] | None = None,
     start_errors: Mapping[str, str],
     failovers: list[Failover],
     version: int,
@@ -226,7 +264,7 @@ def cluster_status(
     models = [
         ModelStatus(
             id=model.id,
-            desired=model.replicas,
+            desired=(desired or {}).get(model.id, model.replicas),
             generations=eligibility(model).generations,
             gpus_per_replica=model.gpus_per_replica(),
             unplaceable=unplaceable.get(model.id),
@@ -236,6 +274,7 @@ def cluster_status(
                 for r in records
                 if r.model == model.id
             ],
+            autoscale=_scaling(model, (scaling or {}).get(model.id), monotonic),
         )
         for model in spec.models
     ]
@@ -244,7 +283,9 @@ def cluster_status(
         models=models,
         cortices=[
             CortexStatus(
-                **report.model_dump(exclude={"in_flight", "table_age_s"}),
+                **report.model_dump(
+                    exclude={"in_flight", "table_age_s", "queued", "caps", "kv_usage"}
+                ),
                 in_flight=sum(report.in_flight.values()),
                 table_age_s=_rounded(report.table_age_s),
                 reported_s_ago=round(age, 1),
@@ -293,6 +334,21 @@ def _replica_status(
         in_flight=engine,
         load_age_s=None if replica.load_at is None else _rounded(monotonic - replica.load_at),
         cortex_in_flight=cortex_in_flight,
+    )
+
+
+def _scaling(model: ModelSpec, state: ScaleState | None, monotonic: float) -> ScalingStatus | None:
+    table = model.autoscale
+    if table is None:
+        return None
+    last = state.last if state is not None else None
+    return ScalingStatus(
+        min_replicas=table.min_replicas,
+        max_replicas=table.max_replicas,
+        direction=last.direction.value if last else None,
+        reason=last.reason.value if last else None,
+        detail=last.detail if last else None,
+        decided_s_ago=round(monotonic - last.at, 1) if last else None,
     )
 
 

@@ -28,6 +28,7 @@ from cortex.routing.policy import RouteHints, RoutingPolicy
 from cortex.routing.pool_settings import PoolSettings
 from cortex.routing.retry_budget import RetryBudget, RetryBudgetOptions
 from cortex.routing.roster import ClientFactory, Roster
+from cortex.routing.wake import Wakes
 
 
 class NeuronPool:
@@ -69,6 +70,19 @@ class NeuronPool:
             settings=settings,
         )
         self._admission = AdmissionControl(admission_options, self._roster.free_slots, clock, sleep)
+        # Models scaled to zero (cluster mode sets `wakes.wakeable` and the
+        # timeout from the deployment spec and the controller).
+        self.wakes = Wakes(
+            ready=lambda model: bool(self._roster.ready(model)),
+            timeout_s=lambda model: self.wake_timeouts.get(model, self.wake_timeout_s),
+            max_waiting=admission_options.queue_size,
+            clock=clock,
+            sleep=sleep,
+        )
+        # The wait for a wake, per model where known (cluster/scaling_follower.py
+        # sizes it to the model's measured load time), else this.
+        self.wake_timeout_s = 900.0
+        self.wake_timeouts: dict[str, float] = {}
         self._attempts = Attempts(
             self._roster,
             self._admission,
@@ -82,6 +96,7 @@ class NeuronPool:
 
     def _refreshed(self) -> None:
         self._admission.wake()  # replicas (and their caps) may have come
+        self.wakes.refreshed()
 
     # -- the neurons ---------------------------------------------------------
 
@@ -95,6 +110,7 @@ class NeuronPool:
         """Follow the endpoint table: add new neurons (polled at once), retire
         the ones that left it."""
         await self._roster.update(addresses)
+        self._refreshed()  # a new replica may end a wake, or free slots
 
     async def refresh(self) -> None:
         await self._roster.refresh()
@@ -126,11 +142,50 @@ class NeuronPool:
         return self._roster.in_flight()
 
     def missing_models(self) -> list[str]:
-        """Expected models with no ready neuron (all of them if none is ready)."""
+        """Expected models with no ready neuron (all of them if none is
+        ready); a model scaled to zero is not missing: it serves after a wake."""
         served = self.served_models()
         if not self._roster.expected:
-            return [] if served else ["(any model)"]
-        return [m for m in self._roster.expected if m not in served]
+            return [] if served or self.wakes.wakeable else ["(any model)"]
+        return [m for m in self._roster.expected if m not in served and not self.wakes.sleeping(m)]
+
+    def sleeping_models(self) -> dict[str, bool]:
+        """Models scaled to zero (no ready replica), each with whether a
+        request is waking it now."""
+        return {
+            m: self.wakes.waking(m) for m in sorted(self.wakes.wakeable) if self.wakes.sleeping(m)
+        }
+
+    def waiting(self) -> dict[str, int]:
+        """Requests waiting per model: in its admission queue, or for its wake."""
+        counts = self.wakes.waiting()
+        for model in {*self._roster.expected, *self.wakes.wakeable}:
+            if depth := self._admission.depth(model):
+                counts[model] = counts.get(model, 0) + depth
+        return counts
+
+    def kv_usage(self) -> dict[str, float]:
+        """The fullest KV cache (0..1) among each model's ready replicas, as
+        their engines last reported it (models whose engines report none: absent)."""
+        out: dict[str, float] = {}
+        for state in self._roster.states:
+            usage = state.load.kv_cache_usage if state.ready and state.load else None
+            if usage is None:
+                continue
+            for model in state.models:
+                out[model] = max(out.get(model, 0.0), usage)
+        return out
+
+    def caps(self) -> dict[str, int]:
+        """The largest concurrency cap among each model's ready replicas."""
+        out: dict[str, int] = {}
+        for state in self._roster.states:
+            cap = self._roster.cap(state) if state.ready else None
+            if cap is None:
+                continue
+            for model in state.models:
+                out[model] = max(out.get(model, 0), cap)
+        return out
 
     def queued(self, model: str) -> int:
         """Requests for `model` waiting in its admission queue."""
@@ -157,10 +212,21 @@ class NeuronPool:
     ) -> AsyncIterator[pb.GenerateResponse]:
         """The neuron's stream for `request`. An attempt that fails before its
         first message is retried on another neuron; after it, the error goes
-        to the caller (part of the answer has already gone out)."""
+        to the caller (part of the answer has already gone out). A model
+        scaled to zero is woken first (wake.py)."""
+        if self.wakes.sleeping(request.model):
+            return self._woken(request, hints)
         return self._attempts.generate(request, hints)
+
+    async def _woken(
+        self, request: pb.GenerateRequest, hints: RouteHints | None
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        await self.wakes.wait(request.model, self.model_label(request.model))
+        async for message in self._attempts.generate(request, hints):
+            yield message
 
     async def embed(
         self, request: pb.EmbedRequest, hints: RouteHints | None = None
     ) -> pb.EmbedResponse:
+        await self.wakes.wait(request.model, self.model_label(request.model))
         return await self._attempts.embed(request, hints)

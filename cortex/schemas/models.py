@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ModelCard(BaseModel):
@@ -15,6 +15,9 @@ class ModelCard(BaseModel):
     max_context_length: int
     # The API endpoints this model serves (a neuraxis extension).
     endpoints: list[str]
+    # Only for a model scaled to zero (a neuraxis extension): "sleeping", or
+    # "waking" while a request wakes it; its requests are served after the wake.
+    state: Literal["sleeping", "waking"] | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class ModelList(BaseModel):

@@ -32,14 +32,19 @@ def run(args: argparse.Namespace) -> int:
         options = EmbeddedOptions(**overrides(args, EmbeddedOptions))
     except ValidationError as e:
         raise UsageError(str(e.errors()[0]["msg"]).removeprefix("Value error, ")) from e
-    from axon.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
+    from cortex.cluster.spec import SpecError
     from neuraxis.console import quiet, say
+    from neuraxis.embedded_deployment import bundled_sources, up_spec
     from neuraxis.supervisor import stop_on_signals
     from neuron.models.bundled import BUNDLED_MODELS
     from neuron.models.prepare import PrepareError, default_cache_dir, is_prepared, prepare_all
 
     cache_dir = options.cache_dir or default_cache_dir()
-    models = [DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL]
+    try:
+        spec = up_spec(options)  # an invalid --deployment is refused before anything starts
+    except SpecError as e:
+        return fail(e)
+    models = bundled_sources(spec, options)
     started = time.monotonic()
     # Fetching and converting take a while and say so; a cache hit is one line.
     work = not all(is_prepared(cache_dir, BUNDLED_MODELS[m]) for m in models)
@@ -47,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         prepare_all(cache_dir, models, say if work or options.verbose else quiet)
     except PrepareError as e:
         return fail(e)
-    say(f"models prepared in {time.monotonic() - started:.1f} s ({', '.join(models)})")
+    if models:
+        say(f"models prepared in {time.monotonic() - started:.1f} s ({', '.join(models)})")
     stop_on_signals()
     if options.static:
         from neuraxis.embedded_static import run_static
@@ -55,4 +61,4 @@ def run(args: argparse.Namespace) -> int:
         return run_static(options, cache_dir)
     from neuraxis.embedded_ray import run_on_ray
 
-    return run_on_ray(options, cache_dir)
+    return run_on_ray(options, cache_dir, spec)

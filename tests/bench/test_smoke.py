@@ -92,6 +92,15 @@ def test_failover_benchmark_runs() -> None:
     assert "| actor killed | 1 |" in out, out
 
 
+@in_stack_lane
+def test_autoscale_benchmark_runs(tmp_path: Path) -> None:
+    # Its own sim Ray cluster: a short trace on the autoscaled and fixed models.
+    out = _smoke("bench.autoscale", "--out", str(tmp_path / "autoscale.json"))
+    tables = ("| phase | model | requests | failed |", "replica-seconds: auto")
+    files = ("autoscale.md", "autoscale_replicas.png", "autoscale.json")
+    _check_writes(out, tables, tmp_path, files)
+
+
 def test_auth_cost_benchmark_runs() -> None:
     # Starts its own sim neuron and two cortexes (auth off and on).
     out = _smoke("bench.auth_cost")

@@ -14,6 +14,7 @@ from cortex.cluster.status import (
     NodeStatus,
     ReplicaState,
     ReplicaStatus,
+    ScalingStatus,
 )
 
 ADA = Generation.ADA
@@ -45,6 +46,14 @@ CHAT = ModelStatus(
     unplaceable="no node of generation ada in the cluster",
     last_start_error="the neuron exited with code 1 during start-up: boom",
     replicas=[STARTING],
+    autoscale=ScalingStatus(
+        min_replicas=1,
+        max_replicas=4,
+        direction="up",
+        reason="load",
+        detail="35 in flight + 0 queued, target 10 per replica: 4 wanted for 10 s",
+        decided_s_ago=12.5,
+    ),
 )
 FAILOVER = Failover(
     model="chat",

@@ -103,3 +103,50 @@ def test_the_control_plane_alerts_fire_past_their_thresholds(tmp_path: Path) -> 
         [_promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# One model: desired 1 (ready 1) for 5 minutes, then the autoscaler wants 3
+# and only 2 become ready; at minute 40 the third is ready.
+BELOW_DESIRED = """
+rule_files:
+  - {rules}
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'neuraxis_autoscale_desired_replicas{{instance="gw:8080",model="chat"}}'
+        values: '1x4 3x40'
+      - series: 'neuraxis_model_healthy_replicas{{instance="gw:8080",model="chat"}}'
+        values: '1x4 1 2x34 3x5'
+    alert_rule_test:
+      - eval_time: 4m
+        alertname: NeuraxisModelBelowDesired
+        exp_alerts: []
+      - eval_time: 19m
+        alertname: NeuraxisModelBelowDesired
+        exp_alerts: []
+      - eval_time: 21m
+        alertname: NeuraxisModelBelowDesired
+        exp_alerts:
+          - exp_labels: {{severity: warning, model: chat}}
+            exp_annotations:
+              summary: "{summary}"
+              description: "{why}"
+      - eval_time: 42m
+        alertname: NeuraxisModelBelowDesired
+        exp_alerts: []
+"""
+SUMMARY = "Model chat has had fewer ready replicas than the autoscaler wants for 15 minutes"
+WHY = (
+    "See neuraxis status: AUTOSCALING for the desired count and why, UNPLACEABLE for a "
+    "scale-up with no room (and the generations that would fit), the replicas' start errors."
+)
+
+
+def test_a_model_below_its_desired_count_alerts_after_15_minutes(tmp_path: Path) -> None:
+    tests = tmp_path / "rules_test.yml"
+    tests.write_text(BELOW_DESIRED.format(rules=RULES, summary=SUMMARY, why=WHY))
+    result = subprocess.run(
+        [_promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

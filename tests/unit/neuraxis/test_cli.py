@@ -194,6 +194,10 @@ def test_up_keeps_its_defaults() -> None:
         "ray_port": 0,
         "verbose": False,
         "log_format": "auto",
+        "deployment": None,
+        "engine": "vllm",
+        "sim_ttft_s": 0.05,
+        "sim_itl_s": 0.02,
     }
 
 
@@ -235,6 +239,10 @@ def test_up_keeps_its_flags() -> None:
         "ray_port": 6390,
         "verbose": True,
         "log_format": "json",
+        "deployment": None,
+        "engine": "vllm",
+        "sim_ttft_s": 0.05,
+        "sim_itl_s": 0.02,
     }
 
 

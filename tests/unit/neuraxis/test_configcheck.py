@@ -158,3 +158,16 @@ def test_the_neurons_model_is_checked_alike(tmp_path: Path) -> None:
     neuron.write_text('model = "qwen3"\n')
     (line,) = check(None, neuron, None)
     assert line.startswith(f"error: {neuron}: model: 'qwen3' is neither a bundled model")
+
+
+def test_an_autoscaled_model_shows_its_bounds_and_a_contradiction_its_line(
+    tmp_path: Path,
+) -> None:
+    spec = tmp_path / "deployment.toml"
+    model = '[[models]]\nid = "a"\nsource = "smollm2-135m-instruct"\ngenerations = ["cpu"]\n'
+    spec.write_text(model + "[models.autoscale]\nmin_replicas = 0\nmax_replicas = 4\n")
+    assert check(None, None, spec) == [f"{spec}: ok (a×0..4)"]
+    spec.write_text(model + "replicas = 6\n[models.autoscale]\nmax_replicas = 4\n")
+    assert check(None, None, spec) == [
+        f"error: {spec}: line 5: models.0.replicas: replicas = 6 is outside autoscale's 1..4"
+    ]

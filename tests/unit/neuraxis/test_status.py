@@ -105,6 +105,14 @@ FULL_JSON: dict[str, Any] = {
                     "cortex_in_flight": 6,
                 }
             ],
+            "autoscale": {
+                "min_replicas": 1,
+                "max_replicas": 4,
+                "direction": "up",
+                "reason": "load",
+                "detail": "35 in flight + 0 queued, target 10 per replica: 4 wanted for 10 s",
+                "decided_s_ago": 12.5,
+            },
         }
     ],
     "failovers": [
@@ -181,6 +189,15 @@ def test_a_start_error_shows_while_the_model_is_short_of_replicas() -> None:
         "chat",
         "failed to start: the neuron exited with code 1 during start-up: boom",
     ]
+
+
+def test_autoscaled_models_show_ready_desired_and_the_last_decision() -> None:
+    lines = render(FULL).splitlines()
+    row = lines[lines.index("AUTOSCALING") + 2]
+    assert row.split()[:3] == ["chat", "0/2", "1-4"]
+    assert "up (load) 12s ago" in row
+    assert row.endswith("35 in flight + 0 queued, target 10 per replica: 4 wanted for 10 s")
+    assert "AUTOSCALING" not in render(STATUS)  # no table: no section
 
 
 def test_the_fixture_sets_every_field() -> None:

@@ -53,6 +53,9 @@ class ScriptedPool:
             "e": pb.ModelInfo(id="e", max_context_length=100, created=1, task=pb.MODEL_TASK_EMBED),
         }
 
+    def sleeping_models(self) -> dict[str, bool]:
+        return {}
+
     def missing_models(self) -> list[str]:
         return []
 

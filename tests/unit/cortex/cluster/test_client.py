@@ -62,10 +62,28 @@ class FakeLink:
             self.actor = self.next
 
 
+class FakeWakes:
+    def __init__(self) -> None:
+        self.on_wake: Callable[[], None] = lambda: None
+
+
 class FakePool:
     def __init__(self) -> None:
         self.updates: list[list[str]] = []
         self.changed = asyncio.Event()
+        self.wakes = FakeWakes()
+
+    def in_flight(self) -> dict[str, int]:
+        return {}
+
+    def waiting(self) -> dict[str, int]:
+        return {"m": 1}
+
+    def caps(self) -> dict[str, int]:
+        return {"m": 16}
+
+    def kv_usage(self) -> dict[str, float]:
+        return {"m": 0.5}
 
     async def update(self, addresses: list[str]) -> None:
         self.updates.append(addresses)
@@ -176,4 +194,32 @@ async def test_cortex_reports_its_requests_in_flight_and_survives_a_failed_repor
     # The first report was lost; the next ones carry the current counts.
     assert (first["in_flight"], second["in_flight"]) == ({"a:1": 2}, {"a:1": 3})
     assert first["table_version"] == 3
+    assert (first["queued"], first["caps"], first["kv_usage"]) == ({"m": 1}, {"m": 16}, {"m": 0.5})
     assert first["instance"] == f"{first['host']}:{first['pid']}"
+
+
+class RecordingController(FakeController):
+    def __init__(self) -> None:
+        super().__init__("e1")
+        self.reports: list[dict[str, Any]] = []
+        self.arrived = asyncio.Event()
+        self.report = FakeMethod(self._report)
+
+    async def _report(self, report: dict[str, Any]) -> None:
+        self.reports.append(report)
+        self.arrived.set()
+
+
+async def test_a_request_waking_a_model_is_reported_at_once_not_at_the_interval() -> None:
+    controller, pool = RecordingController(), FakePool()
+    task = asyncio.create_task(
+        report_forever(FakeLink(controller), pool, Followed(), interval_s=3600)  # type: ignore[arg-type]
+    )
+    try:
+        await asyncio.wait_for(controller.arrived.wait(), 5.0)
+        controller.arrived.clear()
+        pool.wakes.on_wake()  # a request for a model at zero replicas
+        await asyncio.wait_for(controller.arrived.wait(), 5.0)
+    finally:
+        task.cancel()
+    assert len(controller.reports) == 2

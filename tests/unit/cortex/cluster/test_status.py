@@ -67,9 +67,9 @@ REPORT = CortexReport(
     adopted=2,
 )
 REPORT_JSON = (
-    '{"adopted": 2, "controller_restarts": 1, "head_up": true, "host": "gw-1", '
+    '{"adopted": 2, "caps": {}, "controller_restarts": 1, "head_up": true, "host": "gw-1", '
     '"in_flight": {"10.0.0.21:50051": 2, "10.0.0.22:50051": 0}, "instance": "gw-1:4711", '
-    '"pid": 4711, "table_age_s": 1.5, "table_version": 7}'
+    '"kv_usage": {}, "pid": 4711, "queued": {}, "table_age_s": 1.5, "table_version": 7}'
 )
 
 
