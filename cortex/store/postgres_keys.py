@@ -60,11 +60,8 @@ class PostgresKeyStore(KeyStore):
     def __init__(self, dsn: str) -> None:
         self._pool = LazyPool(dsn, _SCHEMA, _SCHEMA_LOCK, max_size=8)
 
-    async def _connection_pool(self) -> Any:
-        return await self._pool.get()
-
     async def add(self, key: ApiKey) -> None:
-        pool = await self._connection_pool()
+        pool = await self._pool.get()
         placeholders = ", ".join(f"${i}" for i in range(1, len(KEY_COLUMNS) + 1))
         await pool.execute(
             f"INSERT INTO neuraxis_api_keys ({', '.join(KEY_COLUMNS)}) VALUES ({placeholders})",
@@ -72,16 +69,16 @@ class PostgresKeyStore(KeyStore):
         )
 
     async def by_hash(self, key_hash: str) -> ApiKey | None:
-        pool = await self._connection_pool()
+        pool = await self._pool.get()
         row = await pool.fetchrow(_SELECT + "WHERE key_hash = $1", key_hash)
         return None if row is None else ApiKey.from_row(row)
 
     async def list(self) -> list[ApiKey]:
-        pool = await self._connection_pool()
+        pool = await self._pool.get()
         return [ApiKey.from_row(r) for r in await pool.fetch(_SELECT + "ORDER BY created_at, id")]
 
     async def revoke(self, key_id: str, at: int) -> bool:
-        pool = await self._connection_pool()
+        pool = await self._pool.get()
         status = await pool.execute(
             "UPDATE neuraxis_api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
             at,
@@ -90,7 +87,7 @@ class PostgresKeyStore(KeyStore):
         return bool(status != "UPDATE 0")
 
     async def touch(self, key_id: str, at: int) -> None:
-        pool = await self._connection_pool()
+        pool = await self._pool.get()
         await pool.execute(
             "UPDATE neuraxis_api_keys SET last_used_at = $1 WHERE id = $2", at, key_id
         )
@@ -98,7 +95,7 @@ class PostgresKeyStore(KeyStore):
     async def admit(
         self, key_id: str, lease_id: str, now: float, lease_until: float, decide: Decide
     ) -> Usage:
-        pool = await self._connection_pool()
+        pool = await self._pool.get()
         async with pool.acquire() as conn, conn.transaction():
             seen = await _locked_usage(conn, key_id, now)
             await conn.execute(
@@ -121,14 +118,14 @@ class PostgresKeyStore(KeyStore):
             return seen
 
     async def settle(self, key_id: str, lease_id: str, now: float, adjust: Adjust) -> None:
-        pool = await self._connection_pool()
+        pool = await self._pool.get()
         async with pool.acquire() as conn, conn.transaction():
             stored = adjust(await _locked_usage(conn, key_id, now))
             await conn.execute(_STORE_USAGE, key_id, stored.window, stored.requests, stored.tokens)
             await conn.execute("DELETE FROM neuraxis_api_key_leases WHERE id = $1", lease_id)
 
     async def usage(self, key_id: str, now: float) -> Usage:
-        return await _read_usage(await self._connection_pool(), _USAGE, key_id, now)
+        return await _read_usage(await self._pool.get(), _USAGE, key_id, now)
 
     async def close(self) -> None:
         await self._pool.close()

@@ -18,14 +18,11 @@ that was acknowledged survives a crash.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from cortex.store import sqlite_file
 from cortex.store.keys import KEY_COLUMNS, Adjust, ApiKey, Decide, KeyStore, Usage
-
-T = TypeVar("T")
+from cortex.store.sqlite_writes import Immediate, durably
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -66,38 +63,35 @@ class SqliteKeyStore(KeyStore):
     def __init__(self, path: Path, busy_timeout_ms: int = 10_000) -> None:
         self._db = sqlite_file.Serialized(path, _SCHEMA, busy_timeout_ms)
 
-    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._db.run(work)
-
     async def add(self, key: ApiKey) -> None:
         sql = f"INSERT INTO api_keys ({', '.join(KEY_COLUMNS)}) VALUES ({','.join('?' * 11)})"
-        await self._run(lambda db: _durably(db, sql, key.to_row()))
+        await self._db.run(lambda db: durably(db, sql, key.to_row()))
 
     async def by_hash(self, key_hash: str) -> ApiKey | None:
-        rows = await self._run(
+        rows = await self._db.run(
             lambda db: db.execute(_SELECT + "WHERE key_hash = ?", (key_hash,)).fetchall()
         )
         return ApiKey.from_row(rows[0]) if rows else None
 
     async def list(self) -> list[ApiKey]:
-        rows = await self._run(
+        rows = await self._db.run(
             lambda db: db.execute(_SELECT + "ORDER BY created_at, id").fetchall()
         )
         return [ApiKey.from_row(row) for row in rows]
 
     async def revoke(self, key_id: str, at: int) -> bool:
         sql = "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
-        return await self._run(lambda db: _durably(db, sql, (at, key_id)) > 0)
+        return await self._db.run(lambda db: durably(db, sql, (at, key_id)) > 0)
 
     async def touch(self, key_id: str, at: int) -> None:
         sql = "UPDATE api_keys SET last_used_at = ? WHERE id = ?"
-        await self._run(lambda db: db.execute(sql, (at, key_id)))
+        await self._db.run(lambda db: db.execute(sql, (at, key_id)))
 
     async def admit(
         self, key_id: str, lease_id: str, now: float, lease_until: float, decide: Decide
     ) -> Usage:
         def work(db: sqlite3.Connection) -> Usage:
-            with _Immediate(db):
+            with Immediate(db):
                 db.execute(
                     "DELETE FROM api_key_leases WHERE key_id = ? AND expires_at <= ?",
                     (key_id, now),
@@ -114,19 +108,19 @@ class SqliteKeyStore(KeyStore):
                     )
                 return seen
 
-        return await self._run(work)
+        return await self._db.run(work)
 
     async def settle(self, key_id: str, lease_id: str, now: float, adjust: Adjust) -> None:
         def work(db: sqlite3.Connection) -> None:
-            with _Immediate(db):
+            with Immediate(db):
                 stored = adjust(_usage(db, key_id, now))
                 db.execute(_UPSERT_USAGE, (key_id, stored.window, stored.requests, stored.tokens))
                 db.execute("DELETE FROM api_key_leases WHERE id = ?", (lease_id,))
 
-        await self._run(work)
+        await self._db.run(work)
 
     async def usage(self, key_id: str, now: float) -> Usage:
-        return await self._run(lambda db: _usage(db, key_id, now))
+        return await self._db.run(lambda db: _usage(db, key_id, now))
 
     async def close(self) -> None:
         await self._db.close()
@@ -142,25 +136,3 @@ def _usage(db: sqlite3.Connection, key_id: str, now: float) -> Usage:
     if row is None:
         return Usage(in_flight=in_flight)
     return Usage(window=row[0], requests=row[1], tokens=row[2], in_flight=in_flight)
-
-
-def _durably(db: sqlite3.Connection, sql: str, args: tuple[object, ...]) -> int:
-    db.execute("PRAGMA synchronous=FULL")
-    try:
-        return db.execute(sql, args).rowcount
-    finally:
-        db.execute("PRAGMA synchronous=NORMAL")
-
-
-class _Immediate:
-    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on an error): the write lock is
-    taken before the read, so no other writer can slip in between."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, value: object, traceback: object) -> None:
-        self._db.execute("COMMIT" if kind is None else "ROLLBACK")

@@ -1,6 +1,7 @@
 """Tenants and their usage ledger in the store: the records, and the
-interface each backend implements (sqlite_tenants.py, postgres_tenants.py;
-both held to one contract by tests/contract/cortex/store/test_tenants_contract.py).
+interface each backend implements (sqlite_tenants.py, postgres_tenants.py,
+both speaking the SQL of tenants_sql.py and held to one contract by
+tests/contract/cortex/store/test_tenants_contract.py).
 
 A tenant's row is what `neuraxis tenants set` wrote: its weight in the fair
 queue, the highest priority class its requests may ask for and its
@@ -20,10 +21,9 @@ and `neuraxis usage` see what every cortex sees.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from axon.priority import DEFAULT_CLASS, PriorityClass
 from cortex.store.keys import SQLITE_FILE
@@ -40,10 +40,6 @@ class Tenant:
     max_priority: PriorityClass = DEFAULT_CLASS
     max_concurrent: int | None = None
     tpm: int | None = None
-
-
-# Every backend's tenants table has a column per field, in this order.
-TENANT_COLUMNS = tuple(f.name for f in fields(Tenant))
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -81,8 +77,6 @@ class UsageCounts:
         self.queue_s += other.queue_s
 
 
-USAGE_KEY_COLUMNS = tuple(f.name for f in fields(UsageKey))
-COUNT_COLUMNS = tuple(f.name for f in fields(UsageCounts))
 UsageRow = tuple[UsageKey, UsageCounts]
 
 
@@ -117,46 +111,6 @@ class TenantStore(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Release the connection(s); harmless twice or before any use."""
-
-
-def usage_filter(
-    start: int,
-    end: int,
-    tenant: str | None,
-    models: list[str] | None,
-    mark: Callable[[int], str],
-) -> tuple[str, list[object]]:
-    """The WHERE clause of `usage` and its arguments; `mark(n)` spells the
-    n-th parameter (SQLite "?", PostgreSQL "$n")."""
-    args: list[object] = []
-
-    def param(value: object) -> str:
-        args.append(value)
-        return mark(len(args))
-
-    clauses = [f"hour >= {param(start)}", f"hour < {param(end)}"]
-    if tenant is not None:
-        clauses.append(f"tenant = {param(tenant)}")
-    if models:
-        clauses.append(f"model IN ({', '.join(param(m) for m in models)})")
-    return " AND ".join(clauses), args
-
-
-def usage_values(rows: Mapping[UsageKey, UsageCounts]) -> list[tuple[Any, ...]]:
-    """The rows of a flush as statement arguments (USAGE_KEY_COLUMNS then
-    COUNT_COLUMNS), in the key's order: two flushes of the same rows at once
-    lock them in the same order, so they wait for each other, never deadlock."""
-    return [
-        (*(getattr(k, c) for c in USAGE_KEY_COLUMNS), *(getattr(rows[k], c) for c in COUNT_COLUMNS))
-        for k in sorted(rows)
-    ]
-
-
-def usage_row(values: Sequence[Any]) -> UsageRow:
-    """A selected row (USAGE_KEY_COLUMNS then COUNT_COLUMNS) as records."""
-    width = len(USAGE_KEY_COLUMNS)
-    key = UsageKey(*values[:width])
-    return key, UsageCounts(*values[width:])
 
 
 def open_tenant_store(state_dir: Path, postgres_dsn: str | None) -> TenantStore:
