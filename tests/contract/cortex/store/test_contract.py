@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,17 +26,9 @@ from tests.contract.cortex.store import backends
 Opener = Callable[[], ResponseStore]
 
 
-@pytest.fixture(params=backends.BACKENDS)
-async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
-    async with backends.opener(
-        request, tmp_path, SqliteResponseStore, PostgresResponseStore
-    ) as open_one:
-        yield open_one
-
-
 @pytest.fixture
-def store(open_store: Opener) -> ResponseStore:
-    return open_store()
+def store_classes() -> tuple[type[ResponseStore], type[ResponseStore]]:
+    return SqliteResponseStore, PostgresResponseStore
 
 
 def _record(

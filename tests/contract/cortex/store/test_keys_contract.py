@@ -7,8 +7,7 @@ sharing PostgreSQL)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -20,15 +19,9 @@ from tests.contract.cortex.store import backends
 Opener = Callable[[], KeyStore]
 
 
-@pytest.fixture(params=backends.BACKENDS)
-async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
-    async with backends.opener(request, tmp_path, SqliteKeyStore, PostgresKeyStore) as open_one:
-        yield open_one
-
-
 @pytest.fixture
-def store(open_store: Opener) -> KeyStore:
-    return open_store()
+def store_classes() -> tuple[type[KeyStore], type[KeyStore]]:
+    return SqliteKeyStore, PostgresKeyStore
 
 
 def _key(key_id: str, *, created_at: int = 100, **fields: object) -> ApiKey:

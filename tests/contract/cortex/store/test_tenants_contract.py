@@ -6,8 +6,7 @@ workers, or instances sharing PostgreSQL)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -19,17 +18,9 @@ from tests.contract.cortex.store import backends
 Opener = Callable[[], TenantStore]
 
 
-@pytest.fixture(params=backends.BACKENDS)
-async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
-    async with backends.opener(
-        request, tmp_path, SqliteTenantStore, PostgresTenantStore
-    ) as open_one:
-        yield open_one
-
-
 @pytest.fixture
-def store(open_store: Opener) -> TenantStore:
-    return open_store()
+def store_classes() -> tuple[type[TenantStore], type[TenantStore]]:
+    return SqliteTenantStore, PostgresTenantStore
 
 
 def _key(tenant: str = "acme", model: str = "m1", hour: int = 10 * HOUR_S) -> UsageKey:
