@@ -32,6 +32,7 @@ from cortex.auth.keys import KeyRequest, make_key
 from cortex.store.keys import open_key_store
 from harness.gateway import Sim, running_cortex, sim_neurons
 from harness.postgres import postgres_server
+from harness.state_store import with_store
 
 MODEL = "sim-slow"
 SLOW_TTFT_S = 3.0
@@ -50,18 +51,8 @@ class Shared:
         """A key written into the store these cortexes share, as `neuraxis
         keys create` writes it (tests/unit/neuraxis/test_keys.py tests
         the command), without a process start for each."""
-        flag, value = self.store
-        dsn = value if flag == "--postgres-dsn" else None
-        store = open_key_store(Path(value), dsn)
         secret, record = make_key(KeyRequest("t", [], tpm=tpm), int(time.time()))
-
-        async def add() -> None:
-            try:
-                await store.add(record)
-            finally:
-                await store.close()
-
-        asyncio.run(add())
+        with_store(open_key_store, self.store, lambda store: store.add(record))
         return secret
 
     def loggers(self) -> set[str]:

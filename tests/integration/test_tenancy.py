@@ -28,18 +28,18 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from cortex.auth.keys import KeyRequest, make_key
-from cortex.store.keys import open_key_store
+from cortex.store.keys import KeyStore, open_key_store
 from cortex.store.tenants import Tenant, open_tenant_store
 from harness.gateway import Sim, SimGateway, running_cortex, sim_gateway, sim_neurons
 from harness.polling import wait_until
 from harness.postgres import postgres_server
+from harness.state_store import with_store
 from neuraxis.cli import main
 
 MODELS = ("sim-a", "sim-b")
@@ -53,32 +53,18 @@ FAST = ["--tenancy-ledger-flush-s", "0.2", "--tenancy-refresh-s", "0.2"]
 
 def _add_keys(state: list[str], tenants: list[str]) -> list[str]:
     """A key for each tenant, written as `neuraxis keys create` writes them."""
-    flag, value = state
-    store = open_key_store(Path(value), value if flag == "--postgres-dsn" else None)
     made = [make_key(KeyRequest(t, []), int(time.time())) for t in tenants]
 
-    async def add() -> None:
-        try:
-            for _, record in made:
-                await store.add(record)
-        finally:
-            await store.close()
+    async def add(store: KeyStore) -> None:
+        for _, record in made:
+            await store.add(record)
 
-    asyncio.run(add())
+    with_store(open_key_store, state, add)
     return [secret for secret, _ in made]
 
 
 def _set_tenant(state: list[str], tenant: Tenant) -> None:
-    flag, value = state
-    store = open_tenant_store(Path(value), value if flag == "--postgres-dsn" else None)
-
-    async def put() -> None:
-        try:
-            await store.put(tenant)
-        finally:
-            await store.close()
-
-    asyncio.run(put())
+    with_store(open_tenant_store, state, lambda store: store.put(tenant))
 
 
 @dataclass
