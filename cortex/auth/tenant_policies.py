@@ -12,9 +12,9 @@ no tenant's weight or limits.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
+from axon.periodic import every
 from cortex.routing.tenant_policy import DEFAULT_POLICY, TenantPolicy
 from cortex.store.tenants import Tenant, TenantStore
 
@@ -46,9 +46,5 @@ class StoreTenantPolicies:
 
     async def forever(self) -> None:
         """Refresh every `refresh_s` until cancelled."""
-        while True:
-            await asyncio.sleep(self._refresh_s)
-            try:
-                await self.refresh()
-            except Exception:
-                log.exception("reading the tenants failed; their last rows still apply")
+        failed = "reading the tenants failed; their last rows still apply"
+        await every(self._refresh_s, self.refresh, log, failed)

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from axon.periodic import every
 from cortex.store.tenants import TenantStore, UsageCounts, UsageKey
 
 log = logging.getLogger("neuraxis.cortex")
@@ -56,12 +57,8 @@ class Ledger:
         """Flush every `flush_s` until cancelled (then flush once more:
         the caller awaits the cancelled task at shutdown)."""
         try:
-            while True:
-                await asyncio.sleep(self._flush_s)
-                try:
-                    await self.flush()
-                except Exception:
-                    log.exception("writing the usage ledger failed; kept for the next flush")
+            failed = "writing the usage ledger failed; kept for the next flush"
+            await every(self._flush_s, self.flush, log, failed)
         finally:
             try:
                 await self.flush()
