@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from axon.errors import InvalidRequestError
 from cortex.store.tenants import HOUR_S, TenantStore, UsageCounts, UsageKey, UsageRow, hour_of
 
 DAY_S = 24 * HOUR_S
@@ -33,12 +34,8 @@ GROUP_FIELDS: dict[str, str] = {
 MAX_BUCKETS = 1000
 
 
-class UsageQueryError(ValueError):
+class UsageQueryError(InvalidRequestError):
     """A query that cannot be answered; `param` names the field at fault."""
-
-    def __init__(self, message: str, param: str) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass(frozen=True)
@@ -54,14 +51,14 @@ class UsageQuery:
         unknown = [g for g in self.group_by if g not in GROUP_FIELDS]
         if unknown:
             raise UsageQueryError(
-                f"group_by '{unknown[0]}' is not one of {', '.join(GROUP_FIELDS)}", "group_by"
+                f"group_by '{unknown[0]}' is not one of {', '.join(GROUP_FIELDS)}", param="group_by"
             )
         if self.end <= self.start:
-            raise UsageQueryError("end_time must be after start_time", "end_time")
+            raise UsageQueryError("end_time must be after start_time", param="end_time")
         if self.bucket_s is not None and len(self.bucket_starts()) > MAX_BUCKETS:
             raise UsageQueryError(
                 f"the range holds more than {MAX_BUCKETS} buckets: narrow it or use wider buckets",
-                "start_time",
+                param="start_time",
             )
 
     def bucket_starts(self) -> list[int]:
