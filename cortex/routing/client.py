@@ -31,6 +31,8 @@ from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
 
 R = TypeVar("R")
+# A call's gRPC metadata (the trace context the neuron continues).
+Metadata = tuple[tuple[str, str], ...]
 
 _CHANNEL_OPTIONS = [
     # Notice a neuron that vanished without closing its connection.
@@ -76,7 +78,7 @@ class NeuronConnection(Protocol):
     async def load(self, timeout: float) -> pb.LoadResponse: ...
     async def serving(self, timeout: float) -> bool: ...
     def generate(
-        self, request: pb.GenerateRequest, timeout: float
+        self, request: pb.GenerateRequest, timeout: float, metadata: Metadata = ()
     ) -> AsyncIterator[pb.GenerateResponse]: ...
     async def close(self) -> None: ...
 
@@ -142,9 +144,10 @@ class NeuronClient:
         return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
 
     async def generate(
-        self, request: pb.GenerateRequest, timeout: float
+        self, request: pb.GenerateRequest, timeout: float, metadata: Metadata = ()
     ) -> AsyncGenerator[pb.GenerateResponse, None]:
-        call = self._stub.Generate(request, timeout=timeout)
+        """`metadata`: the attempt's trace context (axon/tracing.py), if any."""
+        call = self._stub.Generate(request, timeout=timeout, metadata=metadata or None)
         try:
             async for response in call:
                 self._unreachable = False

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from axon.errors import EngineDiedError, InternalError, ModelNotFoundError
 from axon.process import interrupted_by_stop_signals
 from axon.tasks import ModelTask
+from neuron import tracing
 from neuron.engine.base import (
     ChoiceDelta,
     EmbedRequest,
@@ -146,12 +147,14 @@ class SimEngine(Engine):
             if request.prompt is not None
             else " ".join(m.content for m in request.messages)
         )
-        prompt_tokens = self.prefill.prompt_tokens(text_in)
+        with tracing.phase("prepare"):
+            prompt_tokens = self.prefill.prompt_tokens(text_in)
         max_tokens = check_context(self._model, prompt_tokens, request.sampling.max_tokens)
         if request.sampling.max_tokens is None:
             max_tokens = min(max_tokens, opts.default_tokens)
         n = request.sampling.n
         self._running += 1
+        tracing.submitted()
         try:
             await asyncio.sleep(opts.ttft_s)
             cached = (await self.prefill.prefill(text_in)).cached_tokens

@@ -34,6 +34,7 @@ from axon.errors import (
 from axon.generations import Generation
 from axon.process import forked_children_die_with_this_process, interrupted_by_stop_signals
 from axon.tasks import ModelTask
+from neuron import tracing
 from neuron.engine.base import (
     ChoiceDelta,
     EmbedRequest,
@@ -192,15 +193,21 @@ class VllmEngine(Engine):
         model = self._served(request.model, ModelTask.GENERATE)
         completion_tokens = 0
         try:
-            prompt_ids = await self._prepare(
-                render_fitting, self._tokenizer, request, model.max_context_length
-            )
+            with tracing.phase("prepare"):
+                prompt_ids = await self._prepare(
+                    render_fitting, self._tokenizer, request, model.max_context_length
+                )
             max_tokens = check_context(model, len(prompt_ids), request.sampling.max_tokens)
             params = sampling_params(request, max_tokens)
             await self._check_grammar(request, params)
             shapers = [self._shaper(i, request) for i in range(request.sampling.n)]
+            tracing.submitted()
             stream = self._llm.generate(
-                {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id
+                {"prompt_token_ids": prompt_ids},
+                params,
+                request_id=request.request_id,
+                # vLLM's own spans join the call's trace (when it traces).
+                trace_headers=tracing.trace_headers(),
             )
             async for out in stream:
                 choices: list[ChoiceDelta] = []

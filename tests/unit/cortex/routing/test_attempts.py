@@ -15,6 +15,7 @@ from axon.grpc_limits import MAX_MESSAGE_BYTES
 from axon.v1 import neuron_pb2 as pb
 from cortex.routing.admission import AdmissionControl, AdmissionOptions
 from cortex.routing.attempts import Attempts
+from cortex.routing.client import Metadata
 from cortex.routing.deadlines import Deadlines, RequestDeadline
 from cortex.routing.ejection import EjectionOptions, OutlierEjection
 from cortex.routing.least_outstanding import LeastOutstanding
@@ -59,7 +60,9 @@ async def test_a_failure_before_the_first_item_is_retried_on_another_neuron() ->
     attempts, roster = await _attempts("loop-a:1", "loop-b:1")
     tried: list[str] = []
 
-    async def attempt(state: NeuronState, _deadline: RequestDeadline) -> AsyncIterator[str]:
+    async def attempt(
+        state: NeuronState, _deadline: RequestDeadline, _metadata: Metadata
+    ) -> AsyncIterator[str]:
         tried.append(state.address)
         if len(tried) == 1:
             raise UnavailableError("down")
@@ -74,7 +77,9 @@ async def test_a_failure_after_the_first_item_or_caused_by_the_request_is_not_re
     attempts, roster = await _attempts("late-a:1", "late-b:1")
     tried: list[str] = []
 
-    async def late(state: NeuronState, _deadline: RequestDeadline) -> AsyncIterator[str]:
+    async def late(
+        state: NeuronState, _deadline: RequestDeadline, _metadata: Metadata
+    ) -> AsyncIterator[str]:
         tried.append(state.address)
         yield "part"
         raise UnavailableError("down")
@@ -85,7 +90,9 @@ async def test_a_failure_after_the_first_item_or_caused_by_the_request_is_not_re
             got.append(item)
     assert (got, len(tried)) == (["part"], 1)
 
-    async def refused(state: NeuronState, _deadline: RequestDeadline) -> AsyncIterator[str]:
+    async def refused(
+        state: NeuronState, _deadline: RequestDeadline, _metadata: Metadata
+    ) -> AsyncIterator[str]:
         tried.append(state.address)
         raise InvalidRequestError("bad")
         yield "never"

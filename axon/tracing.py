@@ -1,0 +1,252 @@
+"""OpenTelemetry traces, shared by cortex and the neuron: the settings both
+services have (`TraceSettings`, a mixin as `LogSettings` is), the tracer
+provider with its OTLP exporter, and the few helpers the request paths call.
+
+Off by default and free when off: nothing here imports OpenTelemetry until
+`configure` is given an endpoint, `tracer()` is then None, and every helper
+returns at once (a module global read) without making an SDK object. The
+callers guard their own span code with `enabled()` where building the
+attributes would cost something.
+
+What is not here: which spans each side makes (cortex/http/tracing.py,
+cortex's route and attempts, neuron/tracing.py) and the metric exemplars
+(cortex/recording.py asks `current_trace_id`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Span as Span
+    from opentelemetry.trace import Tracer
+    from opentelemetry.util.types import AttributeValue
+
+    Attributes = Mapping[str, AttributeValue]
+else:
+    Attributes = Mapping
+
+OtlpProtocol = Literal["grpc", "http/protobuf"]
+# gRPC metadata keys are lower case; W3C's header names are too.
+TRACEPARENT = "traceparent"
+
+log = logging.getLogger("neuraxis.tracing")
+
+
+class TraceSettings(BaseSettings):
+    """The tracing settings cortex and the neuron both have (plain fields:
+    `otlp_endpoint` is the name vLLM's own option and `neuraxis up
+    --otlp-endpoint` use)."""
+
+    otlp_endpoint: str | None = Field(
+        None,
+        description="send OpenTelemetry traces to this OTLP collector, e.g. "
+        "http://127.0.0.1:4317 (gRPC) or http://127.0.0.1:4318 (http/protobuf; /v1/traces "
+        "is added when the URL has no path); unset: no tracing, and no cost",
+    )
+    otlp_protocol: OtlpProtocol = Field(
+        "grpc", description="the OTLP exporter's protocol: grpc or http/protobuf"
+    )
+    trace_sample_ratio: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="share of traces started here that are recorded (a client's sampled "
+        "traceparent is always followed)",
+    )
+
+
+_tracer: Tracer | None = None
+
+
+def enabled() -> bool:
+    return _tracer is not None
+
+
+def tracer() -> Tracer | None:
+    """The process's tracer, or None: tracing is off."""
+    return _tracer
+
+
+def configure(service: str, settings: TraceSettings) -> bool:
+    """Install the tracer provider of `service` (`neuraxis-cortex`,
+    `neuraxis-neuron`) exporting to the configured collector in batches;
+    False, and nothing imported, when no endpoint is set."""
+    global _tracer
+    if not settings.otlp_endpoint:
+        return False
+    if _tracer is not None:
+        return True  # one provider a process (the app may be built again)
+    from opentelemetry import propagate, trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": service}),
+        sampler=ParentBased(TraceIdRatioBased(settings.trace_sample_ratio)),
+    )
+    provider.add_span_processor(
+        BatchSpanProcessor(_exporter(settings.otlp_endpoint, settings.otlp_protocol))
+    )
+    trace.set_tracer_provider(provider)
+    # W3C trace context only: what clients, vLLM and the neuron speak.
+    propagate.set_global_textmap(TraceContextTextMapPropagator())
+    _tracer = trace.get_tracer("neuraxis")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(TraceIdFilter())
+    log.info(
+        "tracing to %s (%s, sample ratio %g) as %s",
+        settings.otlp_endpoint,
+        settings.otlp_protocol,
+        settings.trace_sample_ratio,
+        service,
+    )
+    return True
+
+
+def _exporter(endpoint: str, protocol: OtlpProtocol) -> SpanExporter:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        # An http:// URL is a plaintext channel, as vLLM's option reads it.
+        return OTLPSpanExporter(endpoint=endpoint, insecure=endpoint.startswith("http://"))
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpSpanExporter,
+    )
+
+    return HttpSpanExporter(endpoint=http_traces_url(endpoint))
+
+
+def http_traces_url(endpoint: str) -> str:
+    """The OTLP/HTTP traces URL: a collector's base URL gets /v1/traces."""
+    if urlsplit(endpoint).path.strip("/"):
+        return endpoint
+    return endpoint.rstrip("/") + "/v1/traces"
+
+
+def shutdown() -> None:
+    """Export what is batched (a stopping service's last spans)."""
+    global _tracer
+    if _tracer is None:
+        return
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    stop = getattr(provider, "shutdown", None)
+    if stop is not None:
+        stop()
+    _tracer = None
+
+
+def current_trace_id() -> str | None:
+    """The current span's trace id in hex, when one is being recorded."""
+    if _tracer is None:
+        return None
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid or not context.trace_flags.sampled:
+        return None
+    return format(context.trace_id, "032x")
+
+
+def extract(carrier: Mapping[str, str]) -> Context | None:
+    """The trace context a client or cortex sent (None: tracing off)."""
+    if _tracer is None:
+        return None
+    from opentelemetry import propagate
+
+    return propagate.extract(carrier)
+
+
+def metadata_for(span: Span | None) -> tuple[tuple[str, str], ...]:
+    """gRPC metadata carrying `span` as the parent of the callee's spans."""
+    if span is None:
+        return ()
+    from opentelemetry import propagate, trace
+
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    return tuple(carrier.items())
+
+
+def start(
+    name: str, attributes: Attributes | None = None, parent: Context | None = None
+) -> Span | None:
+    """A span that the caller ends (`end`), not made current: one that
+    outlives the code that started it (an attempt across a stream's yields)."""
+    if _tracer is None:
+        return None
+    return _tracer.start_span(name, context=parent, attributes=attributes)
+
+
+def end(span: Span | None, error: BaseException | None = None) -> None:
+    if span is None:
+        return
+    if error is not None:
+        _failed(span, error)
+    span.end()
+
+
+def annotate(span: Span | None, attributes: Attributes) -> None:
+    if span is not None:
+        span.set_attributes(attributes)
+
+
+# What `span` gives when tracing is off: one reusable object, nothing made.
+_OFF: contextlib.nullcontext[None] = contextlib.nullcontext(None)
+
+
+def span(
+    name: str, attributes: Attributes | None = None, parent: Context | None = None
+) -> contextlib.AbstractContextManager[Span | None]:
+    """A span around a block, current within it (its awaits included: never
+    across a generator's yield); None, and nothing made, when tracing is off."""
+    if _tracer is None:
+        return _OFF
+    return _current(_tracer, name, attributes, parent)
+
+
+@contextlib.contextmanager
+def _current(
+    tracer: Tracer, name: str, attributes: Attributes | None, parent: Context | None
+) -> Iterator[Span]:
+    with tracer.start_as_current_span(
+        name, context=parent, attributes=attributes, record_exception=False
+    ) as current:
+        try:
+            yield current
+        except BaseException as e:
+            _failed(current, e)
+            raise
+
+
+def _failed(span: Span, error: BaseException) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_attribute("error.type", type(error).__name__)
+    span.set_status(Status(StatusCode.ERROR, str(error)[:200]))
+
+
+class TraceIdFilter(logging.Filter):
+    """Puts `trace_id` beside a line's `request_id` when a recorded span is
+    current (installed only when tracing is on)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "trace_id" not in vars(record):
+            trace_id = current_trace_id()
+            if trace_id is not None:
+                record.trace_id = trace_id
+        return True
