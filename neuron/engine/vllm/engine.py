@@ -202,12 +202,11 @@ class VllmEngine(Engine):
             await self._check_grammar(request, params)
             shapers = [self._shaper(i, request) for i in range(request.sampling.n)]
             tracing.submitted()
+            # vLLM's own spans join the call's trace (only when tracing).
+            headers = tracing.trace_headers()
+            traced = {"trace_headers": headers} if headers else {}
             stream = self._llm.generate(
-                {"prompt_token_ids": prompt_ids},
-                params,
-                request_id=request.request_id,
-                # vLLM's own spans join the call's trace (when it traces).
-                trace_headers=tracing.trace_headers(),
+                {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id, **traced
             )
             async for out in stream:
                 choices: list[ChoiceDelta] = []
