@@ -200,4 +200,8 @@ AGENT_SETTINGS: tuple[str, ...] = (
     "tls_cert",
     "tls_key",
     "plaintext",
+    # Handed to the replicas too (their traces).
+    "otlp_endpoint",
+    "otlp_protocol",
+    "trace_sample_ratio",
 )

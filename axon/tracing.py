@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span as Span
     from opentelemetry.trace import Tracer
@@ -66,6 +67,7 @@ class TraceSettings(BaseSettings):
 
 
 _tracer: Tracer | None = None
+_provider: TracerProvider | None = None
 
 
 def enabled() -> bool:
@@ -78,34 +80,17 @@ def tracer() -> Tracer | None:
 
 
 def configure(service: str, settings: TraceSettings) -> bool:
-    """Install the tracer provider of `service` (`neuraxis-cortex`,
-    `neuraxis-neuron`) exporting to the configured collector in batches;
-    False, and nothing imported, when no endpoint is set."""
-    global _tracer
+    """Trace as `service` (`neuraxis-cortex`, `neuraxis-neuron`), exporting
+    to the configured collector in batches; False, and nothing imported,
+    when no endpoint is set."""
     if not settings.otlp_endpoint:
         return False
     if _tracer is not None:
         return True  # one provider a process (the app may be built again)
-    from opentelemetry import propagate, trace
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": service}),
-        sampler=ParentBased(TraceIdRatioBased(settings.trace_sample_ratio)),
-    )
-    provider.add_span_processor(
-        BatchSpanProcessor(_exporter(settings.otlp_endpoint, settings.otlp_protocol))
-    )
-    trace.set_tracer_provider(provider)
-    # W3C trace context only: what clients, vLLM and the neuron speak.
-    propagate.set_global_textmap(TraceContextTextMapPropagator())
-    _tracer = trace.get_tracer("neuraxis")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(TraceIdFilter())
+    exporter = _exporter(settings.otlp_endpoint, settings.otlp_protocol)
+    install(service, settings.trace_sample_ratio, BatchSpanProcessor(exporter))
     log.info(
         "tracing to %s (%s, sample ratio %g) as %s",
         settings.otlp_endpoint,
@@ -114,6 +99,30 @@ def configure(service: str, settings: TraceSettings) -> bool:
         service,
     )
     return True
+
+
+def install(service: str, sample_ratio: float, processor: SpanProcessor) -> None:
+    """Trace through `processor` (tests hand an in-memory one). The provider
+    stays ours, not OpenTelemetry's global one: vLLM, in the neuron's
+    process, sets that to its own."""
+    global _tracer, _provider
+    from opentelemetry import propagate
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    _provider = TracerProvider(
+        resource=Resource.create({"service.name": service}),
+        sampler=ParentBased(TraceIdRatioBased(sample_ratio)),
+    )
+    _provider.add_span_processor(processor)
+    # W3C trace context only: what clients, vLLM and the neuron speak.
+    propagate.set_global_textmap(TraceContextTextMapPropagator())
+    _tracer = _provider.get_tracer("neuraxis")
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, TraceIdFilter) for f in handler.filters):
+            handler.addFilter(TraceIdFilter())
 
 
 def _exporter(endpoint: str, protocol: OtlpProtocol) -> SpanExporter:
@@ -137,17 +146,12 @@ def http_traces_url(endpoint: str) -> str:
 
 
 def shutdown() -> None:
-    """Export what is batched (a stopping service's last spans)."""
-    global _tracer
-    if _tracer is None:
-        return
-    from opentelemetry import trace
-
-    provider = trace.get_tracer_provider()
-    stop = getattr(provider, "shutdown", None)
-    if stop is not None:
-        stop()
-    _tracer = None
+    """Export what is batched (a stopping service's last spans); tracing is
+    off from then on."""
+    global _tracer, _provider
+    if _provider is not None:
+        _provider.shutdown()
+    _tracer = _provider = None
 
 
 def current_trace_id() -> str | None:
