@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from axon import tracing
 from axon.sdnotify import notify
 from cortex import metrics
-from cortex.api import chat, completions, embeddings, health, models
+from cortex.api import chat, completions, embeddings, health, models, tokenize
 from cortex.api.batches import files_routes
 from cortex.api.batches import routes as batches
 from cortex.api.batches.line_run import run_line
@@ -232,7 +232,8 @@ def create_app(
     # Who is calling: every /v1 route authenticates from the headers before
     # its body is read (cortex/api/route.py); with auth off it attaches
     # nothing and the anonymous principal applies.
-    for api in (chat, completions, embeddings, responses, models, files_routes, batches):
+    routers = (chat, completions, embeddings, responses, models, files_routes, batches, tokenize)
+    for api in routers:
         app.include_router(api.router)
     # /metrics and /sd/neurons are the admin listener's (cortex/admin.py).
     app.include_router(health.router)

@@ -119,6 +119,10 @@ class _Method:
 
 GENERATE = _Method("Generate", "request failed", says_death=True)
 EMBED = _Method("Embed", "embed request failed", says_death=False)
+TOKENIZE = _Method("Tokenize", "tokenize request failed", says_death=False)
+DETOKENIZE = _Method("Detokenize", "detokenize request failed", says_death=False)
+# The calls the servicer serves through `_serving`.
+Served = pb.GenerateRequest | pb.EmbedRequest | pb.TokenizeRequest | pb.DetokenizeRequest
 
 
 class NeuronServicer(pb_grpc.NeuronServicer):
@@ -136,7 +140,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     async def _serving(
         self,
         method: _Method,
-        request: pb.GenerateRequest | pb.EmbedRequest,
+        request: Served,
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[_Call]:
         """One Generate or Embed call: refused while loading or once the
@@ -199,6 +203,22 @@ class NeuronServicer(pb_grpc.NeuronServicer):
             embeddings=[pb.Embedding(values=v) for v in result.embeddings],
             prompt_tokens=result.prompt_tokens,
         )
+
+    async def Tokenize(  # noqa: N802
+        self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TokenizeResponse:
+        async with self._serving(TOKENIZE, request, context) as call:
+            result = await self._engine.tokenize(convert.tokenize_request(request))
+            call.fields = {"tokens": len(result.tokens)}
+        return convert.tokenize_response(result)
+
+    async def Detokenize(  # noqa: N802
+        self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DetokenizeResponse:
+        async with self._serving(DETOKENIZE, request, context) as call:
+            text = await self._engine.detokenize(request.model, list(request.tokens))
+            call.fields = {"tokens": len(request.tokens)}
+        return pb.DetokenizeResponse(prompt=text)
 
     async def Info(  # noqa: N802
         self, request: pb.InfoRequest, context: grpc.aio.ServicerContext

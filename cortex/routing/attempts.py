@@ -54,7 +54,7 @@ log = logging.getLogger("neuraxis.cortex")
 HEALTH_LOST = "The neuron serving this request stopped answering its health checks."
 
 T = TypeVar("T")
-Request = pb.GenerateRequest | pb.EmbedRequest
+Request = pb.GenerateRequest | pb.EmbedRequest | pb.TokenizeRequest | pb.DetokenizeRequest
 # One attempt on a neuron within the request's deadline, with the trace
 # context the neuron continues: what it yields goes to the caller as it comes.
 Attempt = Callable[[NeuronState, RequestDeadline, Metadata], AsyncIterator[T]]
@@ -108,6 +108,17 @@ class Attempts:
         ]
         return response
 
+    async def tokenize(self, request: pb.TokenizeRequest) -> pb.TokenizeResponse:
+        """`request`'s token ids from a replica of its model, through `run`."""
+        tokenized = self.run(request, None, lambda s, _, __: self._tokenize(s, request))
+        [response] = [r async for r in tokenized]
+        return response
+
+    async def detokenize(self, request: pb.DetokenizeRequest) -> pb.DetokenizeResponse:
+        text = self.run(request, None, lambda s, _, __: self._detokenize(s, request))
+        [response] = [r async for r in text]
+        return response
+
     async def run(
         self, request: Request, hints: RouteHints | None, attempt: Attempt[T]
     ) -> AsyncIterator[T]:
@@ -156,6 +167,16 @@ class Attempts:
     ) -> AsyncIterator[pb.EmbedResponse]:
         """One embed attempt: one call, bounded by the total deadline."""
         yield await state.client.embed(request, self._deadlines.total_s)
+
+    async def _tokenize(
+        self, state: NeuronState, request: pb.TokenizeRequest
+    ) -> AsyncIterator[pb.TokenizeResponse]:
+        yield await state.client.tokenize(request, self._deadlines.total_s)
+
+    async def _detokenize(
+        self, state: NeuronState, request: pb.DetokenizeRequest
+    ) -> AsyncIterator[pb.DetokenizeResponse]:
+        yield await state.client.detokenize(request, self._deadlines.total_s)
 
     async def _stream(
         self,

@@ -76,6 +76,12 @@ class NeuronConnection(Protocol):
     async def info(self, timeout: float) -> pb.InfoResponse: ...
     async def embed(self, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse: ...
     async def load(self, timeout: float) -> pb.LoadResponse: ...
+    async def tokenize(
+        self, request: pb.TokenizeRequest, timeout: float
+    ) -> pb.TokenizeResponse: ...
+    async def detokenize(
+        self, request: pb.DetokenizeRequest, timeout: float
+    ) -> pb.DetokenizeResponse: ...
     async def serving(self, timeout: float) -> bool: ...
     def generate(
         self, request: pb.GenerateRequest, timeout: float, metadata: Metadata = ()
@@ -123,6 +129,14 @@ class NeuronClient:
 
     async def load(self, timeout: float) -> pb.LoadResponse:
         return await self._unary(self._stub.Load(pb.LoadRequest(), timeout=timeout))
+
+    async def tokenize(self, request: pb.TokenizeRequest, timeout: float) -> pb.TokenizeResponse:
+        return await self._unary(self._stub.Tokenize(request, timeout=timeout))
+
+    async def detokenize(
+        self, request: pb.DetokenizeRequest, timeout: float
+    ) -> pb.DetokenizeResponse:
+        return await self._unary(self._stub.Detokenize(request, timeout=timeout))
 
     async def _unary(self, call: Awaitable[R]) -> R:
         """A unary call's answer, or its failure as the typed error."""

@@ -77,6 +77,16 @@ class FakeNeuron:
             running=self.streams_open, waiting=self.waiting, kv_cache_usage=self.kv_cache_usage
         )
 
+    async def tokenize(self, request: pb.TokenizeRequest, timeout: float) -> pb.TokenizeResponse:
+        if not self.reachable:
+            raise UnavailableError(f"neuron {self.address} is unreachable")
+        return pb.TokenizeResponse(tokens=[1, 2], max_model_len=100)
+
+    async def detokenize(
+        self, request: pb.DetokenizeRequest, timeout: float
+    ) -> pb.DetokenizeResponse:
+        return pb.DetokenizeResponse(prompt=f"from {self.address}")
+
     async def serving(self, timeout: float) -> bool:
         return self.reachable and self.ready
 
