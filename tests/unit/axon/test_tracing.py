@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -67,3 +69,18 @@ def test_a_trace_sampled_out_has_no_trace_id() -> None:
     finally:
         tracing.shutdown()
     assert exporter.get_finished_spans() == ()
+
+
+def test_with_tracing_off_the_services_never_import_opentelemetry() -> None:
+    code = (
+        "import sys, tempfile, cortex.app, cortex.main, neuron.server, neuron.main\n"
+        "from cortex.config import CortexSettings, StoreSettings\n"
+        "from cortex.app import create_app\n"
+        "store = StoreSettings(state_dir=tempfile.mkdtemp())\n"
+        "create_app(CortexSettings(neurons=['127.0.0.1:1'], plaintext=True, store=store))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"
