@@ -119,8 +119,10 @@ def _env(options: VllmOptions, generation: Generation) -> dict[str, str]:
     # vLLM's loggers go through ours (JSON) instead of their own handler.
     env = {"VLLM_CONFIGURE_LOGGING": "0"}
     if options.otlp_traces_endpoint:
-        # vLLM picks its exporter by the standard variable.
+        # vLLM picks its exporter, and names its spans' service, by the
+        # standard variables: its spans are the neuron's.
         env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = options.otlp_protocol
+        env["OTEL_SERVICE_NAME"] = "neuraxis-neuron"
     if generation is Generation.CPU:
         # The engine core is a child process and inherits it.
         env["VLLM_CPU_KVCACHE_SPACE"] = str(options.kv_cache_gib)
