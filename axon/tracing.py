@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field
@@ -68,6 +68,10 @@ class TraceSettings(BaseSettings):
 
 _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
+# opentelemetry.trace and .propagate once tracing is on (looked up once, not
+# imported at each call).
+_api: Any = None
+_propagate: Any = None
 
 
 def enabled() -> bool:
@@ -105,8 +109,8 @@ def install(service: str, sample_ratio: float, processor: SpanProcessor) -> None
     """Trace through `processor` (tests hand an in-memory one). The provider
     stays ours, not OpenTelemetry's global one: vLLM, in the neuron's
     process, sets that to its own."""
-    global _tracer, _provider
-    from opentelemetry import propagate
+    global _tracer, _provider, _api, _propagate
+    from opentelemetry import propagate, trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
@@ -119,6 +123,7 @@ def install(service: str, sample_ratio: float, processor: SpanProcessor) -> None
     _provider.add_span_processor(processor)
     # W3C trace context only: what clients, vLLM and the neuron speak.
     propagate.set_global_textmap(TraceContextTextMapPropagator())
+    _api, _propagate = trace, propagate
     _tracer = _provider.get_tracer("neuraxis")
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, TraceIdFilter) for f in handler.filters):
@@ -158,9 +163,7 @@ def current_trace_id() -> str | None:
     """The current span's trace id in hex, when one is being recorded."""
     if _tracer is None:
         return None
-    from opentelemetry import trace
-
-    context = trace.get_current_span().get_span_context()
+    context = _api.get_current_span().get_span_context()
     if not context.is_valid or not context.trace_flags.sampled:
         return None
     return format(context.trace_id, "032x")
@@ -170,20 +173,30 @@ def extract(carrier: Mapping[str, str]) -> Context | None:
     """The trace context a client or cortex sent (None: tracing off)."""
     if _tracer is None:
         return None
-    from opentelemetry import propagate
-
-    return propagate.extract(carrier)
+    context: Context = _propagate.extract(carrier)
+    return context
 
 
 def metadata_for(span: Span | None) -> tuple[tuple[str, str], ...]:
-    """gRPC metadata carrying `span` as the parent of the callee's spans."""
-    if span is None:
+    """gRPC metadata carrying `span` as the parent of the callee's spans;
+    without one, the current trace's (a trace sampled out says so to the
+    callee, which then records nothing either)."""
+    if _tracer is None:
         return ()
-    from opentelemetry import propagate, trace
-
+    if span is None:
+        span = _api.get_current_span()
+        if not span.get_span_context().is_valid:
+            return ()
     carrier: dict[str, str] = {}
-    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    _propagate.inject(carrier, context=_api.set_span_in_context(span))
     return tuple(carrier.items())
+
+
+def _sampled_out() -> bool:
+    """Whether the current trace was sampled out: its spans would record
+    nothing, so none is made (a sampled-out request costs a span, not six)."""
+    current = _api.get_current_span()
+    return bool(current.get_span_context().is_valid and not current.is_recording())
 
 
 def start(
@@ -191,7 +204,7 @@ def start(
 ) -> Span | None:
     """A span that the caller ends (`end`), not made current: one that
     outlives the code that started it (an attempt across a stream's yields)."""
-    if _tracer is None:
+    if _tracer is None or (parent is None and _sampled_out()):
         return None
     return _tracer.start_span(name, context=parent, attributes=attributes)
 
@@ -217,8 +230,9 @@ def span(
     name: str, attributes: Attributes | None = None, parent: Context | None = None
 ) -> contextlib.AbstractContextManager[Span | None]:
     """A span around a block, current within it (its awaits included: never
-    across a generator's yield); None, and nothing made, when tracing is off."""
-    if _tracer is None:
+    across a generator's yield); None, and nothing made, when tracing is off
+    or the trace was sampled out."""
+    if _tracer is None or (parent is None and _sampled_out()):
         return _OFF
     return _current(_tracer, name, attributes, parent)
 

@@ -90,6 +90,9 @@ def call(
         kind=SpanKind.SERVER,
         attributes=attributes,
     )
+    if not span.is_recording():  # sampled out (by cortex): nothing more to make
+        yield None
+        return
     trace = CallTrace(span)
     token = _CALL.set(trace)
     error: BaseException | None = None

@@ -34,8 +34,9 @@ def traced(logs_dir: Path) -> Iterator[tuple[SimGateway, Receiver]]:
             Sim("sim-model", [*otlp, "--sim-fail-after-tokens", "0"]),
             Sim("sim-model", otlp),
         ]
-        # Never ejected: each request tries the failing neuron in its turn.
-        flags = [*otlp, "--ejection-consecutive-failures", "1000"]
+        # Ties taken in turn, never ejected: the failing neuron is tried
+        # first by one request of every two.
+        flags = [*otlp, "--routing", "least_outstanding", "--ejection-consecutive-failures", "1000"]
         with sim_gateway(logs_dir, "tracing", *flags, sims=sims) as gateway:
             yield gateway, receiver
 
@@ -73,7 +74,7 @@ def test_a_retried_stream_is_one_trace_from_client_to_engine(
     client_span = secrets.token_hex(8)
     sent: list[str] = []
     # Ties rotate between the two neurons: within two requests one goes to
-    # the failing neuron first (a request's retry also takes a turn).
+    # the failing neuron first.
     for _ in range(4):
         trace_id = secrets.token_hex(16)
         sent.append(trace_id)
@@ -109,9 +110,8 @@ def test_a_retried_stream_is_one_trace_from_client_to_engine(
         assert len(children(http, name)) == 1, name
     routes = children(http, "neuraxis.route")
     assert [r.attributes["neuraxis.attempt"] for r in routes] == [0, 1]
-    # The default policy, and why it chose: a prompt's prefix it had not seen.
-    assert {r.attributes["neuraxis.routing.policy"] for r in routes} == {"prefix_affinity"}
-    assert all(r.attributes["neuraxis.routing.decision"] for r in routes)
+    assert {r.attributes["neuraxis.routing.policy"] for r in routes} == {"least_outstanding"}
+    assert {r.attributes["neuraxis.routing.decision"] for r in routes} == {"balanced"}
     first, retry = children(http, "neuraxis.attempt")
     assert (first.error, retry.error) == (True, False)
     assert first.end_ns <= retry.start_ns

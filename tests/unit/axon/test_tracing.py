@@ -59,13 +59,18 @@ def test_log_lines_carry_the_trace_id_of_a_recorded_span(spans: InMemorySpanExpo
         assert vars(record)["trace_id"] == tracing.current_trace_id()
 
 
-def test_a_trace_sampled_out_has_no_trace_id() -> None:
+def test_a_trace_sampled_out_has_no_trace_id_nor_children() -> None:
     exporter = InMemorySpanExporter()
     tracing.install("neuraxis-test", 0.0, SimpleSpanProcessor(exporter))
     try:
         with tracing.span("request") as current:
             assert current is not None and not current.is_recording()
             assert tracing.current_trace_id() is None
+            # Its children are not made, and the callee hears it was sampled out.
+            assert tracing.span("child") is tracing.span("other")
+            assert tracing.start("attempt") is None
+            [(key, value)] = tracing.metadata_for(None)
+            assert key == "traceparent" and not int(value[-2:], 16) & 1  # not sampled
     finally:
         tracing.shutdown()
     assert exporter.get_finished_spans() == ()
