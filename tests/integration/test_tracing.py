@@ -90,7 +90,7 @@ def test_a_retried_stream_is_one_trace_from_client_to_engine(
                 return mine
         return None
 
-    assert wait_until(lambda: retried_trace() is not None, timeout_s=30), (
+    assert wait_until(lambda: retried_trace() is not None, timeout_s=60), (
         "no trace with a retry arrived; received: "
         + ", ".join(sorted({s.name for s in receiver.spans()}))
     )
