@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-autoscale bench-store soak head-restart install clean
+.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-autoscale bench-store bench-tracing soak head-restart install clean
 
 install: $(STAMP)
 
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "neuraxis needs Python 3.11 or newer")'
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --progress-bar off -e '.[cpu,test,dev]'
+	$(PY) -m pip install --progress-bar off -e '.[cpu,test,dev,tracing]'
 	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	@echo "neuraxis: environment ready in $(VENV)"
 	touch $@
@@ -68,7 +68,7 @@ proto-check: $(STAMP)
 # them all with --smoke (seconds each; `make test` does it too).
 BENCH_ALL := gateway_overhead embeddings_throughput metrics_cost responses_vs_chat failover \
 	tool_stream auth_cost admission routing routing_sim gateway_capacity store seeded_streams \
-	edge_stalls batch autoscale
+	edge_stalls batch autoscale tracing_overhead
 bench: $(STAMP)
 	set -e; for m in $(BENCH_ALL); do $(PY) -m bench.$$m; done
 
@@ -86,11 +86,13 @@ bench-smoke: $(STAMP)
 # send what could stall cortex's event loop (issue 31); batch, interactive TTFT with and
 # without a 5,000-line batch running (sim neuron) and the batch's lines/s (issue 30);
 # autoscale, a ramp, plateau, spike and idle trace on an autoscaled sim model beside a
-# peak-sized fixed one (replicas over time, TTFT per phase, replica-seconds; issue 27).
+# peak-sized fixed one (replicas over time, TTFT per phase, replica-seconds; issue 27);
+# tracing, OpenTelemetry tracing off / on at sample ratio 1.0 / 0.01 (sim neurons, a
+# real OTLP receiver), TTFT p50 and tokens/s at c=16 in paired rounds.
 BENCHES := failover:failover embeddings:embeddings_throughput metrics:metrics_cost \
 	responses:responses_vs_chat tool-stream:tool_stream auth:auth_cost admission:admission \
 	routing:routing gateway:gateway_capacity seeded:seeded_streams edge:edge_stalls \
-	batch:batch autoscale:autoscale
+	batch:batch autoscale:autoscale tracing:tracing_overhead
 
 define bench_rule
 bench-$(1): $$(STAMP)

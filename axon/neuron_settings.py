@@ -22,6 +22,7 @@ from axon.generations import Generation
 from axon.logs import LogSettings
 from axon.tasks import ModelTask
 from axon.tls import TlsFiles, check_plaintext, tls_files
+from axon.tracing import TraceSettings
 
 # The bundled models' ids (neuron/models/bundled.py says where they come from).
 DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
@@ -30,7 +31,7 @@ DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 DEFAULT_MAX_TOKENS = 4096
 
 
-class NeuronSettings(LogSettings):
+class NeuronSettings(LogSettings, TraceSettings):
     model_config = SettingsConfigDict(env_prefix="NEURAXIS_NEURON_", extra="forbid")
 
     host: str = Field("127.0.0.1", description="gRPC listen address")
@@ -199,4 +200,8 @@ AGENT_SETTINGS: tuple[str, ...] = (
     "tls_cert",
     "tls_key",
     "plaintext",
+    # Handed to the replicas too (their traces).
+    "otlp_endpoint",
+    "otlp_protocol",
+    "trace_sample_ratio",
 )

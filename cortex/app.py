@@ -18,9 +18,10 @@ from typing import Protocol
 
 from fastapi import FastAPI
 
+from axon import tracing
 from axon.sdnotify import notify
 from cortex import metrics
-from cortex.api import chat, completions, embeddings, health, models
+from cortex.api import chat, completions, embeddings, health, models, tokenize
 from cortex.api.batches import files_routes
 from cortex.api.batches import routes as batches
 from cortex.api.batches.line_run import run_line
@@ -42,6 +43,7 @@ from cortex.http.body_limit import BodyLimit
 from cortex.http.cold_start import ColdStartHeader
 from cortex.http.disconnect import CancelOnDisconnect
 from cortex.http.ratelimit_headers import RateLimitHeaders
+from cortex.http.tracing import TraceRequests
 from cortex.readiness import Readiness, watchdog
 from cortex.recording import recorder_for
 from cortex.routing.client import NeuronClient, channel_credentials
@@ -122,6 +124,8 @@ def create_app(
     # by the pool and the limiter); what the API records goes through the
     # gateway's recorder.
     metrics.configure(settings.metrics_enabled)
+    # In each worker process (its exporter's thread is its own).
+    tracing.configure("neuraxis-cortex", settings)
     address = f"{socket.gethostname()}:{settings.port}"
     tenants = open_tenant_store(settings.store.state_dir, settings.store.postgres_dsn)
     policies = StoreTenantPolicies(tenants, settings.tenancy.refresh_s)
@@ -215,6 +219,7 @@ def create_app(
                 assert gateway.limiter is not None
                 await gateway.limiter.drain()
                 await keys.close()
+            tracing.shutdown()  # the last spans exported
 
     app = FastAPI(title="neuraxis cortex", lifespan=lifespan, docs_url=None, redoc_url=None)
     # What the handlers use (cortex/api/gateway.py); the readiness is the
@@ -227,7 +232,8 @@ def create_app(
     # Who is calling: every /v1 route authenticates from the headers before
     # its body is read (cortex/api/route.py); with auth off it attaches
     # nothing and the anonymous principal applies.
-    for api in (chat, completions, embeddings, responses, models, files_routes, batches):
+    routers = (chat, completions, embeddings, responses, models, files_routes, batches, tokenize)
+    for api in routers:
         app.include_router(api.router)
     # /metrics and /sd/neurons are the admin listener's (cortex/admin.py).
     app.include_router(health.router)
@@ -240,6 +246,8 @@ def create_app(
     app.add_middleware(
         BodyLimit, max_bytes=settings.http.max_body_bytes, paths={"/v1/files": upload}
     )
+    if tracing.enabled():  # outermost: the request's span covers the rest
+        app.add_middleware(TraceRequests)
     return app
 
 

@@ -33,6 +33,7 @@ from axon.grpc_limits import MAX_MESSAGE_BYTES
 from axon.logs import LogSettings
 from axon.settings import Flag, SettingsGroup, SourcedSettings, group
 from axon.tls import TlsFiles, check_plaintext, tls_files
+from axon.tracing import TraceSettings
 from cortex.api.batches.settings import BatchSettings, FilesSettings
 from cortex.api.caps import RequestCaps
 from cortex.api.responses.upkeep_settings import UpkeepSettings
@@ -172,7 +173,7 @@ class ControllerSettings(SettingsGroup):
     )
 
 
-class CortexSettings(SourcedSettings, LogSettings):
+class CortexSettings(SourcedSettings, LogSettings, TraceSettings):
     """Each plain field is a setting everywhere: TOML key, NEURAXIS_CORTEX_<NAME>
     and `neuraxis cortex --name-with-dashes` (neuraxis/options.py; `Flag`
     where the option is spelled otherwise), with its description as the help.

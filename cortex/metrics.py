@@ -35,6 +35,9 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
+from prometheus_client.exposition import choose_encoder
+
+from axon import tracing
 
 UNKNOWN_MODEL = "unknown"
 
@@ -369,13 +372,19 @@ def set_healthy_replicas(counts: dict[str, int]) -> None:
         HEALTHY_REPLICAS.labels(model).set(count)
 
 
-def exposition() -> tuple[bytes, str]:
-    """The /metrics body: all workers' values in multiprocess mode."""
+def exposition(accept: str = "") -> tuple[bytes, str]:
+    """The /metrics body: all workers' values in multiprocess mode. With
+    tracing on, a scraper that accepts OpenMetrics gets it, with the latency
+    histograms' exemplars (trace ids; one worker only: prometheus_client
+    keeps none across processes); otherwise the text format as always."""
+    registry = DEFAULT_REGISTRY
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(DEFAULT_REGISTRY), CONTENT_TYPE_LATEST
+    if tracing.enabled() and "application/openmetrics-text" in accept:
+        encode, content_type = choose_encoder(accept)
+        return encode(registry), content_type
+    return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
 def touch_control_plane(head: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from axon import tracing
 from cortex import metrics
 
 Observe = Callable[[float], None]
@@ -71,7 +72,7 @@ class PrometheusRecorder:
         metrics.QUEUED.labels(model).inc()
 
     def first_output(self, api: str, model: str, seconds: float) -> None:
-        metrics.TIME_TO_FIRST_TOKEN.labels(api, model).observe(seconds)
+        metrics.TIME_TO_FIRST_TOKEN.labels(api, model).observe(seconds, _exemplar())
         metrics.QUEUED.labels(model).dec()
 
     def inter_token(self, api: str, model: str) -> Observe:
@@ -85,7 +86,7 @@ class PrometheusRecorder:
             metrics.QUEUED.labels(model).dec()
         metrics.IN_FLIGHT.labels(model).dec()
         metrics.REQUESTS.labels(api, model, end.outcome).inc()
-        metrics.REQUEST_DURATION.labels(api, model).observe(end.seconds)
+        metrics.REQUEST_DURATION.labels(api, model).observe(end.seconds, _exemplar())
         if end.prompt_tokens:
             metrics.PROMPT_TOKENS.labels(api, model).inc(end.prompt_tokens)
         if end.output_tokens:
@@ -112,6 +113,14 @@ class PrometheusRecorder:
 
     def lease_expired(self, backend: str) -> None:
         metrics.EXPIRED_LEASES.labels(backend).inc()
+
+
+def _exemplar() -> dict[str, str] | None:
+    """The request's trace id, as an exemplar of the latency it adds to a
+    histogram (None: tracing off, or the request is not sampled). Not for
+    the gaps between tokens: one look-up per token is too many."""
+    trace_id = tracing.current_trace_id()
+    return {"trace_id": trace_id} if trace_id is not None else None
 
 
 def _ignore(seconds: float) -> None:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from axon.logs import LogFormat, resolve_format
 from axon.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
+from axon.tracing import OtlpProtocol
 from cortex.routing.factory import PolicyName
 
 # In the state directory while `up` runs: the local Ray's address and token.
@@ -85,6 +86,17 @@ class EmbeddedOptions(BaseModel):
         description="log lines as text or JSON (auto: text on a terminal, JSON otherwise "
         "and under systemd)",
     )
+    otlp_endpoint: str | None = Field(
+        None,
+        description="OpenTelemetry traces of cortex and every neuron to this OTLP collector "
+        "(e.g. http://127.0.0.1:4317); unset: no tracing",
+    )
+    otlp_protocol: OtlpProtocol = Field(
+        "grpc", description="the OTLP exporter's protocol: grpc or http/protobuf"
+    )
+    trace_sample_ratio: float = Field(
+        1.0, ge=0.0, le=1.0, description="share of traces started in cortex that are recorded"
+    )
 
     @model_validator(mode="after")
     def _replicas_on_ray(self) -> EmbeddedOptions:
@@ -147,6 +159,20 @@ def cortex_options(options: EmbeddedOptions) -> list[str]:
     if options.routing is not None:
         args += ["--routing", options.routing.value]
     return args
+
+
+def tracing_env(options: EmbeddedOptions) -> dict[str, str]:
+    """The tracing settings of cortex and of every neuron `up` starts, as
+    their environment (replicas started by Ray inherit the head's, as they
+    do the node's other settings); empty without --otlp-endpoint."""
+    if not options.otlp_endpoint:
+        return {}
+    env = {}
+    for service in ("CORTEX", "NEURON"):
+        env[f"NEURAXIS_{service}_OTLP_ENDPOINT"] = options.otlp_endpoint
+        env[f"NEURAXIS_{service}_OTLP_PROTOCOL"] = options.otlp_protocol
+        env[f"NEURAXIS_{service}_TRACE_SAMPLE_RATIO"] = str(options.trace_sample_ratio)
+    return env
 
 
 def cortex_logging(options: EmbeddedOptions) -> dict[str, str]:

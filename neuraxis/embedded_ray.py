@@ -32,6 +32,7 @@ from neuraxis.embedded import (
     EmbeddedOptions,
     cortex_command,
     cortex_logging,
+    tracing_env,
 )
 from neuraxis.replica_watch import ReplicaWatch
 from neuraxis.supervisor import STOP_TIMEOUT_S, run_until_stopped, spawn, supervise_cortex
@@ -118,7 +119,7 @@ def _children_env(
     env["NEURAXIS_CACHE_DIR"] = str(cache_dir)
     env["NEURAXIS_REPLICA_HOST"] = "127.0.0.1"
     env["NEURAXIS_REPLICA_LOG_DIR"] = str(state_dir / "replicas")
-    return env | cortex_logging(options)
+    return env | cortex_logging(options) | tracing_env(options)
 
 
 def _drain_replicas(address: str, env: dict[str, str], log_path: Path) -> None:

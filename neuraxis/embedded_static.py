@@ -14,7 +14,7 @@ from axon.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
 from axon.process import stop_process_group
 from cortex.config import default_state_dir
 from neuraxis.console import auth_line, print_banner, say
-from neuraxis.embedded import EmbeddedOptions, cortex_command, cortex_logging
+from neuraxis.embedded import EmbeddedOptions, cortex_command, cortex_logging, tracing_env
 from neuraxis.supervisor import STOP_TIMEOUT_S, run_until_stopped, spawn, supervise_cortex
 
 
@@ -25,7 +25,8 @@ def run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
     for model in (DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL):
         where += ["--model", model]
     cortex_cmd = cortex_command(options, *where)
-    cortex_env = dict(os.environ, **cortex_logging(options))
+    traced = tracing_env(options)
+    cortex_env = dict(os.environ, **cortex_logging(options), **traced)
     supervisor = supervise_cortex(cortex_cmd, cortex_env, options.base_url)
 
     def run() -> int:
@@ -47,7 +48,8 @@ def run_static(options: EmbeddedOptions, cache_dir: Path) -> int:
         )
         for model, cmd in ((DEFAULT_CHAT_MODEL, chat_cmd), (DEFAULT_EMBEDDING_MODEL, embed_cmd)):
             with open(log_dir / f"{model}.log", "ab") as log:
-                supervisor.add(f"the {model} neuron", spawn(cmd, None, log))
+                env = dict(os.environ, **traced) if traced else None
+                supervisor.add(f"the {model} neuron", spawn(cmd, env, log))
         say(f"starting cortex on {options.host}:{options.port}")
         say(auth_line(options))
         supervisor.start_cortex()

@@ -93,6 +93,17 @@ def replica_tls_env(settings: NeuronSettings) -> dict[str, str]:
     return {name: str(path.absolute()) for name, path in zip(NEURON_TLS_ENV, files, strict=True)}
 
 
+def replica_tracing_env(settings: NeuronSettings) -> dict[str, str]:
+    """This host's tracing settings become its replicas' (empty: no tracing)."""
+    if not settings.otlp_endpoint:
+        return {}
+    return {
+        "NEURAXIS_NEURON_OTLP_ENDPOINT": settings.otlp_endpoint,
+        "NEURAXIS_NEURON_OTLP_PROTOCOL": settings.otlp_protocol,
+        "NEURAXIS_NEURON_TRACE_SAMPLE_RATIO": str(settings.trace_sample_ratio),
+    }
+
+
 def run_agent(settings: NeuronSettings) -> int:
     configure_logging(settings.log_format, settings.log_level)
     if not settings.ray_address:
@@ -119,6 +130,7 @@ def run_agent(settings: NeuronSettings) -> int:
         # Replicas on this node prepare and load models from here.
         os.environ["NEURAXIS_CACHE_DIR"] = str(settings.cache_dir)
     os.environ.update(replica_tls_env(settings))
+    os.environ.update(replica_tracing_env(settings))
     # The replicas listen on this node's address (Ray's guess without node_ip).
     link, node = "the listeners of this host's replicas", [settings.node_ip or ""]
     if settings.tls is None and not allowed_plaintext(

@@ -4,6 +4,7 @@ types, in both directions. Pure functions, no I/O."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
@@ -22,6 +23,8 @@ from neuron.engine.base import (
     ResponseFormatKind,
     Sampling,
     ServedModel,
+    Tokenized,
+    TokenizeRequest,
     Tool,
     ToolCall,
     ToolChoice,
@@ -109,8 +112,8 @@ def sampling(s: pb.SamplingParams) -> Sampling:
     return Sampling(**given)
 
 
-def engine_request(request: pb.GenerateRequest) -> EngineRequest:
-    messages = tuple(
+def _messages(messages: Iterable[pb.ChatMessage]) -> tuple[Message, ...]:
+    return tuple(
         Message(
             role=m.role,
             content=m.content,
@@ -118,8 +121,32 @@ def engine_request(request: pb.GenerateRequest) -> EngineRequest:
             tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in m.tool_calls),
             tool_call_id=_optional(m, "tool_call_id"),
         )
-        for m in request.messages
+        for m in messages
     )
+
+
+def tokenize_request(request: pb.TokenizeRequest) -> TokenizeRequest:
+    return TokenizeRequest(
+        request_id=request.request_id,
+        model=request.model,
+        prompt=_optional(request, "prompt"),
+        messages=_messages(request.messages),
+        tools=tuple(_tool(t) for t in request.tools),
+        add_special_tokens=request.add_special_tokens,
+        add_generation_prompt=request.add_generation_prompt,
+        continue_final_message=request.continue_final_message,
+        return_token_strs=request.return_token_strs,
+    )
+
+
+def tokenize_response(result: Tokenized) -> pb.TokenizeResponse:
+    return pb.TokenizeResponse(
+        tokens=result.tokens, max_model_len=result.max_model_len, token_strs=result.token_strs
+    )
+
+
+def engine_request(request: pb.GenerateRequest) -> EngineRequest:
+    messages = _messages(request.messages)
     tools = tuple(_tool(t) for t in request.tools)
     fmt = request.response_format
     return EngineRequest(

@@ -11,6 +11,7 @@ from typing import Any
 
 import uvloop
 
+from axon import tracing
 from axon.generations import (
     EXIT_WRONG_GPU,
     Generation,
@@ -82,6 +83,8 @@ def vllm_options(settings: NeuronSettings, model: ResolvedModel) -> VllmOptions:
         kv_cache_gib=settings.kv_cache_gib,
         tool_parser=settings.tool_parser or model.tool_parser,
         reasoning_parser=settings.reasoning_parser,
+        otlp_traces_endpoint=settings.otlp_endpoint,
+        otlp_protocol=settings.otlp_protocol,
     )
 
 
@@ -169,6 +172,7 @@ def run(settings: NeuronSettings) -> int:
     from neuron.server import serve, server_credentials
 
     configure_logging(settings.log_format, settings.log_level)
+    tracing.configure("neuraxis-neuron", settings)
     link = f"the listener on {settings.host}:{settings.port}"
     if settings.tls is None and not allowed_plaintext(
         log, "neuron", link, settings.plaintext, [settings.host]

@@ -21,6 +21,7 @@ from typing import NoReturn
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from axon import tracing
 from axon.errors import (
     ERROR_METADATA_KEY,
     PARAM_METADATA_KEY,
@@ -36,7 +37,8 @@ from axon.tls import TlsFiles
 from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
 from neuron import convert, metrics
-from neuron.engine.base import Engine
+from neuron import tracing as neuron_tracing
+from neuron.engine.base import Engine, Output
 
 log = logging.getLogger("neuraxis.neuron")
 
@@ -117,6 +119,10 @@ class _Method:
 
 GENERATE = _Method("Generate", "request failed", says_death=True)
 EMBED = _Method("Embed", "embed request failed", says_death=False)
+TOKENIZE = _Method("Tokenize", "tokenize request failed", says_death=False)
+DETOKENIZE = _Method("Detokenize", "detokenize request failed", says_death=False)
+# The calls the servicer serves through `_serving`.
+Served = pb.GenerateRequest | pb.EmbedRequest | pb.TokenizeRequest | pb.DetokenizeRequest
 
 
 class NeuronServicer(pb_grpc.NeuronServicer):
@@ -134,7 +140,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     async def _serving(
         self,
         method: _Method,
-        request: pb.GenerateRequest | pb.EmbedRequest,
+        request: Served,
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[_Call]:
         """One Generate or Embed call: refused while loading or once the
@@ -166,15 +172,26 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     async def Generate(  # noqa: N802 (gRPC method name)
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
+        traced = _traced_call(request, context) if tracing.enabled() else _UNTRACED
         async with self._serving(GENERATE, request, context) as call:
-            async for output in self._engine.generate(convert.engine_request(request)):
-                if output.usage is not None:
-                    call.fields = {
-                        "prompt_tokens": output.usage.prompt_tokens,
-                        "completion_tokens": output.usage.completion_tokens,
-                        "cached_prompt_tokens": output.usage.cached_prompt_tokens,
-                    }
-                yield convert.generate_response(output)
+            with traced as trace:
+                if trace is not None:
+                    call.fields["trace_id"] = trace.trace_id
+                started = False
+                async for output in self._engine.generate(convert.engine_request(request)):
+                    if trace is not None and not started:
+                        started = True
+                        trace.first_output()
+                    if output.usage is not None:
+                        call.fields = {
+                            "prompt_tokens": output.usage.prompt_tokens,
+                            "completion_tokens": output.usage.completion_tokens,
+                            "cached_prompt_tokens": output.usage.cached_prompt_tokens,
+                        }
+                        if trace is not None:
+                            call.fields["trace_id"] = trace.trace_id
+                            trace.finished(_usage_attributes(output))
+                    yield convert.generate_response(output)
 
     async def Embed(  # noqa: N802
         self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext
@@ -186,6 +203,22 @@ class NeuronServicer(pb_grpc.NeuronServicer):
             embeddings=[pb.Embedding(values=v) for v in result.embeddings],
             prompt_tokens=result.prompt_tokens,
         )
+
+    async def Tokenize(  # noqa: N802
+        self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TokenizeResponse:
+        async with self._serving(TOKENIZE, request, context) as call:
+            result = await self._engine.tokenize(convert.tokenize_request(request))
+            call.fields = {"tokens": len(result.tokens)}
+        return convert.tokenize_response(result)
+
+    async def Detokenize(  # noqa: N802
+        self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DetokenizeResponse:
+        async with self._serving(DETOKENIZE, request, context) as call:
+            text = await self._engine.detokenize(request.model, list(request.tokens))
+            call.fields = {"tokens": len(request.tokens)}
+        return pb.DetokenizeResponse(prompt=text)
 
     async def Info(  # noqa: N802
         self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
@@ -208,6 +241,34 @@ class NeuronServicer(pb_grpc.NeuronServicer):
         return pb.LoadResponse(
             running=load.running, waiting=load.waiting, kv_cache_usage=load.kv_cache_usage
         )
+
+
+# What a Generate call is traced with when tracing is off: nothing made.
+_UNTRACED: contextlib.nullcontext[None] = contextlib.nullcontext(None)
+
+
+def _traced_call(
+    request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+) -> contextlib.AbstractContextManager[neuron_tracing.CallTrace | None]:
+    metadata = {str(k): str(v) for k, v in context.invocation_metadata() or ()}
+    attributes: dict[str, str | int] = {
+        "neuraxis.request_id": request.request_id,
+        "gen_ai.operation.name": "chat" if request.messages else "text_completion",
+        "gen_ai.request.model": request.model,
+    }
+    if request.sampling.HasField("max_tokens"):
+        attributes["gen_ai.request.max_tokens"] = request.sampling.max_tokens
+    return neuron_tracing.call("Generate", metadata, attributes)
+
+
+def _usage_attributes(output: Output) -> tracing.Attributes:
+    assert output.usage is not None
+    reasons = [c.finish_reason.value for c in output.choices if c.finish_reason is not None]
+    return {
+        "gen_ai.usage.input_tokens": output.usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": output.usage.completion_tokens,
+        "gen_ai.response.finish_reasons": reasons,
+    }
 
 
 def _check_alive(engine: Engine) -> None:
@@ -362,6 +423,7 @@ async def serve(
     if not loader.done():
         loader.cancel()
     await engine.shutdown()
+    tracing.shutdown()  # the last calls' spans exported
     stopper.cancel()
     if loader.done() and not loader.cancelled() and loader.exception() is not None:
         if isinstance(loader.exception(), StopRequested):

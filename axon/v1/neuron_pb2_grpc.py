@@ -54,6 +54,16 @@ class NeuronStub:
                 request_serializer=axon_dot_v1_dot_neuron__pb2.LoadRequest.SerializeToString,
                 response_deserializer=axon_dot_v1_dot_neuron__pb2.LoadResponse.FromString,
                 _registered_method=True)
+        self.Tokenize = channel.unary_unary(
+                '/neuraxis.v1.Neuron/Tokenize',
+                request_serializer=axon_dot_v1_dot_neuron__pb2.TokenizeRequest.SerializeToString,
+                response_deserializer=axon_dot_v1_dot_neuron__pb2.TokenizeResponse.FromString,
+                _registered_method=True)
+        self.Detokenize = channel.unary_unary(
+                '/neuraxis.v1.Neuron/Detokenize',
+                request_serializer=axon_dot_v1_dot_neuron__pb2.DetokenizeRequest.SerializeToString,
+                response_deserializer=axon_dot_v1_dot_neuron__pb2.DetokenizeResponse.FromString,
+                _registered_method=True)
 
 
 class NeuronServicer:
@@ -89,6 +99,20 @@ class NeuronServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Tokenize(self, request, context):
+        """A prompt, or messages through the model's chat template, as token ids
+        (vLLM's /tokenize); and token ids back to text (/detokenize).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Detokenize(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NeuronServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +135,16 @@ def add_NeuronServicer_to_server(servicer, server):
                     servicer.Load,
                     request_deserializer=axon_dot_v1_dot_neuron__pb2.LoadRequest.FromString,
                     response_serializer=axon_dot_v1_dot_neuron__pb2.LoadResponse.SerializeToString,
+            ),
+            'Tokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Tokenize,
+                    request_deserializer=axon_dot_v1_dot_neuron__pb2.TokenizeRequest.FromString,
+                    response_serializer=axon_dot_v1_dot_neuron__pb2.TokenizeResponse.SerializeToString,
+            ),
+            'Detokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Detokenize,
+                    request_deserializer=axon_dot_v1_dot_neuron__pb2.DetokenizeRequest.FromString,
+                    response_serializer=axon_dot_v1_dot_neuron__pb2.DetokenizeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +255,60 @@ class Neuron:
             '/neuraxis.v1.Neuron/Load',
             axon_dot_v1_dot_neuron__pb2.LoadRequest.SerializeToString,
             axon_dot_v1_dot_neuron__pb2.LoadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Tokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/neuraxis.v1.Neuron/Tokenize',
+            axon_dot_v1_dot_neuron__pb2.TokenizeRequest.SerializeToString,
+            axon_dot_v1_dot_neuron__pb2.TokenizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Detokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/neuraxis.v1.Neuron/Detokenize',
+            axon_dot_v1_dot_neuron__pb2.DetokenizeRequest.SerializeToString,
+            axon_dot_v1_dot_neuron__pb2.DetokenizeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,6 +35,7 @@ from cortex.schemas.chat import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
+    ChatMessageIn,
     Choice,
     ChunkChoice,
     CustomCallOut,
@@ -59,7 +60,12 @@ def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.Gene
         raise InvalidRequestError(
             "'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs"
         )
-    messages = [
+    return params.internal_request(shared, request_id, messages=internal_messages(body.messages))
+
+
+def internal_messages(messages: Sequence[ChatMessageIn]) -> list[pb.ChatMessage]:
+    """A chat conversation as the neuron takes it (/tokenize's too)."""
+    return [
         pb.ChatMessage(
             role=m.role,
             content=m.text(),
@@ -67,9 +73,8 @@ def to_generate_request(body: ChatCompletionRequest, request_id: str) -> pb.Gene
             tool_calls=[_call_in(c) for c in m.tool_calls or []],
             tool_call_id=m.tool_call_id,
         )
-        for m in body.messages
+        for m in messages
     ]
-    return params.internal_request(shared, request_id, messages=messages)
 
 
 def _call_in(call: ToolCallIn | CustomToolCallIn) -> pb.ToolCall:

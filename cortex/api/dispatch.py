@@ -19,8 +19,9 @@ streams end.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from fastapi import Request
 
@@ -38,6 +39,7 @@ from cortex.routing.policy import RouteHints
 from cortex.schemas.surfaces import Surface
 
 Stream = AsyncIterator[pb.GenerateResponse]
+T = TypeVar("T")
 
 
 def claim(request: Request, surface: Surface) -> str:
@@ -180,6 +182,31 @@ def in_surface_terms(
         return error
     message = error.message.replace(f"'{error.param}'", f"'{spelling}'")
     return type(error)(message, param=spelling)
+
+
+async def unary(request: Request, model: str, call: Callable[[], Awaitable[T]]) -> T:
+    """One call that generates nothing (/tokenize, /detokenize) on a replica
+    of `model`, tracked, counted toward the key's rpm and max_concurrent; a
+    client that leaves cancels it."""
+    check_model(request, model)
+    admission = await admit_request(request)
+    tracker = _tracker(request, model)
+    try:
+        answer = await cancel_on_disconnect(request, call())
+    except ClientDisconnectedError:
+        tracker.finish("cancelled")
+        raise
+    except Exception as e:
+        tracker.finish(outcome_of(e))
+        raise
+    except BaseException:
+        tracker.finish("cancelled")
+        raise
+    finally:
+        if admission is not None:
+            admission.release()
+    tracker.part_done(0, 0)
+    return answer
 
 
 async def embed(request: Request, internal: pb.EmbedRequest) -> pb.EmbedResponse:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from axon.protomaps import generation_name
@@ -25,8 +25,8 @@ def router_for(neurons: Neurons) -> APIRouter:
     return router
 
 
-async def prometheus_metrics() -> Response:
-    body, content_type = metrics.exposition()
+async def prometheus_metrics(request: Request) -> Response:
+    body, content_type = metrics.exposition(request.headers.get("accept", ""))
     return Response(body, media_type=content_type)
 
 

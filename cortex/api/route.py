@@ -33,11 +33,13 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from axon import tracing
 from axon.errors import InvalidRequestError
 from cortex.api import body_json, dispatch, gc_paused
 from cortex.api.caps import LIST_CAPS, ListCap, RequestCaps, check_lists
 from cortex.api.gateway import authenticate, gateway_of
 from cortex.auth.limiter import Admission
+from cortex.http.context import context_of
 
 # Below this a body is parsed on the loop: the hop to a thread and back
 # costs more than parsing it.
@@ -62,7 +64,10 @@ class ApiRoute(APIRoute):
             handler = _counted(handler)
 
         async def authenticated_first(request: Request) -> Response:
-            await authenticate(request)
+            if tracing.enabled():
+                await _traced_authenticate(request)
+            else:
+                await authenticate(request)
             if model is None:
                 return await handler(request)
             parsed = _ParsedRequest(request.scope, request.receive)
@@ -80,6 +85,12 @@ class ApiRoute(APIRoute):
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             return annotation
         return None
+
+
+async def _traced_authenticate(request: Request) -> None:
+    with tracing.span("neuraxis.authenticate") as span:
+        await authenticate(request)
+        tracing.annotate(span, {"neuraxis.tenant": context_of(request).principal.tenant})
 
 
 class CountedRoute(ApiRoute):

@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from axon import tracing
 from axon.errors import (
     EngineDiedError,
     InternalError,
@@ -40,6 +41,7 @@ from axon.grpc_limits import check_size
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.routing.admission import AdmissionControl
+from cortex.routing.client import Metadata
 from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
 from cortex.routing.ejection import OutlierEjection
 from cortex.routing.policy import Decision, Outcome, RouteHints, RouteRequest, RoutingPolicy
@@ -52,10 +54,10 @@ log = logging.getLogger("neuraxis.cortex")
 HEALTH_LOST = "The neuron serving this request stopped answering its health checks."
 
 T = TypeVar("T")
-Request = pb.GenerateRequest | pb.EmbedRequest
-# One attempt on a neuron within the request's deadline: what it yields goes
-# to the caller as it comes.
-Attempt = Callable[[NeuronState, RequestDeadline], AsyncIterator[T]]
+Request = pb.GenerateRequest | pb.EmbedRequest | pb.TokenizeRequest | pb.DetokenizeRequest
+# One attempt on a neuron within the request's deadline, with the trace
+# context the neuron continues: what it yields goes to the caller as it comes.
+Attempt = Callable[[NeuronState, RequestDeadline, Metadata], AsyncIterator[T]]
 
 
 @dataclass(frozen=True)
@@ -94,14 +96,27 @@ class Attempts:
     ) -> AsyncIterator[pb.GenerateResponse]:
         """The neuron's stream for `request`, through `run`."""
         return self.run(
-            request, hints, lambda state, deadline: self._stream(state, request, deadline)
+            request,
+            hints,
+            lambda state, deadline, metadata: self._stream(state, request, deadline, metadata),
         )
 
     async def embed(self, request: pb.EmbedRequest, hints: RouteHints | None) -> pb.EmbedResponse:
         """The embeddings of `request`, through `run`."""
         [response] = [
-            r async for r in self.run(request, hints, lambda s, _: self._embed(s, request))
+            r async for r in self.run(request, hints, lambda s, _, __: self._embed(s, request))
         ]
+        return response
+
+    async def tokenize(self, request: pb.TokenizeRequest) -> pb.TokenizeResponse:
+        """`request`'s token ids from a replica of its model, through `run`."""
+        tokenized = self.run(request, None, lambda s, _, __: self._tokenize(s, request))
+        [response] = [r async for r in tokenized]
+        return response
+
+    async def detokenize(self, request: pb.DetokenizeRequest) -> pb.DetokenizeResponse:
+        text = self.run(request, None, lambda s, _, __: self._detokenize(s, request))
+        [response] = [r async for r in text]
         return response
 
     async def run(
@@ -112,7 +127,8 @@ class Attempts:
         to the caller (part of the answer has already gone out)."""
         check_size(request.ByteSize())  # before a neuron's transport refuses it
         # Time queued for a slot is bounded by the queue timeout, not the deadlines.
-        await self._admission.admit(request.model, self._roster.model_label(request.model))
+        with tracing.span("neuraxis.admission", {"gen_ai.request.model": request.model}):
+            await self._admission.admit(request.model, self._roster.model_label(request.model))
         deadline = RequestDeadline(self._deadlines, self._clock)
         with self._budget.ticket() as ticket:
             tried: list[NeuronState] = []
@@ -122,12 +138,19 @@ class Attempts:
                 self._dispatch(current)
                 started = False
                 outcome = Outcome.CANCELLED  # unless the attempt ends or fails
+                # Not current: it lives across the stream's yields.
+                span = _attempt_span(request, current, len(tried))
+                failure: NeuraxisError | None = None
                 try:
-                    async for item in attempt(current.state, deadline):
-                        started = True
+                    async for item in attempt(current.state, deadline, tracing.metadata_for(span)):
+                        if not started:
+                            started = True
+                            if span is not None:
+                                span.add_event("first_message")
                         yield item
                     outcome = Outcome.OK
                 except NeuraxisError as e:
+                    failure = e
                     if caused_by_request(e):
                         outcome = Outcome.OK  # the neuron answered: the request was at fault
                         raise
@@ -136,6 +159,7 @@ class Attempts:
                         request, current, e, tried, started, ticket, deadline
                     )
                 finally:
+                    tracing.end(span, failure)
                     await self._done(current, outcome)
 
     async def _embed(
@@ -144,8 +168,22 @@ class Attempts:
         """One embed attempt: one call, bounded by the total deadline."""
         yield await state.client.embed(request, self._deadlines.total_s)
 
+    async def _tokenize(
+        self, state: NeuronState, request: pb.TokenizeRequest
+    ) -> AsyncIterator[pb.TokenizeResponse]:
+        yield await state.client.tokenize(request, self._deadlines.total_s)
+
+    async def _detokenize(
+        self, state: NeuronState, request: pb.DetokenizeRequest
+    ) -> AsyncIterator[pb.DetokenizeResponse]:
+        yield await state.client.detokenize(request, self._deadlines.total_s)
+
     async def _stream(
-        self, state: NeuronState, request: pb.GenerateRequest, deadline: RequestDeadline
+        self,
+        state: NeuronState,
+        request: pb.GenerateRequest,
+        deadline: RequestDeadline,
+        metadata: Metadata,
     ) -> AsyncIterator[pb.GenerateResponse]:
         """One generate attempt: the neuron's stream, each wait for a message
         bounded by the request's deadlines and cut short if the health poll
@@ -153,7 +191,7 @@ class Attempts:
         remaining = deadline.remaining()
         if remaining <= 0:
             raise deadline.exceeded("total")
-        stream = aiter(state.client.generate(request, remaining))
+        stream = aiter(state.client.generate(request, remaining, metadata))
         watchdog = Watchdog(deadline)
         state.watchdogs.add(watchdog)
         try:
@@ -191,7 +229,7 @@ class Attempts:
             # Hashed once per request; retries carry the same prefix.
             prefix = hasher.blocks(request, salt=hints.prompt_cache_key)
         route = self._route(request, hints, attempt=0, prefix=prefix)
-        state, decision = self._pick(route, [])
+        state, decision = self._choose(route, [])
         return _Dispatch(state, route, decision)
 
     def _route(
@@ -205,6 +243,24 @@ class Attempts:
             attempt=attempt,
             prefix=prefix,
         )
+
+    def _choose(
+        self, route: RouteRequest, exclude: list[NeuronState]
+    ) -> tuple[NeuronState, Decision]:
+        """`_pick`, in a span of its own when tracing: the policy, the neuron
+        chosen and why (hit, overflow, fallback, ...)."""
+        if not tracing.enabled():
+            return self._pick(route, exclude)
+        policy = self._policy_for(route.model).name
+        attributes: tracing.Attributes = {
+            "neuraxis.routing.policy": policy,
+            "neuraxis.attempt": route.attempt,
+        }
+        with tracing.span("neuraxis.route", attributes) as span:
+            state, decision = self._pick(route, exclude)
+            chosen = {"neuraxis.routing.neuron": state.address}
+            tracing.annotate(span, {**chosen, "neuraxis.routing.decision": decision.value})
+        return state, decision
 
     def _pick(
         self, route: RouteRequest, exclude: list[NeuronState]
@@ -328,9 +384,25 @@ class Attempts:
         self, route: RouteRequest, exclude: list[NeuronState]
     ) -> tuple[NeuronState, Decision] | None:
         try:
-            return self._pick(route, exclude)
+            return self._choose(route, exclude)
         except NeuraxisError:
             return None
+
+
+def _attempt_span(request: Request, chosen: _Dispatch, attempt: int) -> tracing.Span | None:
+    """The span of one attempt (None: tracing off), a child of the current
+    one (the HTTP request's)."""
+    if not tracing.enabled():
+        return None
+    return tracing.start(
+        "neuraxis.attempt",
+        {
+            "neuraxis.attempt": attempt,
+            "neuraxis.neuron": chosen.state.address,
+            "neuraxis.request_id": request.request_id,
+            "gen_ai.request.model": request.model,
+        },
+    )
 
 
 def _neuron_down(error: NeuraxisError) -> bool:

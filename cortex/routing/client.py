@@ -31,6 +31,8 @@ from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
 
 R = TypeVar("R")
+# A call's gRPC metadata (the trace context the neuron continues).
+Metadata = tuple[tuple[str, str], ...]
 
 _CHANNEL_OPTIONS = [
     # Notice a neuron that vanished without closing its connection.
@@ -74,9 +76,15 @@ class NeuronConnection(Protocol):
     async def info(self, timeout: float) -> pb.InfoResponse: ...
     async def embed(self, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse: ...
     async def load(self, timeout: float) -> pb.LoadResponse: ...
+    async def tokenize(
+        self, request: pb.TokenizeRequest, timeout: float
+    ) -> pb.TokenizeResponse: ...
+    async def detokenize(
+        self, request: pb.DetokenizeRequest, timeout: float
+    ) -> pb.DetokenizeResponse: ...
     async def serving(self, timeout: float) -> bool: ...
     def generate(
-        self, request: pb.GenerateRequest, timeout: float
+        self, request: pb.GenerateRequest, timeout: float, metadata: Metadata = ()
     ) -> AsyncIterator[pb.GenerateResponse]: ...
     async def close(self) -> None: ...
 
@@ -122,6 +130,14 @@ class NeuronClient:
     async def load(self, timeout: float) -> pb.LoadResponse:
         return await self._unary(self._stub.Load(pb.LoadRequest(), timeout=timeout))
 
+    async def tokenize(self, request: pb.TokenizeRequest, timeout: float) -> pb.TokenizeResponse:
+        return await self._unary(self._stub.Tokenize(request, timeout=timeout))
+
+    async def detokenize(
+        self, request: pb.DetokenizeRequest, timeout: float
+    ) -> pb.DetokenizeResponse:
+        return await self._unary(self._stub.Detokenize(request, timeout=timeout))
+
     async def _unary(self, call: Awaitable[R]) -> R:
         """A unary call's answer, or its failure as the typed error."""
         try:
@@ -142,9 +158,10 @@ class NeuronClient:
         return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
 
     async def generate(
-        self, request: pb.GenerateRequest, timeout: float
+        self, request: pb.GenerateRequest, timeout: float, metadata: Metadata = ()
     ) -> AsyncGenerator[pb.GenerateResponse, None]:
-        call = self._stub.Generate(request, timeout=timeout)
+        """`metadata`: the attempt's trace context (axon/tracing.py), if any."""
+        call = self._stub.Generate(request, timeout=timeout, metadata=metadata or None)
         try:
             async for response in call:
                 self._unreachable = False

@@ -230,3 +230,9 @@ class NeuronPool:
     ) -> pb.EmbedResponse:
         await self.wakes.wait(request.model, self.model_label(request.model))
         return await self._attempts.embed(request, hints)
+
+    async def tokenize(self, request: pb.TokenizeRequest) -> pb.TokenizeResponse:
+        return await self._attempts.tokenize(request)
+
+    async def detokenize(self, request: pb.DetokenizeRequest) -> pb.DetokenizeResponse:
+        return await self._attempts.detokenize(request)

@@ -52,6 +52,10 @@ RESPONSES = Surface(
     ParamNames("input", "max_output_tokens", "text.format.schema"),
 )
 EMBEDDINGS = Surface("embeddings", "/v1/embeddings", "embd-")
+# vLLM's tokenizer endpoints (outside /v1, as vLLM serves them; not in SURFACES,
+# which lists the OpenAI APIs).
+TOKENIZE = Surface("tokenize", "/tokenize", "tokenize-")
+DETOKENIZE = Surface("detokenize", "/detokenize", "detokenize-")
 
 SURFACES = (CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES)
 _BY_PATH = {s.path: s for s in SURFACES}

@@ -199,6 +199,29 @@ class EmbedResult:
 
 
 @dataclass(frozen=True)
+class TokenizeRequest:
+    """A prompt, or messages through the chat template, to token ids (vLLM's
+    /tokenize: its defaults differ by shape, so the caller sets them)."""
+
+    request_id: str
+    model: str
+    prompt: str | None = None  # None: the messages, rendered
+    messages: tuple[Message, ...] = ()
+    tools: tuple[Tool, ...] = ()
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    return_token_strs: bool = False
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    tokens: list[int]
+    max_model_len: int
+    token_strs: list[str] | None = None  # None: not asked for
+
+
+@dataclass(frozen=True)
 class ServedModel:
     id: str
     max_context_length: int
@@ -240,6 +263,14 @@ class Engine(abc.ABC):
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         raise wrong_task(request.model, ModelTask.GENERATE)
+
+    @abc.abstractmethod
+    async def tokenize(self, request: TokenizeRequest) -> Tokenized:
+        """The request's token ids, as the engine would see its prompt."""
+
+    @abc.abstractmethod
+    async def detokenize(self, model: str, tokens: list[int]) -> str:
+        """Token ids back to text."""
 
     @abc.abstractmethod
     def load(self) -> EngineLoad: ...

@@ -19,9 +19,10 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from axon.errors import EngineDiedError, InternalError, ModelNotFoundError
+from axon.errors import EngineDiedError, InternalError, InvalidRequestError, ModelNotFoundError
 from axon.process import interrupted_by_stop_signals
 from axon.tasks import ModelTask
+from neuron import tracing
 from neuron.engine.base import (
     ChoiceDelta,
     EmbedRequest,
@@ -32,6 +33,8 @@ from neuron.engine.base import (
     FinishReason,
     Output,
     ServedModel,
+    Tokenized,
+    TokenizeRequest,
     TokenLogprob,
     TopLogprob,
     Usage,
@@ -146,12 +149,14 @@ class SimEngine(Engine):
             if request.prompt is not None
             else " ".join(m.content for m in request.messages)
         )
-        prompt_tokens = self.prefill.prompt_tokens(text_in)
+        with tracing.phase("prepare"):
+            prompt_tokens = self.prefill.prompt_tokens(text_in)
         max_tokens = check_context(self._model, prompt_tokens, request.sampling.max_tokens)
         if request.sampling.max_tokens is None:
             max_tokens = min(max_tokens, opts.default_tokens)
         n = request.sampling.n
         self._running += 1
+        tracing.submitted()
         try:
             await asyncio.sleep(opts.ttft_s)
             cached = (await self.prefill.prefill(text_in)).cached_tokens
@@ -177,8 +182,47 @@ class SimEngine(Engine):
         finally:
             self._running -= 1
 
+    async def tokenize(self, request: TokenizeRequest) -> Tokenized:
+        self._check_model(request.model)
+        text = request.prompt if request.prompt is not None else _sim_template(request)
+        tokens = list(text.encode())
+        if request.add_special_tokens:
+            tokens.insert(0, SIM_BOS)
+        strs = [_sim_token(t) for t in tokens] if request.return_token_strs else None
+        return Tokenized(tokens, self._model.max_context_length, strs)
+
+    async def detokenize(self, model: str, tokens: list[int]) -> str:
+        self._check_model(model)
+        unknown = [t for t in tokens if t > SIM_BOS]
+        if unknown:
+            raise InvalidRequestError(
+                f"Token id {unknown[0]} is out of vocabulary (the model has {SIM_BOS + 1}).",
+                param="tokens",
+            )
+        return b"".join(_sim_token(t).encode("latin-1") for t in tokens).decode(errors="replace")
+
+    def _check_model(self, model: str) -> None:
+        if model != self._model.id:
+            raise ModelNotFoundError(f"The model '{model}' does not exist on this neuron.")
+
     async def shutdown(self) -> None:
         return None
+
+
+# The sim's tokenizer: a token per UTF-8 byte of the text (ids 0-255), and a
+# beginning-of-sequence token; its chat template: `<|role|>content` lines.
+SIM_BOS = 256
+
+
+def _sim_token(token: int) -> str:
+    return "<s>" if token == SIM_BOS else bytes([token]).decode("latin-1")
+
+
+def _sim_template(request: TokenizeRequest) -> str:
+    text = "".join(f"<|{m.role}|>{m.content}\n" for m in request.messages)
+    if request.add_generation_prompt and not request.continue_final_message:
+        text += "<|assistant|>"
+    return text
 
 
 def _logprobs(text: str, k: int | None) -> tuple[TokenLogprob, ...]:

@@ -109,6 +109,14 @@ def test_auth_cost_benchmark_runs() -> None:
     assert "| admit + settle |" in out, out
 
 
+def test_tracing_overhead_benchmark_runs(tmp_path: Path) -> None:
+    # Starts its own OTLP receiver, sim neurons and cortexes (tracing off and on).
+    out = _smoke("bench.tracing_overhead", "--out", str(tmp_path / "tracing_overhead.json"))
+    assert "| off |" in out and "| ratio 1.0 |" in out, out
+    assert "tracing off: " in out and "no OpenTelemetry object made" in out, out
+    assert (tmp_path / "tracing_overhead.md").is_file()
+
+
 def test_edge_stalls_benchmark_runs(tmp_path: Path) -> None:
     # Starts its own sim neuron and a cortex with auth required.
     out = _smoke("bench.edge_stalls", "--out", str(tmp_path / "edge_stalls.json"))

@@ -26,6 +26,7 @@ from typing import Any
 
 from axon.generations import PROFILES, Generation, check_model_options
 from axon.tasks import ModelTask
+from axon.tracing import OtlpProtocol, http_traces_url
 from neuron.engine.vllm.cpu_seed import CPU_SEED_FIX_ENV
 
 # vLLM's compilation on a GPU: its Inductor-based compiler and CUDA graphs for
@@ -58,6 +59,10 @@ class VllmOptions:
     quantization: str | None = None
     kv_cache_dtype: str | None = None
     tensor_parallel_size: int = 1
+    # vLLM's own OpenTelemetry spans (its request's queue, prefill and
+    # decode) go to the neuron's collector, in the neuron's trace.
+    otlp_traces_endpoint: str | None = None
+    otlp_protocol: OtlpProtocol = "grpc"
 
 
 @dataclass(frozen=True)
@@ -102,12 +107,22 @@ def engine_launch(options: VllmOptions, generation: Generation) -> EngineLaunch:
         kwargs["quantization"] = options.quantization
     if options.max_model_len is not None:
         kwargs["max_model_len"] = options.max_model_len
+    if options.otlp_traces_endpoint:
+        endpoint = options.otlp_traces_endpoint
+        if options.otlp_protocol == "http/protobuf":
+            endpoint = http_traces_url(endpoint)  # vLLM's HTTP exporter takes the full URL
+        kwargs["otlp_traces_endpoint"] = endpoint
     return EngineLaunch(kwargs=kwargs, env=_env(options, generation))
 
 
 def _env(options: VllmOptions, generation: Generation) -> dict[str, str]:
     # vLLM's loggers go through ours (JSON) instead of their own handler.
     env = {"VLLM_CONFIGURE_LOGGING": "0"}
+    if options.otlp_traces_endpoint:
+        # vLLM picks its exporter, and names its spans' service, by the
+        # standard variables: its spans are the neuron's.
+        env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = options.otlp_protocol
+        env["OTEL_SERVICE_NAME"] = "neuraxis-neuron"
     if generation is Generation.CPU:
         # The engine core is a child process and inherits it.
         env["VLLM_CPU_KVCACHE_SPACE"] = str(options.kv_cache_gib)

@@ -34,6 +34,7 @@ from axon.errors import (
 from axon.generations import Generation
 from axon.process import forked_children_die_with_this_process, interrupted_by_stop_signals
 from axon.tasks import ModelTask
+from neuron import tracing
 from neuron.engine.base import (
     ChoiceDelta,
     EmbedRequest,
@@ -44,6 +45,8 @@ from neuron.engine.base import (
     FinishReason,
     Output,
     ServedModel,
+    Tokenized,
+    TokenizeRequest,
     TokenLogprob,
     ToolChoiceMode,
     TopLogprob,
@@ -51,6 +54,7 @@ from neuron.engine.base import (
     check_context,
     wrong_task,
 )
+from neuron.engine.vllm import prompt
 from neuron.engine.vllm.args import VllmOptions, engine_launch
 from neuron.engine.vllm.errors import client_error, constraint_param
 from neuron.engine.vllm.grammar_probe import CompileTimeoutError, GrammarProbe, probe_key
@@ -192,15 +196,20 @@ class VllmEngine(Engine):
         model = self._served(request.model, ModelTask.GENERATE)
         completion_tokens = 0
         try:
-            prompt_ids = await self._prepare(
-                render_fitting, self._tokenizer, request, model.max_context_length
-            )
+            with tracing.phase("prepare"):
+                prompt_ids = await self._prepare(
+                    render_fitting, self._tokenizer, request, model.max_context_length
+                )
             max_tokens = check_context(model, len(prompt_ids), request.sampling.max_tokens)
             params = sampling_params(request, max_tokens)
             await self._check_grammar(request, params)
             shapers = [self._shaper(i, request) for i in range(request.sampling.n)]
+            tracing.submitted()
+            # vLLM's own spans join the call's trace (only when tracing).
+            headers = tracing.trace_headers()
+            traced = {"trace_headers": headers} if headers else {}
             stream = self._llm.generate(
-                {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id
+                {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id, **traced
             )
             async for out in stream:
                 choices: list[ChoiceDelta] = []
@@ -279,6 +288,29 @@ class VllmEngine(Engine):
         embeddings = [r.outputs.data.flatten().tolist() for r in results if r is not None]
         return EmbedResult(embeddings=embeddings, prompt_tokens=sum(len(p) for p in prompts))
 
+    async def tokenize(self, request: TokenizeRequest) -> Tokenized:
+        model = self._served(request.model)
+        try:
+            ids = await self._prepare(prompt.tokenize, self._tokenizer, request)
+        except Exception as e:
+            _raise_translated(e, None)
+        strs = None
+        if request.return_token_strs:
+            strs = [str(s) for s in self._tokenizer.convert_ids_to_tokens(ids)]
+        return Tokenized(tokens=ids, max_model_len=model.max_context_length, token_strs=strs)
+
+    async def detokenize(self, model: str, tokens: list[int]) -> str:
+        self._served(model)
+        vocabulary = len(self._tokenizer)
+        unknown = [t for t in tokens if t >= vocabulary]
+        if unknown:
+            raise InvalidRequestError(
+                f"Token id {unknown[0]} is out of vocabulary (the model has {vocabulary}).",
+                param="tokens",
+            )
+        text: str = await self._prepare(self._tokenizer.decode, tokens)
+        return text
+
     async def shutdown(self) -> None:
         if self._probe is not None:
             self._probe.close()
@@ -321,14 +353,15 @@ class VllmEngine(Engine):
                 param=param,
             ) from None
 
-    def _served(self, model_id: str, task: ModelTask) -> ServedModel:
+    def _served(self, model_id: str, task: ModelTask | None = None) -> ServedModel:
+        """The served model `model_id`, able to do `task` (None: any)."""
         if self._model is None:
             raise UnavailableError("the engine is still loading")
         if model_id != self._model.id:
             raise ModelNotFoundError(f"The model '{model_id}' does not exist on this neuron.")
         if not self.healthy():
             raise _dead()
-        if self._model.task is not task:
+        if task is not None and self._model.task is not task:
             raise wrong_task(model_id, self._model.task)
         return self._model
 

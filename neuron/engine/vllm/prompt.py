@@ -23,6 +23,7 @@ from neuron.engine.base import (
     GrammarSyntax,
     Message,
     ResponseFormatKind,
+    TokenizeRequest,
     Tool,
     ToolChoiceMode,
     ToolKind,
@@ -99,6 +100,21 @@ def render(tokenizer: Any, request: EngineRequest) -> list[int]:
         )
         ids = tokenizer.encode(text, add_special_tokens=False)
     return list(ids)
+
+
+def tokenize(tokenizer: Any, request: TokenizeRequest) -> list[int]:
+    """/tokenize as vLLM's server does it: the prompt encoded, or the
+    messages rendered (the options as given) and the text encoded."""
+    if request.prompt is not None:
+        return list(tokenizer.encode(request.prompt, add_special_tokens=request.add_special_tokens))
+    text = tokenizer.apply_chat_template(
+        [_template_message(m) for m in request.messages],
+        tools=[openai_tool(t) for t in request.tools] or None,
+        add_generation_prompt=request.add_generation_prompt,
+        continue_final_message=request.continue_final_message,
+        tokenize=False,
+    )
+    return list(tokenizer.encode(text, add_special_tokens=request.add_special_tokens))
 
 
 def offered_parameters(tool: Tool) -> dict[str, Any] | None:

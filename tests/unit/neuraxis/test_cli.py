@@ -198,6 +198,9 @@ def test_up_keeps_its_defaults() -> None:
         "engine": "vllm",
         "sim_ttft_s": 0.05,
         "sim_itl_s": 0.02,
+        "otlp_endpoint": None,
+        "otlp_protocol": "grpc",
+        "trace_sample_ratio": 1.0,
     }
 
 
@@ -219,6 +222,9 @@ def test_up_keeps_its_flags() -> None:
         "--ray-port=6390",
         "--verbose",
         "--log-format=json",
+        "--otlp-endpoint=http://127.0.0.1:4318",
+        "--otlp-protocol=http/protobuf",
+        "--trace-sample-ratio=0.5",
     ]
     assert _up(argv).model_dump() == {
         "host": "0.0.0.0",
@@ -243,6 +249,9 @@ def test_up_keeps_its_flags() -> None:
         "engine": "vllm",
         "sim_ttft_s": 0.05,
         "sim_itl_s": 0.02,
+        "otlp_endpoint": "http://127.0.0.1:4318",
+        "otlp_protocol": "http/protobuf",
+        "trace_sample_ratio": 0.5,
     }
 
 

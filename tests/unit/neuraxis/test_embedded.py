@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from axon.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
+from axon.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL, NeuronSettings
 from cortex.cluster.spec import parse_spec
+from cortex.config import CortexSettings
 from neuraxis.cli import build_parser, main
-from neuraxis.embedded import EmbeddedOptions, cortex_command, cortex_options, embedded_spec
+from neuraxis.embedded import (
+    EmbeddedOptions,
+    cortex_command,
+    cortex_options,
+    embedded_spec,
+    tracing_env,
+)
 from neuraxis.options import overrides
 
 
@@ -58,3 +65,18 @@ def test_cortex_is_started_with_the_same_command_line_in_either_mode() -> None:
         *("--auth", "required"),
         *("--ray-address", "127.0.0.1:6390", "--admin-port", "9190"),
     ]
+
+
+def test_otlp_endpoint_traces_cortex_and_every_neuron_through_their_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert tracing_env(EmbeddedOptions()) == {}
+    options = EmbeddedOptions(otlp_endpoint="http://127.0.0.1:4317", trace_sample_ratio=0.01)
+    for name, value in tracing_env(options).items():
+        monkeypatch.setenv(name, value)
+    for settings in (CortexSettings(), NeuronSettings()):
+        assert (settings.otlp_endpoint, settings.otlp_protocol, settings.trace_sample_ratio) == (
+            "http://127.0.0.1:4317",
+            "grpc",
+            0.01,
+        )

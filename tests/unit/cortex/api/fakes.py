@@ -41,6 +41,8 @@ class ScriptedPool:
         self.requests: list[pb.GenerateRequest] = []
         self.hints: list[RouteHints | None] = []  # each request's, in order
         self.release = asyncio.Event()
+        self.tokenized: list[pb.TokenizeRequest] = []
+        self.detokenized: list[pb.DetokenizeRequest] = []
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
@@ -81,6 +83,16 @@ class ScriptedPool:
     async def embed(self, request: pb.EmbedRequest) -> pb.EmbedResponse:
         await self.release.wait()
         return pb.EmbedResponse(prompt_tokens=1)
+
+    async def tokenize(self, request: pb.TokenizeRequest) -> pb.TokenizeResponse:
+        """A token per character of the prompt, or per message."""
+        self.tokenized.append(request)
+        count = len(request.prompt) if request.HasField("prompt") else len(request.messages)
+        return pb.TokenizeResponse(tokens=range(count), max_model_len=100)
+
+    async def detokenize(self, request: pb.DetokenizeRequest) -> pb.DetokenizeResponse:
+        self.detokenized.append(request)
+        return pb.DetokenizeResponse(prompt="".join(chr(97 + t % 26) for t in request.tokens))
 
 
 def gateway(neurons: Neurons, store: ResponseStore | None = None) -> Gateway:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from axon.errors import DeadlineExceededError, NeuraxisError, UnavailableError
 from axon.v1 import neuron_pb2 as pb
+from cortex.routing.client import Metadata
 
 # A stream script: messages to send, errors to raise, events to wait for
 # (the stream is held open, as a neuron still generating, until one is set).
@@ -43,6 +44,7 @@ class FakeNeuron:
         self.script: list[Step] = [text("hi"), DONE]
         self.embed_error: NeuraxisError | None = None
         self.generate_requests: list[pb.GenerateRequest] = []
+        self.generate_metadata: list[Metadata] = []  # each call's (the trace context)
         self.embed_requests: list[pb.EmbedRequest] = []
         self.streams_open = 0
         self.waiting = 0  # what its engine reports as queued (other senders' work)
@@ -75,13 +77,24 @@ class FakeNeuron:
             running=self.streams_open, waiting=self.waiting, kv_cache_usage=self.kv_cache_usage
         )
 
+    async def tokenize(self, request: pb.TokenizeRequest, timeout: float) -> pb.TokenizeResponse:
+        if not self.reachable:
+            raise UnavailableError(f"neuron {self.address} is unreachable")
+        return pb.TokenizeResponse(tokens=[1, 2], max_model_len=100)
+
+    async def detokenize(
+        self, request: pb.DetokenizeRequest, timeout: float
+    ) -> pb.DetokenizeResponse:
+        return pb.DetokenizeResponse(prompt=f"from {self.address}")
+
     async def serving(self, timeout: float) -> bool:
         return self.reachable and self.ready
 
     async def generate(
-        self, request: pb.GenerateRequest, timeout: float
+        self, request: pb.GenerateRequest, timeout: float, metadata: Metadata = ()
     ) -> AsyncIterator[pb.GenerateResponse]:
         self.generate_requests.append(request)
+        self.generate_metadata.append(metadata)
         self.streams_open += 1
         try:
             for step in self.script:

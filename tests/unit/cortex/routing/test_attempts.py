@@ -9,19 +9,25 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from axon import tracing
 from axon.errors import InvalidRequestError, RequestTooLargeError, UnavailableError
 from axon.grpc_limits import MAX_MESSAGE_BYTES
 from axon.v1 import neuron_pb2 as pb
 from cortex.routing.admission import AdmissionControl, AdmissionOptions
 from cortex.routing.attempts import Attempts
+from cortex.routing.client import Metadata
 from cortex.routing.deadlines import Deadlines, RequestDeadline
 from cortex.routing.ejection import EjectionOptions, OutlierEjection
 from cortex.routing.least_outstanding import LeastOutstanding
 from cortex.routing.pool_settings import PoolSettings
 from cortex.routing.retry_budget import RetryBudget
 from cortex.routing.roster import NeuronState, Roster
-from tests.unit.cortex.routing.fakes import FakeNeuron, Fleet
+from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, Fleet
+from tests.unit.traced import spans
+
+__all__ = ["spans"]
 
 
 async def _attempts(*addresses: str) -> tuple[Attempts, Roster]:
@@ -59,7 +65,9 @@ async def test_a_failure_before_the_first_item_is_retried_on_another_neuron() ->
     attempts, roster = await _attempts("loop-a:1", "loop-b:1")
     tried: list[str] = []
 
-    async def attempt(state: NeuronState, _deadline: RequestDeadline) -> AsyncIterator[str]:
+    async def attempt(
+        state: NeuronState, _deadline: RequestDeadline, _metadata: Metadata
+    ) -> AsyncIterator[str]:
         tried.append(state.address)
         if len(tried) == 1:
             raise UnavailableError("down")
@@ -74,7 +82,9 @@ async def test_a_failure_after_the_first_item_or_caused_by_the_request_is_not_re
     attempts, roster = await _attempts("late-a:1", "late-b:1")
     tried: list[str] = []
 
-    async def late(state: NeuronState, _deadline: RequestDeadline) -> AsyncIterator[str]:
+    async def late(
+        state: NeuronState, _deadline: RequestDeadline, _metadata: Metadata
+    ) -> AsyncIterator[str]:
         tried.append(state.address)
         yield "part"
         raise UnavailableError("down")
@@ -85,7 +95,9 @@ async def test_a_failure_after_the_first_item_or_caused_by_the_request_is_not_re
             got.append(item)
     assert (got, len(tried)) == (["part"], 1)
 
-    async def refused(state: NeuronState, _deadline: RequestDeadline) -> AsyncIterator[str]:
+    async def refused(
+        state: NeuronState, _deadline: RequestDeadline, _metadata: Metadata
+    ) -> AsyncIterator[str]:
         tried.append(state.address)
         raise InvalidRequestError("bad")
         yield "never"
@@ -103,3 +115,35 @@ async def test_an_oversized_request_is_refused_before_any_neuron() -> None:
     )
     with pytest.raises(RequestTooLargeError):
         await attempts.embed(huge, None)
+
+
+async def test_each_attempt_is_a_span_whose_context_goes_to_its_neuron(
+    spans: InMemorySpanExporter,
+) -> None:
+    attempts, roster = await _attempts("span-a:1", "span-b:1")
+    clients = [state.client for state in roster.states]
+    assert all(isinstance(c, FakeNeuron) for c in clients)
+    failing, answering = (c for c in clients if isinstance(c, FakeNeuron))
+    failing.script = [UnavailableError("down")]
+    request = pb.GenerateRequest(request_id="chat-1", model="m")
+    with tracing.span("request"):
+        # A fresh LeastOutstanding per choice takes the first neuron first.
+        got = [r async for r in attempts.generate(request, None)]
+    assert got[-1] == DONE
+    finished = spans.get_finished_spans()
+    [http] = [s for s in finished if s.name == "request"]
+    routes = [s for s in finished if s.name == "neuraxis.route"]
+    tried = [s for s in finished if s.name == "neuraxis.attempt"]
+    assert all(s.parent == http.context for s in [*routes, *tried])
+    assert [s.name for s in finished if s.name == "neuraxis.admission"] == ["neuraxis.admission"]
+    route_attributes = [dict(s.attributes or {}) for s in routes]
+    assert [a["neuraxis.routing.policy"] for a in route_attributes] == ["least_outstanding"] * 2
+    assert [a["neuraxis.attempt"] for a in route_attributes] == [0, 1]
+    assert [dict(s.attributes or {})["neuraxis.neuron"] for s in tried] == ["span-a:1", "span-b:1"]
+    assert [e.name for e in tried[1].events] == ["first_message"]
+    assert (tried[0].status.is_ok, tried[1].status.is_ok) == (False, True)
+    # Each call carried its own attempt's span as the neuron's parent.
+    sent = [*failing.generate_metadata, *answering.generate_metadata]
+    assert len(sent) == len(tried)
+    parents = {dict(m)["traceparent"].split("-")[2] for m in sent}
+    assert parents == {format(s.context.span_id, "016x") for s in tried}

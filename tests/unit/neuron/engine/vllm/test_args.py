@@ -211,3 +211,18 @@ def test_vllm_takes_a_repo_id_and_its_revision() -> None:
         "abc123",
         "abc123",
     )
+
+
+def test_the_neurons_collector_gets_vllms_own_spans() -> None:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    assert "otlp_traces_endpoint" not in engine_launch(options(), CPU).kwargs
+    grpc = engine_launch(options(otlp_traces_endpoint="http://c:4317"), CPU)
+    assert AsyncEngineArgs(**grpc.kwargs).otlp_traces_endpoint == "http://c:4317"
+    assert grpc.env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"
+    assert grpc.env["OTEL_SERVICE_NAME"] == "neuraxis-neuron"
+    http = engine_launch(
+        options(otlp_traces_endpoint="http://c:4318", otlp_protocol="http/protobuf"), CPU
+    )
+    assert http.kwargs["otlp_traces_endpoint"] == "http://c:4318/v1/traces"
+    assert http.env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"

@@ -1,0 +1,144 @@
+"""The neuron's spans of one Generate call, children of the attempt span
+cortex sent in the call's `traceparent` metadata:
+
+    neuron.generate            the call (SERVER), from its start to its end
+      neuron.prepare           render the chat template, tokenise, truncate
+      neuron.queue             submitted to the engine until its first token
+                               (the engine's queue and the prefill)
+      neuron.decode            first token to finish (gen_ai.* usage, finish)
+
+The servicer opens the call (`call`) and marks its first output and its end;
+the engines mark their own phases (`phase`, `submitted`), which they reach
+through a context variable: a gRPC call runs in a task of its own, so each
+call sees its own. With tracing off (axon/tracing.py) `call` makes nothing
+and the marks return at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+from axon import tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+_CALL: ContextVar[CallTrace | None] = ContextVar("neuraxis_neuron_call", default=None)
+
+
+class CallTrace:
+    """The spans of one Generate call."""
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self._queue: Span | None = None
+        self._decode: Span | None = None
+
+    @property
+    def trace_id(self) -> str:
+        return format(self.span.get_span_context().trace_id, "032x")
+
+    def _child(self, name: str) -> Span:
+        from opentelemetry import trace
+
+        tracer = tracing.tracer()
+        assert tracer is not None
+        return tracer.start_span(name, context=trace.set_span_in_context(self.span))
+
+    def submitted(self) -> None:
+        if self._queue is None:
+            self._queue = self._child("neuron.queue")
+
+    def first_output(self) -> None:
+        if self._decode is not None:
+            return
+        if self._queue is not None:
+            self._queue.end()
+        self.span.add_event("first_token")
+        self._decode = self._child("neuron.decode")
+
+    def finished(self, attributes: tracing.Attributes) -> None:
+        self.span.add_event("finish")
+        self.span.set_attributes(attributes)
+        if self._decode is not None:
+            self._decode.set_attributes(attributes)
+
+    def end(self, error: BaseException | None) -> None:
+        for child in (self._queue, self._decode):
+            if child is not None and child.is_recording():
+                child.end()
+        tracing.end(self.span, error)
+
+
+@contextlib.contextmanager
+def call(
+    method: str, metadata: Mapping[str, str], attributes: tracing.Attributes
+) -> Iterator[CallTrace | None]:
+    """The call's span, continuing cortex's trace (None: tracing off)."""
+    tracer = tracing.tracer()
+    if tracer is None:
+        yield None
+        return
+    from opentelemetry.trace import SpanKind
+
+    span = tracer.start_span(
+        f"neuron.{method.lower()}",
+        context=tracing.extract(metadata),
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+    )
+    if not span.is_recording():  # sampled out (by cortex): nothing more to make
+        yield None
+        return
+    trace = CallTrace(span)
+    token = _CALL.set(trace)
+    error: BaseException | None = None
+    try:
+        yield trace
+    except BaseException as e:
+        error = e
+        raise
+    finally:
+        _CALL.reset(token)
+        trace.end(error)
+
+
+def phase(name: str) -> contextlib.AbstractContextManager[object]:
+    """A span of the current call around a block (`prepare`): never across a
+    yield of the engine's generator."""
+    trace = _CALL.get()
+    if trace is None:
+        return contextlib.nullcontext()
+    return _phase(trace, name)
+
+
+@contextlib.contextmanager
+def _phase(trace: CallTrace, name: str) -> Iterator[object]:
+    span = trace._child(f"neuron.{name}")
+    error: BaseException | None = None
+    try:
+        yield span
+    except BaseException as e:
+        error = e
+        raise
+    finally:
+        tracing.end(span, error)
+
+
+def submitted() -> None:
+    """The engine has taken the request: its queue span starts."""
+    trace = _CALL.get()
+    if trace is not None:
+        trace.submitted()
+
+
+def trace_headers() -> dict[str, str] | None:
+    """The current call's span as W3C headers, for an engine that traces
+    itself (vLLM's `trace_headers`); None when not tracing."""
+    trace = _CALL.get()
+    if trace is None:
+        return None
+    return dict(tracing.metadata_for(trace.span))
