@@ -4,6 +4,7 @@ counterparts in one place (the neuron writes them, cortex reads them)."""
 from __future__ import annotations
 
 from axon.generations import Generation
+from axon.priority import DEFAULT_CLASS, PriorityClass
 from axon.tasks import ModelTask
 from axon.v1 import neuron_pb2 as pb
 
@@ -28,3 +29,15 @@ def generation_name(value: pb.GpuGeneration) -> str:
     this build does not know (a newer neuron)."""
     generation = PB_TO_GENERATION.get(value)
     return generation.value if generation else "unknown"
+
+
+CLASS_TO_PB: dict[PriorityClass, pb.PriorityClass] = {
+    "interactive": pb.PRIORITY_CLASS_INTERACTIVE,
+    "default": pb.PRIORITY_CLASS_DEFAULT,
+    "batch": pb.PRIORITY_CLASS_BATCH,
+}
+# UNSPECIFIED (a request that names no class) is the default class.
+PB_TO_CLASS: dict[pb.PriorityClass, PriorityClass] = {
+    pb.PRIORITY_CLASS_UNSPECIFIED: DEFAULT_CLASS,
+    **{v: k for k, v in CLASS_TO_PB.items()},
+}

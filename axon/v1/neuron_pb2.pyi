@@ -34,6 +34,13 @@ class ResponseFormatKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESPONSE_FORMAT_KIND_JSON_OBJECT: _ClassVar[ResponseFormatKind]
     RESPONSE_FORMAT_KIND_JSON_SCHEMA: _ClassVar[ResponseFormatKind]
 
+class PriorityClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_CLASS_UNSPECIFIED: _ClassVar[PriorityClass]
+    PRIORITY_CLASS_INTERACTIVE: _ClassVar[PriorityClass]
+    PRIORITY_CLASS_DEFAULT: _ClassVar[PriorityClass]
+    PRIORITY_CLASS_BATCH: _ClassVar[PriorityClass]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -71,6 +78,10 @@ RESPONSE_FORMAT_KIND_UNSPECIFIED: ResponseFormatKind
 RESPONSE_FORMAT_KIND_TEXT: ResponseFormatKind
 RESPONSE_FORMAT_KIND_JSON_OBJECT: ResponseFormatKind
 RESPONSE_FORMAT_KIND_JSON_SCHEMA: ResponseFormatKind
+PRIORITY_CLASS_UNSPECIFIED: PriorityClass
+PRIORITY_CLASS_INTERACTIVE: PriorityClass
+PRIORITY_CLASS_DEFAULT: PriorityClass
+PRIORITY_CLASS_BATCH: PriorityClass
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
@@ -189,7 +200,7 @@ class SamplingParams(_message.Message):
     def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., n: _Optional[int] = ..., logprobs: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., min_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., include_stop_str_in_output: _Optional[bool] = ..., skip_special_tokens: _Optional[bool] = ..., spaces_between_special_tokens: _Optional[bool] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., bad_words: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "model", "messages", "sampling", "tools", "tool_choice", "response_format", "prompt", "parallel_tool_calls", "truncate_oldest")
+    __slots__ = ("request_id", "model", "messages", "sampling", "tools", "tool_choice", "response_format", "prompt", "parallel_tool_calls", "truncate_oldest", "priority")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +211,7 @@ class GenerateRequest(_message.Message):
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_OLDEST_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
@@ -210,7 +222,8 @@ class GenerateRequest(_message.Message):
     prompt: str
     parallel_tool_calls: bool
     truncate_oldest: bool
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., prompt: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., truncate_oldest: _Optional[bool] = ...) -> None: ...
+    priority: PriorityClass
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., prompt: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., truncate_oldest: _Optional[bool] = ..., priority: _Optional[_Union[PriorityClass, str]] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens")

@@ -20,7 +20,7 @@ streams end.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from fastapi import Request
@@ -110,7 +110,9 @@ async def _route(
     output = sum(output_cap(r, unset) for r in internals)
     admission = await _admit(request, tokens, len(internals), output)
     tracker = _tracker(request, model, parts=len(internals))
-    # `hints` (the request's affinity keys) go to the routing policy of each.
+    # `hints` (the request's affinity keys) go to the routing policy of each,
+    # with its tenant for its share of the admission queue.
+    hints = replace(hints or RouteHints(), tenant=context_of(request).principal.tenant)
     on_end = admission.stream_ended if admission is not None else None
     streams: list[Stream] = [
         tracked(neurons.generate(r, hints), tracker, on_end) for r in internals
@@ -216,7 +218,9 @@ async def embed(request: Request, internal: pb.EmbedRequest) -> pb.EmbedResponse
     admission = await _admit(request, estimate_embed(internal), 1)
     tracker = _tracker(request, internal.model)
     try:
-        response = await cancel_on_disconnect(request, gateway_of(request).neurons.embed(internal))
+        hints = RouteHints(tenant=context_of(request).principal.tenant)
+        embedded = gateway_of(request).neurons.embed(internal, hints)
+        response = await cancel_on_disconnect(request, embedded)
         if admission is not None:
             admission.part_ended(response.prompt_tokens)
     except ClientDisconnectedError:

@@ -1,21 +1,36 @@
 """Admission control: how many requests a model's replicas take at once,
-and the bounded queue the rest wait in.
+the bounded queue the rest wait in, and in what order they leave it.
 
 Each replica has a concurrency cap (`replica_max_concurrency`, by default
 the batch size its engine reports in Info: vLLM's max_num_seqs). While a
 model's ready replicas have a free slot between them, its requests go
-straight to the pool; beyond that they wait in the model's FIFO queue, and
-each freed slot (a request ending, a replica becoming ready) goes to the
-oldest waiter. A request that finds the queue full, or waits past
+straight to the pool; beyond that they wait in the model's queue, and each
+freed slot (a request ending, a replica becoming ready) goes to the waiter
+the queue's order picks (`fair_queue.py`): by default the highest priority
+class waiting, then across tenants by weighted fair queuing over tokens,
+first come first served within a tenant; with `fair_queuing = false`
+plain arrival order. A request that finds the queue full, or waits past
 `queue_timeout_s`, fails at once with `ModelOverloadedError` (503 +
 Retry-After, code `model_overloaded`) instead of piling up in the engines'
 own queues until a deadline answers 504. A waiter that is cancelled (its
 client left) leaves the queue at once.
 
+With fair queuing the queue is bounded per tenant too (`tenant_queue_share`
+times its weight): a tenant past its bound is refused, never another
+tenant's waiter. When the queue is full in total, a request of a higher
+class takes the place of the newest waiter of the lowest class waiting,
+which is refused (503); a request already dispatched is never touched.
+
+A request's tenant, weight and class ceiling come from the tenants'
+policies (`TenantPolicies`, passed in); its class is the one it asked for,
+capped by its tenant's `max_priority`, and it is charged its estimated
+tokens when it gets a slot, corrected by `settle` when it ends
+(`request_cost.py`).
+
 Newcomers never overtake waiters: a request that finds anyone queued queues
-behind them. A slot handed to a waiter is counted as taken (`_granted`)
-until the waiter resumes and the pool dispatches it, so that two wake-ups
-cannot hand out one slot twice.
+behind them (its place among them is the queue's order). A slot handed to a
+waiter is counted as taken (`_granted`) until the waiter resumes and the
+pool dispatches it, so that two wake-ups cannot hand out one slot twice.
 
 What is free is the pool's to say (`FreeSlots`: it knows the replicas, their
 caps and their outstanding requests); when no cap applies (admission off, a
@@ -29,15 +44,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
-from pydantic import Field, NonNegativeInt, PositiveFloat
-
 from axon.errors import ModelOverloadedError
-from axon.settings import SettingsGroup
+from axon.priority import DEFAULT_CLASS, PriorityClass, capped, rank
+from axon.protomaps import CLASS_TO_PB, PB_TO_CLASS
+from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
+from cortex.routing.admission_options import AdmissionOptions
+from cortex.routing.fair_queue import FairQueue, FifoQueue
+from cortex.routing.request_cost import OutputMeans, Spent, choices, estimate
+from cortex.routing.tenant_policy import TenantPolicies
+
+__all__ = ["AdmissionControl", "AdmissionOptions", "Claim", "FreeSlots", "Sleep", "Ticket"]
 
 # The model's free slots over its ready replicas, or None: no cap applies.
 FreeSlots = Callable[[str], "int | None"]
@@ -48,46 +68,65 @@ Sleep = Callable[[float], Awaitable[None]]
 RETRY_AFTER_S = 1
 
 
-class AdmissionOptions(SettingsGroup):
-    """Replica caps and the per-model queue
-    (docs/deploy.md, "Admission control")."""
+@dataclass(frozen=True)
+class Claim:
+    """What a request asks of admission: whose it is (its tenant and that
+    tenant's weight), its class (already capped) and its estimated tokens."""
 
-    replica_max_concurrency: int = Field(
-        0,
-        ge=-1,
-        description="requests one replica takes at once; more wait in the model's admission "
-        "queue. 0: the batch size its engine reports (vLLM's max_num_seqs; no cap if it "
-        "reports none); -1: no caps, no queue",
-    )
-    queue_size: NonNegativeInt = Field(
-        256,
-        description="requests per model that may wait for a replica slot; past it a request "
-        "gets 503 model_overloaded at once",
-    )
-    queue_timeout_s: PositiveFloat = Field(
-        30.0,
-        description="how long a request may wait for a replica slot before it gets 503 "
-        "model_overloaded (s)",
-    )
+    tenant: str = ""
+    cls: PriorityClass = DEFAULT_CLASS
+    cost: float = 1.0
+    weight: float = 1.0
 
     @property
-    def enabled(self) -> bool:
-        return self.replica_max_concurrency >= 0
+    def rank(self) -> int:
+        return rank(self.cls)
 
-    def cap(self, reported: int) -> int | None:
-        """A replica's cap, given what its neuron reported (0: nothing)."""
-        if self.replica_max_concurrency > 0:
-            return self.replica_max_concurrency
-        if self.replica_max_concurrency == 0 and reported > 0:
-            return reported
-        return None
+
+@dataclass
+class Ticket:
+    """A request admitted: what `settle` needs when it ends."""
+
+    model: str
+    claim: Claim
+    charged: bool  # counted in the fair queue's virtual time
 
 
 @dataclass(eq=False)
 class _Waiter:
+    claim: Claim
+    # Its slot (a result) or its refusal to make room for a higher class
+    # (an exception).
     granted: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+
+    # What the queue orders by (fair_queue.Queued).
+    @property
+    def tenant(self) -> str:
+        return self.claim.tenant
+
+    @property
+    def rank(self) -> int:
+        return self.claim.rank
+
+    @property
+    def cost(self) -> float:
+        return self.claim.cost
+
+    @property
+    def weight(self) -> float:
+        return self.claim.weight
+
+    def was_granted(self) -> bool:
+        return (
+            self.granted.done()
+            and not self.granted.cancelled()
+            and self.granted.exception() is None
+        )
+
+
+_Queue = FairQueue[_Waiter] | FifoQueue[_Waiter]
 
 
 class AdmissionControl:
@@ -97,44 +136,114 @@ class AdmissionControl:
         free_slots: FreeSlots,
         clock: Callable[[], float],
         sleep: Sleep = asyncio.sleep,
+        tenants: TenantPolicies | None = None,
     ) -> None:
+        """`tenants`: the tenants' weights and classes (default: the
+        settings' static `tenants` table)."""
         self._options = options
         self._free = free_slots
         self._clock = clock
         self._sleep = sleep
-        self._queues: dict[str, deque[_Waiter]] = {}
+        self._tenants = tenants if tenants is not None else options.static_policies()
+        self._queues: dict[str, _Queue] = {}
         # Slots handed to woken waiters that the pool has not dispatched yet.
         self._granted: dict[str, int] = {}
         self._labels: dict[str, str] = {}
+        self._means = OutputMeans()
 
     def depth(self, model: str) -> int:
         """Requests waiting for `model` now."""
         return len(self._queues.get(model, ()))
 
-    async def admit(self, model: str, label: str) -> None:
+    def claim(self, request: pb.GenerateRequest | pb.EmbedRequest, tenant: str) -> Claim:
+        """What `request` of `tenant` asks: its class capped by the tenant's
+        `max_priority`, its estimated tokens, the tenant's weight."""
+        policy = self._tenants.policy(tenant)
+        asked = DEFAULT_CLASS
+        if isinstance(request, pb.GenerateRequest):
+            asked = PB_TO_CLASS.get(request.priority, DEFAULT_CLASS)
+        return Claim(
+            tenant=tenant,
+            cls=capped(asked, policy.max_priority),
+            cost=estimate(request, self._means),
+            weight=policy.weight,
+        )
+
+    async def admit(self, model: str, label: str, claim: Claim | None = None) -> Ticket:
         """Return when `model`'s request may be dispatched (the caller then
         dispatches it before its next await), or raise ModelOverloadedError.
-        `label` is the model as a metrics label."""
+        `label` is the model as a metrics label; `claim` what the request
+        asks (default: the anonymous tenant's, default class)."""
+        claim = claim or Claim()
         if not self._options.enabled:
-            return
+            return Ticket(model, claim, charged=False)
         queue = self._queues.get(model)
+        if queue is None:
+            queue = self._queues[model] = (
+                FairQueue[_Waiter]() if self._options.fair_queuing else FifoQueue[_Waiter]()
+            )
         if not queue and self._has_slot(model):
             metrics.record_admission_wait(label, 0.0)
+            queue.charge(_Waiter(claim))
+            return Ticket(model, claim, charged=True)
+        self._make_room(model, label, queue, claim)
+        await self._wait(model, label, queue, _Waiter(claim))
+        return Ticket(model, claim, charged=True)
+
+    @contextlib.contextmanager
+    def settling(self, ticket: Ticket, spent: Spent) -> Iterator[None]:
+        """`settle` when the block ends, however it ends."""
+        try:
+            yield
+        finally:
+            self.settle(ticket, spent)
+
+    def settle(self, ticket: Ticket, spent: Spent) -> None:
+        """The request of `ticket` ended having used `spent`: correct its
+        tenant's charge, and learn the model's output."""
+        claim = ticket.claim
+        if isinstance(spent.request, pb.GenerateRequest) and spent.reported:
+            self._means.learn(ticket.model, spent.output / choices(spent.request))
+        queue = self._queues.get(ticket.model)
+        if ticket.charged and queue is not None:
+            queue.correct(claim.tenant, claim.weight, spent.total - claim.cost)
+
+    def _make_room(self, model: str, label: str, queue: _Queue, claim: Claim) -> None:
+        """Refuse the request if its tenant is past its share or the queue is
+        full; a full queue makes room for a higher class instead by refusing
+        the newest waiter of the lowest class below it."""
+        waiting = queue.waiting(claim.tenant)
+        bound = self._options.tenant_bound(claim.tenant, claim.weight)
+        if bound < self._options.queue_size and waiting >= bound:
+            raise _refused(
+                model,
+                label,
+                "tenant_share",
+                f"its replicas are busy and this tenant already has {waiting} requests waiting",
+            )
+        if len(queue) < self._options.queue_size:
             return
-        if queue is None:
-            queue = self._queues[model] = deque()
-        if len(queue) >= self._options.queue_size:
+        victim = queue.newest_below(claim.rank)
+        if victim is None:
             raise _refused(
                 model,
                 label,
                 "queue_full",
                 f"its replicas are busy and {len(queue)} requests are already waiting",
             )
-        await self._wait(model, label, queue)
+        queue.remove(victim)
+        victim.granted.set_exception(
+            _refused(
+                model,
+                label,
+                "preempted",
+                f"its replicas are busy and a request of a higher priority class than "
+                f"'{victim.claim.cls}' took this request's place in the queue",
+            )
+        )
 
-    async def _wait(self, model: str, label: str, queue: deque[_Waiter]) -> None:
-        waiter = _Waiter()
-        queue.append(waiter)
+    async def _wait(self, model: str, label: str, queue: _Queue, waiter: _Waiter) -> None:
+        queue.push(waiter)
         self._labels[model] = label
         metrics.set_admission_queue_depth(label, len(queue))
         started = self._clock()
@@ -150,6 +259,7 @@ class AdmissionControl:
             timer.cancel()
             metrics.record_admission_wait(label, self._clock() - started)
         if waiter.granted.done():
+            waiter.granted.result()  # raises if it was refused for a higher class
             self._granted[model] -= 1  # dispatched by the caller right away
             return
         self._leave(model, waiter)
@@ -163,13 +273,12 @@ class AdmissionControl:
     def _leave(self, model: str, waiter: _Waiter) -> None:
         queue = self._queues.get(model)
         if queue is not None:
-            with contextlib.suppress(ValueError):  # already popped by a wake-up
-                queue.remove(waiter)
+            queue.remove(waiter)  # False if already popped by a wake-up
             metrics.set_admission_queue_depth(self._labels.get(model, model), len(queue))
-        if waiter.granted.done() and not waiter.granted.cancelled():
+        if waiter.was_granted():
             self._granted[model] -= 1
             self.wake(model)
-        else:
+        elif not waiter.granted.done():
             waiter.granted.cancel()
 
     def _has_slot(self, model: str) -> bool:
@@ -178,17 +287,25 @@ class AdmissionControl:
 
     def wake(self, model: str | None = None) -> None:
         """Hand the free slots of `model` (of every model with waiters if
-        None) to its oldest waiters: call whenever a slot may have freed."""
+        None) to the waiters the queue's order picks: call whenever a slot
+        may have freed."""
         models = [model] if model is not None else list(self._queues)
         for name in models:
             queue = self._queues.get(name)
             if not queue:
                 continue
             while queue and self._has_slot(name):
-                waiter = queue.popleft()
+                waiter = queue.pop()
                 waiter.granted.set_result(None)
                 self._granted[name] = self._granted.get(name, 0) + 1
             metrics.set_admission_queue_depth(self._labels.get(name, name), len(queue))
+
+
+def set_class(request: pb.GenerateRequest, cls: PriorityClass) -> None:
+    """Write the admitted class into the request (where the tenant's ceiling
+    lowered it), for the neuron's engine."""
+    if PB_TO_CLASS.get(request.priority, DEFAULT_CLASS) != cls:
+        request.priority = CLASS_TO_PB[cls]
 
 
 def _refused(model: str, label: str, reason: str, why: str) -> ModelOverloadedError:

@@ -40,11 +40,12 @@ from axon.errors import (
 from axon.grpc_limits import check_size
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
-from cortex.routing.admission import AdmissionControl
+from cortex.routing.admission import AdmissionControl, set_class
 from cortex.routing.client import Metadata
 from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
 from cortex.routing.ejection import OutlierEjection
 from cortex.routing.policy import Decision, Outcome, RouteHints, RouteRequest, RoutingPolicy
+from cortex.routing.request_cost import Spent
 from cortex.routing.retry_budget import RetryBudget, Ticket
 from cortex.routing.roster import NeuronState, Roster
 
@@ -126,11 +127,16 @@ class Attempts:
         when it fails before yielding anything; after that, the error goes
         to the caller (part of the answer has already gone out)."""
         check_size(request.ByteSize())  # before a neuron's transport refuses it
+        claim = self._admission.claim(request, hints.tenant if hints is not None else "")
+        if isinstance(request, pb.GenerateRequest):
+            set_class(request, claim.cls)  # the class the engine should see
+        label = self._roster.model_label(request.model)
         # Time queued for a slot is bounded by the queue timeout, not the deadlines.
         with tracing.span("neuraxis.admission", {"gen_ai.request.model": request.model}):
-            await self._admission.admit(request.model, self._roster.model_label(request.model))
+            admitted = await self._admission.admit(request.model, label, claim)
+        spent = Spent(request)
         deadline = RequestDeadline(self._deadlines, self._clock)
-        with self._budget.ticket() as ticket:
+        with self._budget.ticket() as ticket, self._admission.settling(admitted, spent):
             tried: list[NeuronState] = []
             chosen: _Dispatch | None = self._first(request, hints)
             while chosen is not None:
@@ -147,6 +153,7 @@ class Attempts:
                             started = True
                             if span is not None:
                                 span.add_event("first_message")
+                        spent.see(item)
                         yield item
                     outcome = Outcome.OK
                 except NeuraxisError as e:

@@ -75,6 +75,9 @@ class RouteHints:
 
     previous_response_id: str | None = None
     prompt_cache_key: str | None = None
+    # Who the request acts for (its principal's tenant): its share in the
+    # admission queue. "" is the anonymous tenant (auth off).
+    tenant: str = ""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from cortex.routing.policy import RouteHints, RoutingPolicy
 from cortex.routing.pool_settings import PoolSettings
 from cortex.routing.retry_budget import RetryBudget, RetryBudgetOptions
 from cortex.routing.roster import ClientFactory, Roster
+from cortex.routing.tenant_policy import TenantPolicies
 from cortex.routing.wake import Wakes
 
 
@@ -46,12 +47,15 @@ class NeuronPool:
         retry_budget: RetryBudgetOptions | None = None,
         admission: AdmissionOptions | None = None,
         sleep: Sleep = asyncio.sleep,
+        tenants: TenantPolicies | None = None,
     ) -> None:
         """`clients` are the static neurons; `client_factory` makes the ones
         the endpoint table adds (`update`). `policy` is one policy for every
         model, or a table of one per model (default: least outstanding).
         The groups are cortex's settings of the same names, each given whole
-        to the part that uses it (defaults where left out)."""
+        to the part that uses it (defaults where left out). `tenants`: the
+        tenants' weights and classes admission reads (default: the static
+        table of the admission settings)."""
         if isinstance(policy, RoutingPolicy):
             shared = policy
             self._policy_for: Callable[[str], RoutingPolicy] = lambda _model: shared
@@ -69,7 +73,9 @@ class NeuronPool:
             on_refresh=self._refreshed,
             settings=settings,
         )
-        self._admission = AdmissionControl(admission_options, self._roster.free_slots, clock, sleep)
+        self._admission = AdmissionControl(
+            admission_options, self._roster.free_slots, clock, sleep, tenants
+        )
         # Models scaled to zero (cluster mode sets `wakes.wakeable` and the
         # timeout from the deployment spec and the controller).
         self.wakes = Wakes(

@@ -80,7 +80,9 @@ class ScriptedPool:
                 raise item
             yield item
 
-    async def embed(self, request: pb.EmbedRequest) -> pb.EmbedResponse:
+    async def embed(
+        self, request: pb.EmbedRequest, hints: RouteHints | None = None
+    ) -> pb.EmbedResponse:
         await self.release.wait()
         return pb.EmbedResponse(prompt_tokens=1)
 

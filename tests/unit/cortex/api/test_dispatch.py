@@ -69,7 +69,9 @@ async def test_embeddings_client_that_leaves_is_counted_as_cancelled() -> None:
 
 async def test_embeddings_failure_keeps_its_outcome() -> None:
     class Failing(ScriptedPool):
-        async def embed(self, request: pb.EmbedRequest) -> pb.EmbedResponse:
+        async def embed(
+            self, request: pb.EmbedRequest, hints: RouteHints | None = None
+        ) -> pb.EmbedResponse:
             raise UnavailableError("busy")
 
     before = _count("embeddings", "e", "server_error")

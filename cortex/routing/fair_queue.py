@@ -1,0 +1,224 @@
+"""The order in which a model's waiting requests get replica slots: weighted
+fair queuing across tenants over tokens, priority classes above it, or
+plain first come, first served (`FifoQueue`, the order before tenants had
+weights; the benchmark's baseline).
+
+`FairQueue` is start-time fair queuing (Goyal et al., 1996) with the
+virtual times computed when a request leaves the queue:
+
+- each tenant has a virtual finish time F; the queue has a virtual time V,
+  the start tag of the request that last got a slot;
+- a tenant's next request starts at S = max(V, F) and, when it gets its
+  slot, moves F to S + cost / weight, where cost is the request's tokens
+  (its prompt plus its expected output, `request_cost.py`); V becomes S;
+- the slot goes to the waiting request with the smallest start tag, ties to
+  the one that came first;
+- when a request ends, its charge is corrected by the tokens it really used
+  (`correct`), so a tenant whose requests stop early is not held back for
+  the output they never made.
+
+So backlogged tenants get tokens in proportion to their weights, and a
+tenant that was idle starts at V, ahead of every backlogged tenant whose
+next request starts later: it waits for about one request per backlogged
+tenant, not for their backlogs. Within a tenant requests keep their order.
+
+Priority classes come first: a waiting request of a higher class is always
+taken before any of a lower one; within a class, the fair order. Each
+tenant keeps one F across its classes (fairness is over what it consumed).
+
+Picking is a scan over the tenants with waiters of the highest class
+waiting: O(tenants waiting), a handful in practice, and no tags to redo
+when a correction moves a tenant's F.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+# Past this many tenants remembered, the ones with nothing waiting and an
+# F at or behind V are forgotten: max(V, F) = V for them anyway.
+_FORGET_PAST = 1024
+
+
+class Queued(Protocol):
+    """What the queue needs to know of a waiting request."""
+
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def rank(self) -> int: ...  # its class's rank: 0 is the highest
+
+    @property
+    def cost(self) -> float: ...  # tokens it is expected to use
+
+    @property
+    def weight(self) -> float: ...  # its tenant's weight (> 0)
+
+
+Q = TypeVar("Q", bound=Queued)
+
+
+@dataclass
+class _Lane(Generic[Q]):
+    """One tenant's waiting requests of one class, in arrival order (each
+    with its arrival number, for ties)."""
+
+    waiting: deque[tuple[int, Q]] = field(default_factory=deque)
+
+
+class FairQueue(Generic[Q]):
+    def __init__(self) -> None:
+        # rank -> tenant -> its lane; empty lanes and ranks are removed.
+        self._ranks: dict[int, dict[str, _Lane[Q]]] = {}
+        self._finish: dict[str, float] = {}
+        self._per_tenant: dict[str, int] = {}
+        self._vtime = 0.0
+        self._arrivals = 0
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def waiting(self, tenant: str) -> int:
+        """How many of `tenant`'s requests wait."""
+        return self._per_tenant.get(tenant, 0)
+
+    def push(self, item: Q) -> None:
+        lanes = self._ranks.setdefault(item.rank, {})
+        lane = lanes.get(item.tenant)
+        if lane is None:
+            lane = lanes[item.tenant] = _Lane()
+        self._arrivals += 1
+        lane.waiting.append((self._arrivals, item))
+        self._per_tenant[item.tenant] = self.waiting(item.tenant) + 1
+        self._len += 1
+
+    def pop(self) -> Q:
+        """The request that gets the next slot, charged to its tenant."""
+        rank = min(self._ranks)
+        lanes = self._ranks[rank]
+        tenant = min(lanes, key=lambda t: (self._start(t), lanes[t].waiting[0][0]))
+        _, item = lanes[tenant].waiting[0]
+        self._take(rank, tenant, 0)
+        self.charge(item)
+        return item
+
+    def charge(self, item: Q) -> None:
+        """`item` gets a slot (from the queue, or at once while nobody
+        waits): its tenant's finish time moves on by its cost."""
+        start = self._start(item.tenant)
+        self._finish[item.tenant] = start + item.cost / item.weight
+        self._vtime = start
+        if len(self._finish) > _FORGET_PAST:
+            self._forget()
+
+    def remove(self, item: Q) -> bool:
+        """Take `item` out without charging anyone (it left); False if it
+        was not waiting."""
+        lane = self._ranks.get(item.rank, {}).get(item.tenant)
+        if lane is None:
+            return False
+        for i, (_, queued) in enumerate(lane.waiting):
+            if queued is item:
+                self._take(item.rank, item.tenant, i)
+                return True
+        return False
+
+    def newest_below(self, rank: int) -> Q | None:
+        """The request to refuse to make room for one of class `rank`: the
+        last to arrive of the lowest class waiting, if that class is lower
+        than `rank` (None: nothing lower waits)."""
+        lowest = max(self._ranks, default=rank)
+        if lowest <= rank:
+            return None
+        newest = max(lane.waiting[-1] for lane in self._ranks[lowest].values())
+        return newest[1]
+
+    def correct(self, tenant: str, weight: float, tokens: float) -> None:
+        """A finished request of `tenant` used `tokens` more than it was
+        charged (fewer when negative): move its finish time by as much."""
+        if tenant in self._finish:
+            self._finish[tenant] += tokens / weight
+
+    def __iter__(self) -> Iterator[Q]:
+        for lanes in self._ranks.values():
+            for lane in lanes.values():
+                yield from (item for _, item in lane.waiting)
+
+    def _start(self, tenant: str) -> float:
+        return max(self._vtime, self._finish.get(tenant, 0.0))
+
+    def _take(self, rank: int, tenant: str, index: int) -> None:
+        lanes = self._ranks[rank]
+        waiting = lanes[tenant].waiting
+        del waiting[index]
+        if not waiting:
+            del lanes[tenant]
+            if not lanes:
+                del self._ranks[rank]
+        left = self._per_tenant[tenant] - 1
+        if left:
+            self._per_tenant[tenant] = left
+        else:
+            del self._per_tenant[tenant]
+        self._len -= 1
+
+    def _forget(self) -> None:
+        for tenant, finish in list(self._finish.items()):
+            if finish <= self._vtime and tenant not in self._per_tenant:
+                del self._finish[tenant]
+
+
+class FifoQueue(Generic[Q]):
+    """First come, first served, whatever the tenant or class: the order
+    admission had before fair queuing (`fair_queuing = false`)."""
+
+    def __init__(self) -> None:
+        self._waiting: deque[Q] = deque()
+        self._per_tenant: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def waiting(self, tenant: str) -> int:
+        return self._per_tenant.get(tenant, 0)
+
+    def push(self, item: Q) -> None:
+        self._waiting.append(item)
+        self._per_tenant[item.tenant] = self.waiting(item.tenant) + 1
+
+    def pop(self) -> Q:
+        item = self._waiting.popleft()
+        self._count_out(item)
+        return item
+
+    def remove(self, item: Q) -> bool:
+        for i, queued in enumerate(self._waiting):
+            if queued is item:
+                del self._waiting[i]
+                self._count_out(item)
+                return True
+        return False
+
+    def charge(self, item: Q) -> None:
+        return None  # nothing is charged in arrival order
+
+    def newest_below(self, rank: int) -> Q | None:
+        return None  # no classes in FIFO order: nobody is refused for another
+
+    def correct(self, tenant: str, weight: float, tokens: float) -> None:
+        return None  # nothing charged
+
+    def __iter__(self) -> Iterator[Q]:
+        return iter(self._waiting)
+
+    def _count_out(self, item: Q) -> None:
+        left = self._per_tenant[item.tenant] - 1
+        if left:
+            self._per_tenant[item.tenant] = left
+        else:
+            del self._per_tenant[item.tenant]

@@ -1,0 +1,136 @@
+"""The fair queue's order on its own: weighted shares of tokens, a light
+tenant ahead of backlogs, FIFO within a tenant, classes first, the charge
+corrected, the request refused to make room; and FIFO order."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from cortex.routing.fair_queue import FairQueue, FifoQueue
+
+
+@dataclass(eq=False)
+class Item:
+    tenant: str
+    cost: float = 100.0
+    weight: float = 1.0
+    rank: int = 1
+    n: int = 0
+
+
+def _fill(queue: FairQueue[Item], tenant: str, count: int, **kw: float) -> list[Item]:
+    items = [Item(tenant, n=i, **kw) for i in range(count)]  # type: ignore[arg-type]
+    for item in items:
+        queue.push(item)
+    return items
+
+
+def _tokens(order: list[Item]) -> Counter[str]:
+    tokens: Counter[str] = Counter()
+    for item in order:
+        tokens[item.tenant] += int(item.cost)
+    return tokens
+
+
+def test_backlogged_tenants_get_tokens_in_proportion_to_their_weights() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    _fill(queue, "a", 400, weight=1)
+    _fill(queue, "b", 400, weight=3)
+    _fill(queue, "c", 400, weight=6)
+    served = _tokens([queue.pop() for _ in range(200)])
+    assert served["b"] / served["a"] == 3 and served["c"] / served["a"] == 6
+
+
+def test_shares_count_tokens_not_requests() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    _fill(queue, "big", 100, cost=400.0)
+    _fill(queue, "small", 400, cost=100.0)
+    order = [queue.pop() for _ in range(100)]
+    served = _tokens(order)
+    assert abs(served["big"] - served["small"]) <= 400
+    assert Counter(i.tenant for i in order)["small"] == 4 * Counter(i.tenant for i in order)["big"]
+
+
+def test_a_light_tenant_waits_for_one_request_per_backlogged_tenant() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    _fill(queue, "noisy", 500)
+    _fill(queue, "other", 500)
+    for _ in range(300):
+        queue.pop()
+    quiet = Item("quiet")
+    queue.push(quiet)
+    assert [queue.pop() is quiet for _ in range(3)].index(True) <= 2
+
+
+def test_a_tenants_requests_keep_their_order() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    a = _fill(queue, "a", 5)
+    b = _fill(queue, "b", 5)
+    order = [queue.pop() for _ in range(10)]
+    assert [i for i in order if i.tenant == "a"] == a
+    assert [i for i in order if i.tenant == "b"] == b
+
+
+def test_a_higher_class_goes_first_whatever_its_tenant_used() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    _fill(queue, "heavy", 3, rank=0)
+    for _ in range(3):
+        queue.pop()  # heavy has used a lot
+    batch = _fill(queue, "light", 2, rank=2)
+    interactive = _fill(queue, "heavy", 2, rank=0)
+    assert [queue.pop() for _ in range(4)] == interactive + batch
+
+
+def test_corrections_share_the_tokens_really_used() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    _fill(queue, "short", 200)  # charged 100 each, each uses 10
+    _fill(queue, "long", 200)  # charged 100 each, each uses 100
+    served: Counter[str] = Counter()
+    for _ in range(110):
+        item = queue.pop()
+        served[item.tenant] += 1
+        if item.tenant == "short":
+            queue.correct("short", 1.0, 10.0 - item.cost)
+    assert served["short"] == 10 * served["long"]
+
+
+def test_an_idle_tenant_is_not_owed_its_idle_time() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    _fill(queue, "busy", 100)
+    for _ in range(50):
+        queue.pop()
+    late = _fill(queue, "late", 10)
+    order = [queue.pop() for _ in range(10)]
+    # It starts at the queue's virtual time: shares from now on, not a burst.
+    assert sum(1 for i in order if i in late) == 5
+
+
+def test_newest_below_picks_the_last_arrival_of_the_lowest_class() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    _fill(queue, "a", 2, rank=1)
+    batch = _fill(queue, "b", 2, rank=2) + _fill(queue, "c", 1, rank=2)
+    assert queue.newest_below(0) is batch[-1]
+    assert queue.newest_below(2) is None
+    assert queue.remove(batch[-1]) and not queue.remove(batch[-1])
+    assert queue.newest_below(1) is batch[1]
+    assert len(queue) == 4 and queue.waiting("b") == 2 and queue.waiting("c") == 0
+
+
+def test_removed_requests_are_not_charged() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    a = _fill(queue, "a", 3)
+    _fill(queue, "b", 3)
+    queue.remove(a[0])
+    queue.remove(a[1])
+    assert [queue.pop().tenant for _ in range(2)] == ["a", "b"]
+
+
+def test_fifo_order_ignores_tenants_and_classes() -> None:
+    queue: FifoQueue[Item] = FifoQueue()
+    items = [Item("a", rank=2), Item("b", rank=0), Item("a", weight=9)]
+    for item in items:
+        queue.push(item)
+    assert queue.waiting("a") == 2 and queue.newest_below(0) is None
+    assert [queue.pop() for _ in range(3)] == items
+    assert len(queue) == 0 and queue.waiting("a") == 0
