@@ -117,6 +117,12 @@ class NeuronSettings(LogSettings, TraceSettings):
         None,
         description="vLLM reasoning parser (e.g. deepseek_r1) for models that think aloud",
     )
+    scheduling_policy: Literal["fcfs", "priority"] = Field(
+        "fcfs",
+        description="the engine's queue order (vLLM's scheduling_policy): fcfs, first come "
+        "first served; priority, by the request's priority class (interactive, default, "
+        "batch), as cortex's admission gave it",
+    )
     metrics_port: int = Field(
         9400, ge=0, le=65535, description="Prometheus metrics (vLLM's and the neuron's); 0: none"
     )
@@ -167,6 +173,12 @@ class NeuronSettings(LogSettings, TraceSettings):
     )
     sim_prefill_s_per_token: float = Field(
         0.0, ge=0, description="sim engine: prefill time per uncached prompt token (s)"
+    )
+    sim_max_running: int = Field(
+        0,
+        ge=0,
+        description="sim engine: requests it runs at once, the rest waiting in its queue in "
+        "scheduling_policy's order (0: no limit)",
     )
     sim_generation: Generation | None = Field(
         None,

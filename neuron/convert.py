@@ -9,7 +9,8 @@ from dataclasses import fields
 from typing import Any
 
 from axon.errors import InvalidRequestError
-from axon.protomaps import TASK_TO_PB
+from axon.priority import DEFAULT_CLASS
+from axon.protomaps import PB_TO_CLASS, TASK_TO_PB
 from axon.v1 import neuron_pb2 as pb
 from neuron.engine.base import (
     EmbedRequest,
@@ -162,6 +163,7 @@ def engine_request(request: pb.GenerateRequest) -> EngineRequest:
         prompt=_optional(request, "prompt"),
         parallel_tool_calls=_optional(request, "parallel_tool_calls") is not False,
         truncate_oldest=request.truncate_oldest,
+        priority=PB_TO_CLASS.get(request.priority, DEFAULT_CLASS),
     )
 
 

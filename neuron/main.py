@@ -48,6 +48,8 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
                 fail_after_tokens=settings.sim_fail_after_tokens,
                 default_max_tokens=settings.default_max_tokens,
                 task=settings.task,
+                max_running=settings.sim_max_running,
+                by_priority=settings.scheduling_policy == "priority",
                 prefix_cache=PrefixCacheOptions(
                     capacity_blocks=settings.sim_prefix_cache_blocks,
                     block_tokens=settings.sim_block_tokens,
@@ -85,6 +87,7 @@ def vllm_options(settings: NeuronSettings, model: ResolvedModel) -> VllmOptions:
         reasoning_parser=settings.reasoning_parser,
         otlp_traces_endpoint=settings.otlp_endpoint,
         otlp_protocol=settings.otlp_protocol,
+        scheduling_policy=settings.scheduling_policy,
     )
 
 

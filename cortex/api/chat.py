@@ -109,6 +109,7 @@ def _params(body: ChatCompletionRequest, catalog: tools.Catalog) -> params.Gener
         else choice,
         named_tool=named,
         parallel_tool_calls=body.parallel_tool_calls,
+        priority=params.requested_class(body.priority, body.service_tier),
         format=body.response_format,
     )
 

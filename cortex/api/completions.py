@@ -40,6 +40,7 @@ def to_generate_requests(body: CompletionRequest, request_id: str) -> list[pb.Ge
         sampling=params.sampling_of(body, max_tokens=body.max_tokens, logprobs=body.logprobs),
         stream=body.stream,
         stream_options=body.stream_options is not None,
+        priority=params.requested_class(body.priority, body.service_tier),
     )
     params.check(shared)
     if body.echo and body.logprobs is not None:

@@ -18,6 +18,8 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel
 
 from axon.errors import InvalidRequestError
+from axon.priority import CLASSES, DEFAULT_CLASS, PriorityClass
+from axon.protomaps import CLASS_TO_PB
 from axon.v1 import neuron_pb2 as pb
 from cortex.schemas.common import RefusesUnsupported, SamplingFields, stop_list
 from cortex.schemas.vllm_sampling import SamplingRequest, VllmSamplingFields
@@ -63,6 +65,23 @@ class Generation:
     parallel_tool_calls: bool | None = None
     format: OutputFormat | None = None
     truncate_oldest: bool = False
+    priority: PriorityClass = DEFAULT_CLASS  # asked for; admission caps it
+
+
+# OpenAI's service tiers as classes; the others ("auto", "default", "scale")
+# are the default class.
+_TIERS: dict[str, PriorityClass] = {"priority": "interactive", "flex": "batch"}
+
+
+def requested_class(priority: int | str | None, service_tier: str | None) -> PriorityClass:
+    """The class a request asks for: `priority` (vLLM's integer, lower runs
+    first: below 0 interactive, 0 default, above 0 batch; or a class's name),
+    else `service_tier` (priority: interactive, flex: batch)."""
+    if isinstance(priority, int):
+        return "interactive" if priority < 0 else "batch" if priority > 0 else "default"
+    if priority in CLASSES:
+        return priority
+    return _TIERS.get(service_tier or "", DEFAULT_CLASS)
 
 
 def sampling_of(
@@ -139,6 +158,8 @@ def internal_request(
     request.tools.extend(params.tools)
     if params.truncate_oldest:
         request.truncate_oldest = True
+    if params.priority != DEFAULT_CLASS:
+        request.priority = CLASS_TO_PB[params.priority]
     if params.parallel_tool_calls is not None:
         request.parallel_tool_calls = params.parallel_tool_calls
     if params.named_tool is not None:

@@ -41,7 +41,13 @@ def replica_settings(model: ModelSpec, generation: Generation) -> NeuronSettings
         fields["task"] = model.task
     if model.max_context:
         fields["max_model_len"] = model.max_context
-    for name in ("quantization", "kv_cache_dtype", "tool_parser", "reasoning_parser"):
+    for name in (
+        "quantization",
+        "kv_cache_dtype",
+        "tool_parser",
+        "reasoning_parser",
+        "scheduling_policy",
+    ):
         value = getattr(engine, name)
         if value:
             fields[name] = value

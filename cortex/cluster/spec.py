@@ -63,6 +63,8 @@ class EngineSpec(BaseModel):
     kv_cache_gib: int = Field(1, ge=1)
     tool_parser: str | None = None
     reasoning_parser: str | None = None
+    # The engine's queue order (priority: by the requests' classes).
+    scheduling_policy: Literal["fcfs", "priority"] | None = None
     # Simulated engine only.
     sim_ttft_s: float = Field(0.01, ge=0)
     sim_itl_s: float = Field(0.005, ge=0)

@@ -11,6 +11,7 @@ from cortex.schemas.common import (
     ChoiceLogprobs,
     CompletionObject,
     CompletionUsage,
+    Priority,
     TokenCount,
     joined_text,
     only_text_parts,
@@ -182,6 +183,7 @@ class ChatCompletionRequest(SamplingRequest):
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None
+    priority: Priority | None = None
     # An affinity key for routing (see RouteHints); not sent to the model.
     prompt_cache_key: str | None = None
 

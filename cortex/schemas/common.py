@@ -7,6 +7,8 @@ from typing import Annotated, Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from pydantic import BaseModel, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
+from axon.priority import PriorityClass
+
 Stop = str | Annotated[list[str], Field(max_length=4)] | None
 
 # Integers that travel in a protobuf field of neuron.proto must fit it: past
@@ -16,6 +18,10 @@ UINT32_END = 2**32
 Int64 = Annotated[int, Field(ge=-(2**63), lt=2**63)]
 # A token count (max_tokens and its spellings): at least one, a uint32.
 TokenCount = Annotated[int, Field(ge=1, lt=UINT32_END)]
+# A request's `priority`: vLLM's integer (lower runs first: below 0
+# interactive, 0 default, above 0 batch) or a class's name
+# (cortex/api/params.py `requested_class`).
+Priority = Annotated[int, Field(ge=-(2**31), lt=2**31)] | PriorityClass
 
 
 class RefusesUnsupported(BaseModel):

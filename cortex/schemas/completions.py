@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from cortex.schemas.chat import StreamOptions
-from cortex.schemas.common import CompletionObject, TokenCount
+from cortex.schemas.common import CompletionObject, Priority, TokenCount
 from cortex.schemas.vllm_sampling import VLLM_UNSUPPORTED, SamplingRequest
 
 
@@ -24,6 +24,8 @@ class CompletionRequest(SamplingRequest):
     echo: bool = False
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
     user: str | None = None
+    service_tier: str | None = None
+    priority: Priority | None = None
 
     def prompts(self) -> list[str]:
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)

@@ -8,7 +8,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cortex.schemas.common import RefusesUnsupported, TokenCount, joined_text, only_text_parts
+from cortex.schemas.common import (
+    Priority,
+    RefusesUnsupported,
+    TokenCount,
+    joined_text,
+    only_text_parts,
+)
 from cortex.schemas.tools import ResponsesTool, ResponsesToolChoice
 
 # The content parts a Responses message or tool output may carry.
@@ -168,6 +174,7 @@ class ResponsesRequest(RefusesUnsupported):
     # Kept on the response; this server serves one tier, answered "default".
     safety_identifier: str | None = None
     service_tier: str | None = None
+    priority: Priority | None = None  # vLLM's extension
     # The client's own annotations (Codex sends them): kept with the
     # stored response, never sent to the model.
     client_metadata: dict[str, Any] | None = None

@@ -18,10 +18,11 @@ Refused with a 400 naming them (VLLM_UNSUPPORTED): beam search
 outside the streaming engine path), `prompt_logprobs` and
 `logprob_token_ids` (need answer fields no OpenAI client reads),
 `truncate_prompt_tokens` / `truncation_side` (the neuron truncates whole
-turns, `truncation`), `watermarking`. vLLM's other extra parameters (chat
-template overrides, `structured_outputs`, `priority`, `cache_salt`, KV
-transfer, `vllm_xargs`, ...) are not sampling and stay unknown arguments:
-a 400, as before.
+turns, `truncation`), `watermarking`. `priority` is not sampling: it is
+declared with the request (the request's priority class, admission's).
+vLLM's other extra parameters (chat template overrides,
+`structured_outputs`, `cache_salt`, KV transfer, `vllm_xargs`, ...) are not
+sampling and stay unknown arguments: a 400, as before.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any
 
 from axon.errors import ContextLengthExceededError, InvalidRequestError
+from axon.priority import DEFAULT_CLASS, PriorityClass
 from axon.tasks import ModelTask
 
 
@@ -134,6 +135,9 @@ class EngineRequest:
     parallel_tool_calls: bool = True
     # Drop the oldest turns when the conversation does not fit the context.
     truncate_oldest: bool = False
+    # Its class (cortex's admission gave it): the engine's queue order when
+    # the model schedules by priority.
+    priority: PriorityClass = DEFAULT_CLASS
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,15 @@ Load reports the requests queued for prefill as waiting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
 import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from axon.errors import EngineDiedError, InternalError, InvalidRequestError, ModelNotFoundError
+from axon.priority import PriorityClass, rank
 from axon.process import interrupted_by_stop_signals
 from axon.tasks import ModelTask
 from neuron import tracing
@@ -74,6 +77,10 @@ class SimOptions:
     # EMBED: an embedding model (a vector per input, after ttft_s), which
     # generates nothing.
     task: ModelTask = ModelTask.GENERATE
+    # Requests run at once (0: no limit); the rest wait, in arrival order or,
+    # `by_priority`, by class first (vLLM's scheduling_policy = "priority").
+    max_running: int = 0
+    by_priority: bool = False
 
 
 class SimEngine(Engine):
@@ -81,6 +88,7 @@ class SimEngine(Engine):
         self._options = options
         self._running = 0
         self._tokens = 0
+        self._slots = _Slots(options.max_running, options.by_priority)
         self._death: str | None = None
         self.prefill = PrefillModel(options.prefix_cache)
         self._model = ServedModel(
@@ -106,7 +114,7 @@ class SimEngine(Engine):
 
     def load(self) -> EngineLoad:
         waiting = self.prefill.waiting  # counted in _running too: the engine has them
-        return EngineLoad(running=self._running - waiting, waiting=waiting)
+        return EngineLoad(running=self._running - waiting, waiting=waiting + self._slots.waiting)
 
     def max_concurrency(self) -> int:
         return self._options.max_concurrency
@@ -155,6 +163,14 @@ class SimEngine(Engine):
         if request.sampling.max_tokens is None:
             max_tokens = min(max_tokens, opts.default_tokens)
         n = request.sampling.n
+        async with self._slots.slot(request.priority):
+            async for output in self._run(request, prompt_tokens, max_tokens, n, text_in):
+                yield output
+
+    async def _run(
+        self, request: EngineRequest, prompt_tokens: int, max_tokens: int, n: int, text_in: str
+    ) -> AsyncIterator[Output]:
+        opts = self._options
         self._running += 1
         tracing.submitted()
         try:
@@ -223,6 +239,52 @@ def _sim_template(request: TokenizeRequest) -> str:
     if request.add_generation_prompt and not request.continue_final_message:
         text += "<|assistant|>"
     return text
+
+
+class _Slots:
+    """At most `limit` requests running (0: no limit); the others wait, the
+    highest class first when `by_priority`, else in arrival order."""
+
+    def __init__(self, limit: int, by_priority: bool) -> None:
+        self._limit, self._by_priority = limit, by_priority
+        self._running = 0
+        self._arrivals = 0
+        self._queue: list[tuple[int, int, asyncio.Future[None]]] = []
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, cls: PriorityClass) -> AsyncIterator[None]:
+        if self._limit and (self._running >= self._limit or self._queue):
+            self._arrivals += 1
+            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            entry = (rank(cls) if self._by_priority else 0, self._arrivals, turn)
+            heapq.heappush(self._queue, entry)
+            try:
+                await turn
+            except BaseException:
+                if turn.done() and not turn.cancelled():
+                    self._release()  # its turn came as it was cancelled
+                else:
+                    self._queue.remove(entry)
+                    heapq.heapify(self._queue)
+                raise
+        else:
+            self._running += 1
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        self._running -= 1
+        while self._queue and self._running < self._limit:
+            _, _, turn = heapq.heappop(self._queue)
+            if not turn.done():
+                self._running += 1
+                turn.set_result(None)
 
 
 def _logprobs(text: str, k: int | None) -> tuple[TokenLogprob, ...]:

@@ -54,6 +54,7 @@ def generation_params(body: ResponsesRequest, recorder: Recorder | None) -> para
         parallel_tool_calls=body.parallel_tool_calls,
         format=fmt,
         truncate_oldest=body.truncation == "auto",
+        priority=params.requested_class(body.priority, body.service_tier),
     )
     params.check(shared)
     return shared

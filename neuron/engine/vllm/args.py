@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from axon.generations import PROFILES, Generation, check_model_options
 from axon.tasks import ModelTask
@@ -63,6 +63,8 @@ class VllmOptions:
     # decode) go to the neuron's collector, in the neuron's trace.
     otlp_traces_endpoint: str | None = None
     otlp_protocol: OtlpProtocol = "grpc"
+    # vLLM's queue order: "priority" runs the requests of higher classes first.
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ def engine_launch(options: VllmOptions, generation: Generation) -> EngineLaunch:
         if options.otlp_protocol == "http/protobuf":
             endpoint = http_traces_url(endpoint)  # vLLM's HTTP exporter takes the full URL
         kwargs["otlp_traces_endpoint"] = endpoint
+    if options.scheduling_policy != "fcfs":
+        kwargs["scheduling_policy"] = options.scheduling_policy
     return EngineLaunch(kwargs=kwargs, env=_env(options, generation))
 
 

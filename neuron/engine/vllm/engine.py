@@ -32,6 +32,7 @@ from axon.errors import (
     UnavailableError,
 )
 from axon.generations import Generation
+from axon.priority import engine_priority
 from axon.process import forked_children_die_with_this_process, interrupted_by_stop_signals
 from axon.tasks import ModelTask
 from neuron import tracing
@@ -83,6 +84,7 @@ class VllmEngine(Engine):
         grammar_timeout_s: float = 0.0,
     ) -> None:
         self._options = options
+        self._by_priority = options.scheduling_policy == "priority"
         self._generation = generation
         # Threads that render chat templates and tokenise, off the event loop.
         # One by default, as vLLM's own server does: a Hugging Face tokenizer
@@ -207,7 +209,10 @@ class VllmEngine(Engine):
             tracing.submitted()
             # vLLM's own spans join the call's trace (only when tracing).
             headers = tracing.trace_headers()
-            traced = {"trace_headers": headers} if headers else {}
+            traced: dict[str, Any] = {"trace_headers": headers} if headers else {}
+            # vLLM refuses a priority unless it schedules by priority.
+            if self._by_priority:
+                traced["priority"] = engine_priority(request.priority)
             stream = self._llm.generate(
                 {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id, **traced
             )

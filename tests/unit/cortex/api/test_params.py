@@ -8,6 +8,8 @@ import json
 import pytest
 
 from axon.errors import InvalidRequestError
+from axon.priority import PriorityClass
+from axon.protomaps import CLASS_TO_PB
 from axon.v1 import neuron_pb2 as pb
 from cortex.api import params
 from cortex.schemas.chat import ChatCompletionRequest
@@ -141,3 +143,43 @@ def test_unset_extensions_stay_unset() -> None:
     for name in ("min_p", "repetition_penalty", "min_tokens", "ignore_eos", "skip_special_tokens"):
         assert not s.HasField(name), name
     assert not s.stop_token_ids and not s.allowed_token_ids and not s.bad_words
+
+
+@pytest.mark.parametrize(
+    ("priority", "tier", "cls"),
+    [
+        (None, None, "default"),
+        (-5, None, "interactive"),
+        (0, "flex", "default"),  # priority wins
+        (3, None, "batch"),
+        ("batch", "priority", "batch"),
+        (None, "priority", "interactive"),
+        (None, "flex", "batch"),
+        (None, "auto", "default"),
+    ],
+)
+def test_the_requested_class(priority: int | str | None, tier: str | None, cls: str) -> None:
+    assert params.requested_class(priority, tier) == cls
+
+
+def test_each_api_carries_the_class_to_the_internal_request() -> None:
+    chat = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "priority": -1}
+    )
+    completion = CompletionRequest.model_validate({"model": "m", "prompt": "x", "priority": 1})
+    responses = ResponsesRequest.model_validate(
+        {"model": "m", "input": "hi", "service_tier": "flex"}
+    )
+    asked: list[tuple[int | str | None, str | None, PriorityClass]] = [
+        (chat.priority, chat.service_tier, "interactive"),
+        (completion.priority, completion.service_tier, "batch"),
+        (responses.priority, responses.service_tier, "batch"),
+    ]
+    for priority, tier, expected in asked:
+        generation = params.Generation(
+            model="m",
+            sampling=pb.SamplingParams(),
+            priority=params.requested_class(priority, tier),
+        )
+        request = params.internal_request(generation, "r")
+        assert request.priority == CLASS_TO_PB[expected]

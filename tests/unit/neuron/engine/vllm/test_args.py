@@ -226,3 +226,10 @@ def test_the_neurons_collector_gets_vllms_own_spans() -> None:
     )
     assert http.kwargs["otlp_traces_endpoint"] == "http://c:4318/v1/traces"
     assert http.env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+
+
+def test_priority_scheduling_only_when_the_model_asks_for_it() -> None:
+    default = engine_launch(options(), Generation.ADA).kwargs
+    assert "scheduling_policy" not in default
+    ordered = engine_launch(options(scheduling_policy="priority"), Generation.ADA).kwargs
+    assert ordered["scheduling_policy"] == "priority"
