@@ -3,32 +3,35 @@ fair queuing across tenants over tokens, priority classes above it, or
 plain first come, first served (`FifoQueue`, the order before tenants had
 weights; the benchmark's baseline).
 
-`FairQueue` is start-time fair queuing (Goyal et al., 1996) with the
-virtual times computed when a request leaves the queue:
+`FairQueue` is start-time fair queuing (Goyal et al., 1996) over tenants,
+the tags kept per tenant rather than per request:
 
-- each tenant has a virtual finish time F; the queue has a virtual time V,
-  the start tag of the request that last got a slot;
-- a tenant's next request starts at S = max(V, F) and, when it gets its
-  slot, moves F to S + cost / weight, where cost is the request's tokens
-  (its prompt plus its expected output, `request_cost.py`); V becomes S;
-- the slot goes to the waiting request with the smallest start tag, ties to
-  the one that came first;
+- each tenant has a virtual time F: where its next request starts; the
+  queue has a virtual time V, the smallest F among the tenants waiting;
+- a tenant that starts waiting (none of its requests waited) is moved up
+  to V if it was behind: time it spent idle is not owed to it;
+- a slot goes to the waiting tenant with the smallest F (ties: whose
+  request came first), which moves F on by cost / weight, where cost is
+  the request's tokens (its prompt plus its expected output,
+  `request_cost.py`);
 - when a request ends, its charge is corrected by the tokens it really used
   (`correct`), so a tenant whose requests stop early is not held back for
-  the output they never made.
+  the output they never made. V follows the waiting tenants' F (it is not
+  the last start tag, which corrections would leave ahead of every tenant,
+  collapsing them all onto it and the order onto arrival order).
 
 So backlogged tenants get tokens in proportion to their weights, and a
-tenant that was idle starts at V, ahead of every backlogged tenant whose
-next request starts later: it waits for about one request per backlogged
-tenant, not for their backlogs. Within a tenant requests keep their order.
+tenant that was idle starts at V, level with the backlogged tenant next in
+line: it waits for about one request per backlogged tenant, not for their
+backlogs. Within a tenant requests keep their order.
 
 Priority classes come first: a waiting request of a higher class is always
 taken before any of a lower one; within a class, the fair order. Each
 tenant keeps one F across its classes (fairness is over what it consumed).
 
 Picking is a scan over the tenants with waiters of the highest class
-waiting: O(tenants waiting), a handful in practice, and no tags to redo
-when a correction moves a tenant's F.
+waiting (and V over all waiting tenants): O(tenants waiting), a handful in
+practice, and no tags to redo when a correction moves a tenant's F.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ class FairQueue(Generic[Q]):
     def __init__(self) -> None:
         # rank -> tenant -> its lane; empty lanes and ranks are removed.
         self._ranks: dict[int, dict[str, _Lane[Q]]] = {}
-        self._finish: dict[str, float] = {}
+        self._finish: dict[str, float] = {}  # each tenant's F
         self._per_tenant: dict[str, int] = {}
         self._vtime = 0.0
         self._arrivals = 0
@@ -88,6 +91,8 @@ class FairQueue(Generic[Q]):
         return self._per_tenant.get(tenant, 0)
 
     def push(self, item: Q) -> None:
+        if not self.waiting(item.tenant):
+            self._activate(item.tenant)
         lanes = self._ranks.setdefault(item.rank, {})
         lane = lanes.get(item.tenant)
         if lane is None:
@@ -101,20 +106,21 @@ class FairQueue(Generic[Q]):
         """The request that gets the next slot, charged to its tenant."""
         rank = min(self._ranks)
         lanes = self._ranks[rank]
-        tenant = min(lanes, key=lambda t: (self._start(t), lanes[t].waiting[0][0]))
+        tenant = min(lanes, key=lambda t: (self._finish[t], lanes[t].waiting[0][0]))
         _, item = lanes[tenant].waiting[0]
         self._take(rank, tenant, 0)
-        self.charge(item)
+        self._finish[tenant] += item.cost / item.weight
+        if self._per_tenant:
+            self._vtime = min(self._finish[t] for t in self._per_tenant)
+        if len(self._finish) > _FORGET_PAST:
+            self._forget()
         return item
 
     def charge(self, item: Q) -> None:
-        """`item` gets a slot (from the queue, or at once while nobody
-        waits): its tenant's finish time moves on by its cost."""
-        start = self._start(item.tenant)
-        self._finish[item.tenant] = start + item.cost / item.weight
-        self._vtime = start
-        if len(self._finish) > _FORGET_PAST:
-            self._forget()
+        """`item` gets a slot at once (nobody waits): its tenant's virtual
+        time moves on by its cost, from V at least."""
+        self._activate(item.tenant)
+        self._finish[item.tenant] += item.cost / item.weight
 
     def remove(self, item: Q) -> bool:
         """Take `item` out without charging anyone (it left); False if it
@@ -149,8 +155,8 @@ class FairQueue(Generic[Q]):
             for lane in lanes.values():
                 yield from (item for _, item in lane.waiting)
 
-    def _start(self, tenant: str) -> float:
-        return max(self._vtime, self._finish.get(tenant, 0.0))
+    def _activate(self, tenant: str) -> None:
+        self._finish[tenant] = max(self._vtime, self._finish.get(tenant, self._vtime))
 
     def _take(self, rank: int, tenant: str, index: int) -> None:
         lanes = self._ranks[rank]
@@ -169,6 +175,7 @@ class FairQueue(Generic[Q]):
 
     def _forget(self) -> None:
         for tenant, finish in list(self._finish.items()):
+            # Activation would move them up to V anyway.
             if finish <= self._vtime and tenant not in self._per_tenant:
                 del self._finish[tenant]
 

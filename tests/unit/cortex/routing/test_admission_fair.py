@@ -82,7 +82,7 @@ class Admitted:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-async def test_a_newly_arrived_tenant_goes_before_the_backlog() -> None:
+async def test_a_newly_arrived_tenant_waits_for_one_request_of_the_backlog() -> None:
     slots = Slots(0)
     admitted = Admitted(_control(slots, size=16), slots, "fair-light")
     for i in range(6):
@@ -90,7 +90,7 @@ async def test_a_newly_arrived_tenant_goes_before_the_backlog() -> None:
     await admitted.release(2)
     await admitted.queue("quiet", Claim("quiet", cost=100))
     await admitted.release(2)
-    assert admitted.order == ["noisy0", "noisy1", "quiet", "noisy2"]
+    assert admitted.order == ["noisy0", "noisy1", "noisy2", "quiet"]
     await admitted.close()
 
 

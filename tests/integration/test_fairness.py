@@ -1,0 +1,252 @@
+"""Fair sharing through real processes: one cortex (auth required, a replica
+cap of 2, an admission queue of 8, tenants' weights and classes from the
+static `admission.tenants` table) in front of one sim neuron, shared by the
+tests of this file.
+
+- two backlogged tenants of weights 1 and 3 get output tokens 1:3 (±10 %);
+- a quiet tenant's request waits for about one request per backlogged
+  tenant while another floods (counted in requests, not seconds);
+- a tenant past its share of the queue is refused, and nobody else;
+- interactive overtakes batch; a full queue refuses a queued lower class
+  for a higher one, never a started stream;
+- a tenant's `max_priority` caps its class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness.gateway import sim_gateway
+from harness.procs import cortex_metric
+from neuraxis.cli import main
+
+MODEL = "sim-fair"
+CAP = 2
+QUEUE = 8
+# Requests that keep the queue full while the test looks at it (1 s each).
+LONG = 100
+TENANTS = {
+    "light": {"weight": 1},
+    "heavy": {"weight": 3},
+    "filler": {"weight": 2},  # may fill the whole queue (0.5 x 2)
+    "vip": {"max_priority": "interactive"},
+}
+# Tenants without a row: weight 1, class default at most.
+OTHERS = ("noisy", "quiet", "capped", "bulk")
+
+
+@dataclass
+class Stack:
+    base_url: str
+    admin_url: str
+    keys: dict[str, str]
+
+    def queued(self) -> float:
+        return cortex_metric(self.admin_url, "neuraxis_admission_queue_depth", model=MODEL)
+
+    async def until_queued(self, depth: int) -> None:
+        """Until `depth` requests wait (polled; fails after a minute)."""
+        deadline = time.monotonic() + 60
+        while self.queued() < depth:
+            assert time.monotonic() < deadline, f"never {depth} waiting"
+            await asyncio.sleep(0.02)
+
+
+def _new_key(state_dir: Path, tenant: str) -> str:
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        code = main(["keys", "create", "--tenant", tenant, "--state-dir", str(state_dir)])
+    assert code == 0
+    return out.getvalue().strip()
+
+
+@pytest.fixture(scope="module")
+def stack(logs_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    state_dir = tmp_path_factory.mktemp("fair-state")
+    keys = {t: _new_key(state_dir, t) for t in [*TENANTS, *OTHERS]}
+    args = ["--model", MODEL, "--auth", "required", "--state-dir", str(state_dir)]
+    args += ["--replica-max-concurrency", str(CAP), "--admission-queue-size", str(QUEUE)]
+    args += ["--admission-queue-timeout-s", "120", "--admission-tenant-queue-share", "0.5"]
+    args += ["--admission-tenants", json.dumps(TENANTS)]
+    neuron = ["--sim-ttft-s", "0.01", "--sim-itl-s", "0.01"]
+    with sim_gateway(logs_dir, "fairness", *args, served_id=MODEL, neuron_flags=neuron) as gw:
+        yield Stack(gw.base_url, gw.admin_url, keys)
+
+
+@dataclass
+class Answer:
+    tenant: str
+    status: int
+    sent: int  # order numbers on one counter: what finished before what
+    done: int
+    tokens: int = 0
+    error: str = ""
+    finish: str | None = None
+
+
+@dataclass
+class Log:
+    """Every answer of a test, numbered in the order events happened."""
+
+    answers: list[Answer] = field(default_factory=list)
+    _ticks: int = 0
+
+    def tick(self) -> int:
+        self._ticks += 1
+        return self._ticks
+
+
+async def _ask(
+    http: httpx.AsyncClient,
+    stack: Stack,
+    log: Log,
+    tenant: str,
+    tokens: int = 5,
+    **extra: object,
+) -> Answer:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens}
+    sent = log.tick()
+    response = await http.post(
+        f"{stack.base_url}/v1/chat/completions",
+        json={**body, **extra},
+        headers={"Authorization": f"Bearer {stack.keys[tenant]}"},
+    )
+    answer = Answer(tenant, response.status_code, sent, log.tick())
+    data = response.json()
+    if response.status_code == 200:
+        answer.tokens = data["usage"]["completion_tokens"]
+        answer.finish = data["choices"][0]["finish_reason"]
+    else:
+        answer.error = data["error"]["message"]
+        assert data["error"]["code"] == "model_overloaded", data
+        assert response.headers.get("retry-after") == "1"
+    log.answers.append(answer)
+    return answer
+
+
+async def _backlogged(stack: Stack, loops: dict[str, int], seconds: float) -> dict[str, int]:
+    """Each tenant keeps its number of `loops` requests going for `seconds`:
+    the output tokens each got from the requests that ended meanwhile."""
+    log = Log()
+    ends = time.monotonic() + seconds
+    got = dict.fromkeys(loops, 0)
+
+    async def loop(http: httpx.AsyncClient, tenant: str) -> None:
+        while time.monotonic() < ends:
+            answer = await _ask(http, stack, log, tenant)
+            assert answer.status == 200, answer
+            if time.monotonic() < ends:
+                got[tenant] += answer.tokens
+
+    async with httpx.AsyncClient(timeout=120) as http:
+        await asyncio.gather(*(loop(http, t) for t, n in loops.items() for _ in range(n)))
+    return got
+
+
+async def test_backlogged_tenants_of_weights_1_and_3_get_tokens_1_to_3(stack: Stack) -> None:
+    # Enough requests each that one always waits while its others run or
+    # travel back to the client (light: 3, at most 4 waiting: its share).
+    got = await _backlogged(stack, {"light": 3, "heavy": 6}, seconds=6.0)
+    ratio = got["heavy"] / got["light"]
+    print(f"\noutput tokens light:heavy = {got['light']}:{got['heavy']} (1:{ratio:.2f})")
+    assert 3 * 0.9 <= ratio <= 3 * 1.1, got
+
+
+async def _flood(http: httpx.AsyncClient, stack: Stack, log: Log, count: int) -> list[Answer]:
+    """`noisy` sends `count` requests at once."""
+    return await asyncio.gather(*(_ask(http, stack, log, "noisy", 20) for _ in range(count)))
+
+
+async def _flooding(http: httpx.AsyncClient, stack: Stack, log: Log, stop: asyncio.Event) -> None:
+    """`noisy` keeps its share of the queue full until `stop`."""
+
+    async def loop() -> None:
+        while not stop.is_set():
+            await _ask(http, stack, log, "noisy", 20)
+
+    await asyncio.gather(*(loop() for _ in range(CAP + QUEUE // 2)))
+
+
+async def test_a_quiet_tenant_waits_for_about_one_request_while_another_floods(
+    stack: Stack,
+) -> None:
+    log = Log()
+    async with httpx.AsyncClient(timeout=120) as http:
+        stop = asyncio.Event()
+        flood = asyncio.create_task(_flooding(http, stack, log, stop))
+        quiet = []
+        for _ in range(3):
+            await stack.until_queued(2)  # the flood is waiting
+            quiet.append(await _ask(http, stack, log, "quiet", 2))
+        stop.set()
+        await flood
+    for answer in quiet:
+        assert answer.status == 200, answer
+        overtaken = [
+            a
+            for a in log.answers
+            if a.tenant == "noisy" and a.status == 200 and answer.sent < a.done < answer.done
+        ]
+        # Waiting for a slot: the requests running plus about one more (FIFO
+        # would have it wait for every flood request queued before it).
+        assert len(overtaken) <= CAP + 1, (answer, overtaken)
+
+
+async def test_a_tenant_past_its_queue_share_is_refused_and_nobody_else(stack: Stack) -> None:
+    log = Log()
+    async with httpx.AsyncClient(timeout=120) as http:
+        flood = asyncio.create_task(_flood(http, stack, log, CAP + QUEUE))
+        while sum(1 for a in log.answers if a.status != 200) < QUEUE // 2:
+            await asyncio.sleep(0.01)  # its share (half the queue) is full
+        others = await asyncio.gather(
+            *(_ask(http, stack, log, t, 2) for t in ("quiet", "light", "heavy", "quiet"))
+        )
+        noisy = await flood
+    refused = [a for a in noisy if a.status != 200]
+    assert len(refused) == QUEUE // 2, noisy
+    assert all("this tenant already has 4 requests waiting" in a.error for a in refused)
+    assert [a.status for a in others] == [200] * len(others)
+
+
+async def test_interactive_overtakes_batch_and_takes_a_full_queues_place(stack: Stack) -> None:
+    log = Log()
+    async with httpx.AsyncClient(timeout=120) as http:
+        # filler may fill the whole queue: CAP streams start, QUEUE wait.
+        batch = [
+            asyncio.create_task(_ask(http, stack, log, "filler", LONG, priority="batch"))
+            for _ in range(CAP + QUEUE)
+        ]
+        await stack.until_queued(QUEUE)
+        vip = await _ask(http, stack, log, "vip", 2, service_tier="priority")
+        filled = await asyncio.gather(*batch)
+    assert vip.status == 200, vip
+    preempted = [a for a in filled if a.status != 200]
+    assert len(preempted) == 1 and "higher priority class than 'batch'" in preempted[0].error
+    # Only the streams already running finished before it; none was cut.
+    before = [a for a in filled if a.status == 200 and a.done < vip.done]
+    assert len(before) <= CAP, before
+    assert all(a.finish == "length" and a.tokens == LONG for a in filled if a.status == 200)
+
+
+async def test_max_priority_caps_the_class(stack: Stack) -> None:
+    log = Log()
+    async with httpx.AsyncClient(timeout=120) as http:
+        waiting = [
+            asyncio.create_task(_ask(http, stack, log, "filler", LONG)) for _ in range(CAP + QUEUE)
+        ]
+        await stack.until_queued(QUEUE)
+        # Asks for interactive, may use default: no lower class to refuse.
+        capped = await _ask(http, stack, log, "capped", 2, priority=-1)
+        filled = await asyncio.gather(*waiting)
+    assert capped.status == 503 and "already waiting" in capped.error, capped
+    assert all(a.status == 200 for a in filled)
