@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-autoscale bench-store bench-tracing soak head-restart install clean
+.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-fairness bench-autoscale bench-store bench-tracing soak head-restart install clean
 
 install: $(STAMP)
 
@@ -68,7 +68,7 @@ proto-check: $(STAMP)
 # them all with --smoke (seconds each; `make test` does it too).
 BENCH_ALL := gateway_overhead embeddings_throughput metrics_cost responses_vs_chat failover \
 	tool_stream auth_cost admission routing routing_sim gateway_capacity store seeded_streams \
-	edge_stalls batch autoscale tracing_overhead
+	edge_stalls batch autoscale tracing_overhead fairness
 bench: $(STAMP)
 	set -e; for m in $(BENCH_ALL); do $(PY) -m bench.$$m; done
 
@@ -88,11 +88,14 @@ bench-smoke: $(STAMP)
 # autoscale, a ramp, plateau, spike and idle trace on an autoscaled sim model beside a
 # peak-sized fixed one (replicas over time, TTFT per phase, replica-seconds; issue 27);
 # tracing, OpenTelemetry tracing off / on at sample ratio 1.0 / 0.01 (sim neurons, a
-# real OTLP receiver), TTFT p50 and tokens/s at c=16 in paired rounds.
+# real OTLP receiver), TTFT p50 and tokens/s at c=16 in paired rounds;
+# fairness, a quiet tenant's TTFT beside a noisy one (FIFO vs fair vs alone), weighted
+# shares and priority classes under overload (sim neuron, issue 26).
 BENCHES := failover:failover embeddings:embeddings_throughput metrics:metrics_cost \
 	responses:responses_vs_chat tool-stream:tool_stream auth:auth_cost admission:admission \
 	routing:routing gateway:gateway_capacity seeded:seeded_streams edge:edge_stalls \
-	batch:batch autoscale:autoscale tracing:tracing_overhead
+	batch:batch autoscale:autoscale tracing:tracing_overhead \
+	fairness:fairness
 
 define bench_rule
 bench-$(1): $$(STAMP)

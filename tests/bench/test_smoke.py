@@ -133,6 +133,13 @@ def test_admission_benchmark_runs(tmp_path: Path) -> None:
     _check_writes(out, ("| admission |", "| unlimited |"), tmp_path, files)
 
 
+def test_fairness_benchmark_runs(tmp_path: Path) -> None:
+    # Starts its own sim neuron and two cortexes (fair queuing and FIFO).
+    out = _smoke("bench.fairness", "--out", str(tmp_path / "fairness.json"))
+    files = ("fairness.md", "fairness_quiet_ttft.png", "fairness_shares.png", "fairness.json")
+    _check_writes(out, ("| quiet vs noisy, fair |", "| 1:3:6 | w6 |"), tmp_path, files)
+
+
 @in_stack_lane
 def test_routing_sim_benchmark_runs(tmp_path: Path) -> None:
     out = _smoke("bench.routing_sim", "--out", str(tmp_path))
