@@ -1,0 +1,94 @@
+"""What fair queuing costs on the hot path: the same streamed chat workload
+through two cortex processes in front of the same sim neuron, both with
+admission control (a replica cap above the load, so nothing waits: every
+request is classified, estimated, charged and settled), one with
+`fair_queuing = true` and one with `false`, in alternating order (A B B A)
+within one run, at concurrency 1 and 16 (bench/auth_cost.py's rounds).
+Target (issue 26): under 0.5 ms added TTFT p50 and within 2 % tokens/s.
+
+    python -m bench.fairness_cost --rounds 6
+    python -m bench.fairness_cost --smoke
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import psutil
+
+from bench.auth_cost import Cortex, measure
+from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.gateway import Sim, running_cortex, sim_neurons
+from harness.plots import markdown_table, write_markdown
+from harness.workload import MODEL
+
+# auth_cost's modes: "off" is FIFO, "on" fair queuing.
+FLAGS = {"off": "--no-admission-fair-queuing", "on": "--admission-fair-queuing"}
+
+
+@contextmanager
+def two_cortexes(logs: Path) -> Iterator[dict[str, Cortex]]:
+    logs.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        (sim,) = stack.enter_context(sim_neurons(logs, "fairness_cost", [Sim(MODEL)]))
+        cortexes: dict[str, Cortex] = {}
+        for mode, flag in FLAGS.items():
+            args = ["--replica-max-concurrency", "256", flag]
+            log = logs / f"fairness_cost-cortex-{mode}.log"
+            running = stack.enter_context(running_cortex(log, [sim.address], *args, timeout_s=120))
+            cortexes[mode] = Cortex(running.base_url, psutil.Process(running.proc.popen.pid))
+        yield cortexes
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser(__doc__)
+    cli.add_argument("--rounds", type=int, default=4, help="A/B rounds per concurrency")
+    cli.add_argument("--requests-per-client", type=int, default=8)
+    cli.add_argument("--max-tokens", type=int, default=32)
+    cli.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    args = cli.parse_args(argv)
+    if args.smoke:
+        args.rounds, args.requests_per_client, args.max_tokens = 1, 2, 4
+        args.concurrency = [1, 2]
+    with two_cortexes(RESULTS / "fairness_cost-logs") as cortexes:
+        summary, _ = measure(
+            cortexes, "", args.concurrency, args.rounds, args.requests_per_client, args.max_tokens
+        )
+    rows = []
+    for c in args.concurrency:
+        cost = summary[f"c{c}_cost"]
+        rows.append(
+            [
+                c,
+                summary[f"c{c}_off"]["ttft_p50_ms"],
+                summary[f"c{c}_on"]["ttft_p50_ms"],
+                cost["ttft_added_ms"],
+                cost["ttft_added_paired_ms"],
+                cost["tokens_per_s_ratio"],
+                cost["cortex_cpu_added_us"],
+            ]
+        )
+    header = [
+        "concurrency",
+        "FIFO TTFT p50 (ms)",
+        "fair TTFT p50 (ms)",
+        "added (ms)",
+        "added, paired (ms)",
+        "tokens/s fair / FIFO",
+        "cortex CPU added (µs/request)",
+    ]
+    text = markdown_table(header, rows)
+    print()
+    print(text)
+    out = output_path(args, "fairness_cost.json")
+    if out is not None:
+        write_markdown(out.parent, "fairness_cost", text)
+    write_summary(out, summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
