@@ -11,7 +11,9 @@ the tags kept per tenant rather than per request:
 - a tenant that starts waiting (none of its requests waited) is moved up
   to V if it was behind: time it spent idle is not owed to it;
 - a slot goes to the waiting tenant with the smallest F (ties: whose
-  request came first), which moves F on by cost / weight, where cost is
+  request came first), or at once to a request that finds nobody waiting
+  (V then moves up to where it starts); either moves F on by cost / weight,
+  where cost is
   the request's tokens (its prompt plus its expected output,
   `request_cost.py`);
 - when a request ends, its charge is corrected by the tokens it really used
@@ -109,9 +111,12 @@ class FairQueue(Generic[Q]):
         tenant = min(lanes, key=lambda t: (self._finish[t], lanes[t].waiting[0][0]))
         _, item = lanes[tenant].waiting[0]
         self._take(rank, tenant, 0)
+        start = self._finish[tenant]
         self._finish[tenant] += item.cost / item.weight
         if self._per_tenant:
             self._vtime = min(self._finish[t] for t in self._per_tenant)
+        else:
+            self._vtime = max(self._vtime, start)
         if len(self._finish) > _FORGET_PAST:
             self._forget()
         return item
@@ -120,7 +125,11 @@ class FairQueue(Generic[Q]):
         """`item` gets a slot at once (nobody waits): its tenant's virtual
         time moves on by its cost, from V at least."""
         self._activate(item.tenant)
+        start = self._finish[item.tenant]
         self._finish[item.tenant] += item.cost / item.weight
+        # Nobody waits: V is the start of the request served, so that a
+        # tenant's use of an idle model still counts when others come.
+        self._vtime = max(self._vtime, start)
 
     def remove(self, item: Q) -> bool:
         """Take `item` out without charging anyone (it left); False if it

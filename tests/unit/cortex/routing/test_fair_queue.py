@@ -106,6 +106,17 @@ def test_an_idle_tenant_is_not_owed_its_idle_time() -> None:
     assert sum(1 for i in order if i in late) == 5
 
 
+def test_what_a_tenant_used_while_nobody_waited_still_counts() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    for _ in range(50):
+        queue.charge(Item("steady"))  # admitted at once, the model idle
+    _fill(queue, "steady", 5)
+    burst = _fill(queue, "newcomer", 5)
+    # It starts where steady's last request started: they alternate, instead
+    # of the newcomer going 50 requests ahead.
+    assert [queue.pop() in burst for _ in range(4)] == [True, False, True, False]
+
+
 def test_newest_below_picks_the_last_arrival_of_the_lowest_class() -> None:
     queue: FairQueue[Item] = FairQueue()
     _fill(queue, "a", 2, rank=1)
