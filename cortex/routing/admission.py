@@ -207,6 +207,7 @@ class AdmissionControl:
         queue = self._queues.get(ticket.model)
         if ticket.charged and queue is not None:
             queue.correct(claim.tenant, claim.weight, spent.total - claim.cost)
+            queue.ended(claim.tenant)
 
     def _make_room(self, model: str, label: str, queue: _Queue, claim: Claim) -> None:
         """Refuse the request if its tenant is past its share or the queue is
@@ -277,6 +278,8 @@ class AdmissionControl:
             metrics.set_admission_queue_depth(self._labels.get(model, model), len(queue))
         if waiter.was_granted():
             self._granted[model] -= 1
+            if queue is not None:
+                queue.ended(waiter.tenant)  # granted, never dispatched: never settled
             self.wake(model)
         elif not waiter.granted.done():
             waiter.granted.cancel()

@@ -6,21 +6,22 @@ weights; the benchmark's baseline).
 `FairQueue` is start-time fair queuing (Goyal et al., 1996) over tenants,
 the tags kept per tenant rather than per request:
 
-- each tenant has a virtual time F: where its next request starts; the
-  queue has a virtual time V, the smallest F among the tenants waiting;
-- a tenant that starts waiting (none of its requests waited) is moved up
-  to V if it was behind: time it spent idle is not owed to it;
+- each tenant has a virtual time F: where its next request starts; a
+  tenant is active while it has requests waiting or running, and the queue
+  has a virtual time V, the smallest F among the active tenants;
+- a tenant that becomes active is moved up to V if it was behind: time it
+  spent idle is not owed to it;
 - a slot goes to the waiting tenant with the smallest F (ties: whose
-  request came first), or at once to a request that finds nobody waiting
-  (V then moves up to where it starts); either moves F on by cost / weight,
-  where cost is
+  request came first), or at once to a request that finds nobody waiting;
+  either moves F on by cost / weight, where cost is
   the request's tokens (its prompt plus its expected output,
   `request_cost.py`);
 - when a request ends, its charge is corrected by the tokens it really used
   (`correct`), so a tenant whose requests stop early is not held back for
-  the output they never made. V follows the waiting tenants' F (it is not
+  the output they never made. V follows the active tenants' F (it is not
   the last start tag, which corrections would leave ahead of every tenant,
-  collapsing them all onto it and the order onto arrival order).
+  collapsing them all onto it and the order onto arrival order); a tenant
+  whose requests all run, none waiting for a moment, keeps its place.
 
 So backlogged tenants get tokens in proportion to their weights, and a
 tenant that was idle starts at V, level with the backlogged tenant next in
@@ -80,7 +81,8 @@ class FairQueue(Generic[Q]):
         # rank -> tenant -> its lane; empty lanes and ranks are removed.
         self._ranks: dict[int, dict[str, _Lane[Q]]] = {}
         self._finish: dict[str, float] = {}  # each tenant's F
-        self._per_tenant: dict[str, int] = {}
+        self._per_tenant: dict[str, int] = {}  # waiting
+        self._active: dict[str, int] = {}  # waiting or running
         self._vtime = 0.0
         self._arrivals = 0
         self._len = 0
@@ -93,8 +95,7 @@ class FairQueue(Generic[Q]):
         return self._per_tenant.get(tenant, 0)
 
     def push(self, item: Q) -> None:
-        if not self.waiting(item.tenant):
-            self._activate(item.tenant)
+        self._enter(item.tenant)
         lanes = self._ranks.setdefault(item.rank, {})
         lane = lanes.get(item.tenant)
         if lane is None:
@@ -111,12 +112,8 @@ class FairQueue(Generic[Q]):
         tenant = min(lanes, key=lambda t: (self._finish[t], lanes[t].waiting[0][0]))
         _, item = lanes[tenant].waiting[0]
         self._take(rank, tenant, 0)
-        start = self._finish[tenant]
         self._finish[tenant] += item.cost / item.weight
-        if self._per_tenant:
-            self._vtime = min(self._finish[t] for t in self._per_tenant)
-        else:
-            self._vtime = max(self._vtime, start)
+        self._follow()
         if len(self._finish) > _FORGET_PAST:
             self._forget()
         return item
@@ -124,12 +121,13 @@ class FairQueue(Generic[Q]):
     def charge(self, item: Q) -> None:
         """`item` gets a slot at once (nobody waits): its tenant's virtual
         time moves on by its cost, from V at least."""
-        self._activate(item.tenant)
-        start = self._finish[item.tenant]
+        self._enter(item.tenant)
         self._finish[item.tenant] += item.cost / item.weight
-        # Nobody waits: V is the start of the request served, so that a
-        # tenant's use of an idle model still counts when others come.
-        self._vtime = max(self._vtime, start)
+        self._follow()
+
+    def ended(self, tenant: str) -> None:
+        """A request of `tenant` that got its slot has ended."""
+        self._leave(tenant)
 
     def remove(self, item: Q) -> bool:
         """Take `item` out without charging anyone (it left); False if it
@@ -140,6 +138,7 @@ class FairQueue(Generic[Q]):
         for i, (_, queued) in enumerate(lane.waiting):
             if queued is item:
                 self._take(item.rank, item.tenant, i)
+                self._leave(item.tenant)
                 return True
         return False
 
@@ -164,8 +163,26 @@ class FairQueue(Generic[Q]):
             for lane in lanes.values():
                 yield from (item for _, item in lane.waiting)
 
-    def _activate(self, tenant: str) -> None:
-        self._finish[tenant] = max(self._vtime, self._finish.get(tenant, self._vtime))
+    def _enter(self, tenant: str) -> None:
+        """One more request of `tenant` waiting or running; one that was not
+        active starts at V at the earliest."""
+        if tenant not in self._active:
+            self._finish[tenant] = max(self._vtime, self._finish.get(tenant, self._vtime))
+            self._active[tenant] = 0
+        self._active[tenant] += 1
+
+    def _leave(self, tenant: str) -> None:
+        left = self._active[tenant] - 1
+        if left:
+            self._active[tenant] = left
+        else:
+            del self._active[tenant]
+            self._follow()
+
+    def _follow(self) -> None:
+        """V: the smallest F of the active tenants (unchanged when none is)."""
+        if self._active:
+            self._vtime = min(self._finish[t] for t in self._active)
 
     def _take(self, rank: int, tenant: str, index: int) -> None:
         lanes = self._ranks[rank]
@@ -185,7 +202,7 @@ class FairQueue(Generic[Q]):
     def _forget(self) -> None:
         for tenant, finish in list(self._finish.items()):
             # Activation would move them up to V anyway.
-            if finish <= self._vtime and tenant not in self._per_tenant:
+            if finish <= self._vtime and tenant not in self._active:
                 del self._finish[tenant]
 
 
@@ -222,6 +239,9 @@ class FifoQueue(Generic[Q]):
 
     def charge(self, item: Q) -> None:
         return None  # nothing is charged in arrival order
+
+    def ended(self, tenant: str) -> None:
+        return None
 
     def newest_below(self, rank: int) -> Q | None:
         return None  # no classes in FIFO order: nobody is refused for another

@@ -112,9 +112,24 @@ def test_what_a_tenant_used_while_nobody_waited_still_counts() -> None:
         queue.charge(Item("steady"))  # admitted at once, the model idle
     _fill(queue, "steady", 5)
     burst = _fill(queue, "newcomer", 5)
-    # It starts where steady's last request started: they alternate, instead
-    # of the newcomer going 50 requests ahead.
-    assert [queue.pop() in burst for _ in range(4)] == [True, False, True, False]
+    # It starts level with steady (whose requests still run): they alternate,
+    # instead of the newcomer going 50 requests ahead.
+    assert [queue.pop() in burst for _ in range(4)] == [False, True, False, True]
+
+
+def test_a_tenant_whose_requests_all_run_keeps_its_place() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    [first] = _fill(queue, "heavy", 1, weight=3)
+    _fill(queue, "light", 2)
+    assert queue.pop() is first  # heavy now runs, nothing of it waits
+    assert queue.pop().tenant == "light"
+    [again] = _fill(queue, "heavy", 1, weight=3)
+    # Not moved up to the waiting light's time: it used a third as much.
+    assert queue.pop() is again
+    queue.ended("heavy")
+    queue.ended("heavy")
+    queue.ended("light")
+    assert queue.waiting("light") == 1
 
 
 def test_newest_below_picks_the_last_arrival_of_the_lowest_class() -> None:
