@@ -2,8 +2,8 @@
 
 cortex does not tokenize (the neuron owns the tokenizer), so the cost a
 request is charged when it gets its slot is an estimate: its prompt at
-`BYTES_PER_TOKEN` bytes a token (English text with a BPE tokenizer; the
-serialized request, framing included), plus the output it is expected to
+`BYTES_PER_TOKEN` bytes a token (English text with a BPE tokenizer) and a
+few tokens a message, plus the output it is expected to
 make: the mean output of the model's recent requests, bounded by the
 request's max_tokens (times n). When the request ends, the charge is
 corrected to what it really used (`Spent`), and the model's mean learns
@@ -16,6 +16,7 @@ from __future__ import annotations
 from axon.v1 import neuron_pb2 as pb
 
 BYTES_PER_TOKEN = 4
+MESSAGE_TOKENS = 4  # a chat template's markers around each message
 # The model's mean output before any request of it has ended, and how fast
 # the mean follows new requests (an exponential moving average).
 FIRST_OUTPUT_GUESS = 256.0
@@ -45,7 +46,15 @@ def choices(request: pb.GenerateRequest | pb.EmbedRequest) -> int:
 
 
 def prompt_estimate(request: pb.GenerateRequest | pb.EmbedRequest) -> int:
-    return max(1, int(request.ByteSize()) // BYTES_PER_TOKEN)
+    """The prompt's text (and tools) at BYTES_PER_TOKEN, plus a few tokens a
+    message for its template: not the whole serialized request, whose ids
+    and framing would weigh as much as a short prompt's text."""
+    if isinstance(request, pb.EmbedRequest):
+        return max(1, int(request.ByteSize()) // BYTES_PER_TOKEN)
+    text = len(request.prompt) if request.HasField("prompt") else 0
+    text += sum(len(m.content) for m in request.messages)
+    text += sum(int(t.ByteSize()) for t in request.tools)
+    return max(1, text // BYTES_PER_TOKEN + MESSAGE_TOKENS * len(request.messages))
 
 
 def estimate(request: pb.GenerateRequest | pb.EmbedRequest, means: OutputMeans) -> float:
