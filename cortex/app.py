@@ -48,6 +48,7 @@ from cortex.readiness import Readiness, watchdog
 from cortex.recording import recorder_for
 from cortex.routing.client import NeuronClient, channel_credentials
 from cortex.routing.pool import NeuronPool
+from cortex.routing.tenant_policy import TenantPolicies
 from cortex.store.base import ResponseStore
 from cortex.store.batch_db import PostgresDb, SqliteDb
 from cortex.store.batches import BatchStore
@@ -70,9 +71,12 @@ class Pool(Neurons, Protocol):
     async def stop(self) -> None: ...
 
 
-def make_pool(settings: CortexSettings, spec: DeploymentSpec | None) -> NeuronPool:
+def make_pool(
+    settings: CortexSettings, spec: DeploymentSpec | None, tenants: TenantPolicies | None = None
+) -> NeuronPool:
     """The pool of the configured neurons (cluster mode: of the controller's
-    table, over the same TLS)."""
+    table, over the same TLS); admission reads the tenants' weights and
+    classes from `tenants` (default: the settings' static tables)."""
     expected = settings.models or (
         [m.id for m in spec.models if m.replicas or m.autoscale] if spec else []
     )
@@ -87,6 +91,7 @@ def make_pool(settings: CortexSettings, spec: DeploymentSpec | None) -> NeuronPo
         ejection=settings.ejection,
         retry_budget=settings.retry_budget,
         admission=settings.admission,
+        tenants=tenants,
     )
     if spec is not None:  # models that may scale to zero wait for a wake
         pool.wakes.wakeable = frozenset(
@@ -109,7 +114,11 @@ def create_app(
         if settings.cluster_mode and settings.controller.deployment
         else None
     )
-    neurons = pool if pool is not None else make_pool(settings, spec)
+    tenants = open_tenant_store(settings.store.state_dir, settings.store.postgres_dsn)
+    policies = StoreTenantPolicies(
+        tenants, settings.tenancy.refresh_s, settings.admission.static_policies()
+    )
+    neurons = pool if pool is not None else make_pool(settings, spec, policies)
     # Cluster mode hands the controller's table to the real pool.
     followed = neurons if spec is not None and isinstance(neurons, NeuronPool) else None
     if spec is not None and followed is None:
@@ -127,8 +136,6 @@ def create_app(
     # In each worker process (its exporter's thread is its own).
     tracing.configure("neuraxis-cortex", settings)
     address = f"{socket.gethostname()}:{settings.port}"
-    tenants = open_tenant_store(settings.store.state_dir, settings.store.postgres_dsn)
-    policies = StoreTenantPolicies(tenants, settings.tenancy.refresh_s)
     ledger = Ledger(tenants, settings.tenancy.ledger_flush_s) if settings.tenancy.ledger else None
     gateway = _gateway(settings, neurons, store, keys, f"{address}/{os.getpid()}", policies, ledger)
     runs = gateway.runs

@@ -3,11 +3,10 @@ usage ledger (cortex/store/ledger.py) and, with metrics_tenant_label, the
 per-tenant token counters. The request's tracker (lifecycle.py) calls the
 `Account` made here once, when the request ends.
 
-The class of a request is "default" until dispatch passes the request's
-own: the internal request has no priority field yet (the fair queue adds
-it).
-Queue seconds are 0 for the same reason: the admission wait is not handed
-to the request's end yet.
+The class is the one the request asked for, capped by its tenant's
+ceiling as admission caps it (dispatch passes it; embeddings ask for none:
+default). Queue seconds are 0: the admission wait is not handed to the
+request's end yet.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ from typing import TypeVar
 from fastapi import Request
 
 from axon.errors import InvalidRequestError
+from axon.priority import DEFAULT_CLASS, PriorityClass, capped
+from axon.protomaps import PB_TO_CLASS
 from axon.v1 import neuron_pb2 as pb
 from cortex.api import caps
 from cortex.api.accounting import account_for
@@ -80,14 +82,21 @@ async def admit_request(request: Request) -> Admission | None:
     return await _admit(request, 0, 1)
 
 
-def _tracker(request: Request, model: str, parts: int = 1) -> Tracker:
+def _tracker(
+    request: Request, model: str, parts: int = 1, asked: PriorityClass = DEFAULT_CLASS
+) -> Tracker:
     """The request's tracker; from here on the error handlers must not count
-    it again."""
+    it again. Its usage is accounted in the class it `asked` for, capped by
+    its tenant's ceiling as admission caps it."""
     context, surface, request_id = _claimed(request)
     gateway = gateway_of(request)
     label = gateway.neurons.model_label(model)
     context.tracked = True
-    account = account_for(context.principal, model, gateway.ledger, gateway.tenant_tokens)
+    principal = context.principal
+    ceiling = gateway.tenant_policies.policy(principal.tenant).max_priority
+    account = account_for(
+        principal, model, gateway.ledger, gateway.tenant_tokens, capped(asked, ceiling)
+    )
     return Tracker(gateway.recorder, surface.name, label, request_id, parts, account)
 
 
@@ -109,7 +118,7 @@ async def _route(
     tokens = sum(estimate_generate(r, context, unset) for r in internals)
     output = sum(output_cap(r, unset) for r in internals)
     admission = await _admit(request, tokens, len(internals), output)
-    tracker = _tracker(request, model, parts=len(internals))
+    tracker = _tracker(request, model, len(internals), PB_TO_CLASS[internals[0].priority])
     # `hints` (the request's affinity keys) go to the routing policy of each,
     # with its tenant for its share of the admission queue.
     hints = replace(hints or RouteHints(), tenant=context_of(request).principal.tenant)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from axon.periodic import every
-from cortex.routing.tenant_policy import DEFAULT_POLICY, TenantPolicy
+from cortex.routing.tenant_policy import FixedTenantPolicies, TenantPolicies, TenantPolicy
 from cortex.store.tenants import Tenant, TenantStore
 
 log = logging.getLogger("neuraxis.cortex")
@@ -31,12 +31,19 @@ def policy_of(tenant: Tenant) -> TenantPolicy:
 
 
 class StoreTenantPolicies:
-    def __init__(self, store: TenantStore, refresh_s: float) -> None:
+    """A tenant's row in the store, else its policy in `fallback` (the
+    settings' `[admission.tenants]` tables), else the defaults."""
+
+    def __init__(
+        self, store: TenantStore, refresh_s: float, fallback: TenantPolicies | None = None
+    ) -> None:
         self._store, self._refresh_s = store, refresh_s
+        self._fallback = fallback or FixedTenantPolicies()
         self._policies: dict[str, TenantPolicy] = {}
 
     def policy(self, tenant: str) -> TenantPolicy:
-        return self._policies.get(tenant, DEFAULT_POLICY)
+        found = self._policies.get(tenant)
+        return found if found is not None else self._fallback.policy(tenant)
 
     async def refresh(self) -> None:
         """Read every tenant's row again (a tenant whose row is gone gets

@@ -144,7 +144,11 @@ async def _backlogged(stack: Stack, loops: dict[str, int], seconds: float) -> di
     async def loop(http: httpx.AsyncClient, tenant: str) -> None:
         while time.monotonic() < ends:
             answer = await _ask(http, stack, log, tenant)
-            assert answer.status == 200, answer
+            if answer.status != 200:
+                # Its share of the queue is full: it is backlogged, as meant.
+                # Asked again after a breath, not in a busy loop.
+                await asyncio.sleep(0.005)
+                continue
             if time.monotonic() < ends:
                 got[tenant] += answer.tokens
 
@@ -154,9 +158,12 @@ async def _backlogged(stack: Stack, loops: dict[str, int], seconds: float) -> di
 
 
 async def test_backlogged_tenants_of_weights_1_and_3_get_tokens_1_to_3(stack: Stack) -> None:
-    # Enough requests each that one always waits while its others run or
-    # travel back to the client (light: 3, at most 4 waiting: its share).
-    got = await _backlogged(stack, {"light": 3, "heavy": 6}, seconds=6.0)
+    # More requests each than run and wait at once, so that one always waits
+    # while others travel back to the client, however slow the client is on
+    # a loaded machine (a tenant with nothing waiting for a moment lost its
+    # turns: 6 heavy loops gave 1:2.4-2.75); the excess is refused
+    # (model_overloaded: its queue share is full) and asked again.
+    got = await _backlogged(stack, {"light": 5, "heavy": 12}, seconds=6.0)
     ratio = got["heavy"] / got["light"]
     print(f"\noutput tokens light:heavy = {got['light']}:{got['heavy']} (1:{ratio:.2f})")
     assert 3 * 0.9 <= ratio <= 3 * 1.1, got

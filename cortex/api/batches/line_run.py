@@ -27,6 +27,7 @@ from starlette.responses import Response
 from starlette.types import Message
 
 from axon.errors import InternalError, NeuraxisError, RateLimitError, UnavailableError, mapping_for
+from axon.priority import CLASSES, PriorityClass
 from cortex.api import chat, completions, embeddings
 from cortex.api.batches.lines import BatchLine, output_line
 from cortex.api.errors import validation_error
@@ -39,6 +40,8 @@ from cortex.schemas.completions import CompletionRequest
 from cortex.schemas.embeddings import EmbeddingRequest
 from cortex.schemas.responses import ResponsesRequest
 
+# The class every line runs in: the lowest.
+BATCH_CLASS: PriorityClass = CLASSES[-1]
 log = logging.getLogger("neuraxis.cortex")
 
 Handler = Callable[[Any, Request], Awaitable[Response]]
@@ -92,10 +95,6 @@ def line_request(app: FastAPI, path: str, principal: Principal) -> Request:
         "app": app,
     }
     context_in(scope).principal = principal
-    # LEAD(priority): run batch lines as PriorityClass "batch" (axon/priority.py)
-    # here, once the request path carries a class (the wfq branch: the
-    # request's asked-for class, params.Generation.priority, which admission
-    # caps and puts on GenerateRequest.priority): every line asks for "batch".
     return Request(scope, receive=_never)
 
 
@@ -114,6 +113,10 @@ async def run_line(
     except ValidationError as e:
         errors = [{**error, "loc": ("body", *error["loc"])} for error in e.errors()]
         return _failed(line, validation_error(RequestValidationError(errors)), "")
+    if "priority" in type(body).model_fields:
+        # Batch work fills the capacity interactive requests leave: every
+        # line runs in the lowest class, whatever it asks (axon/priority.py).
+        body = body.model_copy(update={"priority": BATCH_CLASS})
     backoff = 0.25
     while True:
         request = line_request(app, endpoint, principal)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cortex.auth.tenant_policies import StoreTenantPolicies
-from cortex.routing.tenant_policy import DEFAULT_POLICY, TenantPolicy
+from cortex.routing.tenant_policy import DEFAULT_POLICY, FixedTenantPolicies, TenantPolicy
 from cortex.store.sqlite_tenants import SqliteTenantStore
 from cortex.store.tenants import Tenant
 
@@ -42,3 +42,13 @@ async def test_a_failed_refresh_keeps_the_last_rows(tenants: SqliteTenantStore) 
     with pytest.raises(Exception):  # noqa: B017 - whatever a closed connection raises
         await policies.refresh()
     assert policies.policy("acme").weight == 3.0
+
+
+async def test_a_tenant_without_a_row_gets_the_settings_policy(tenants: SqliteTenantStore) -> None:
+    static = FixedTenantPolicies({"acme": TenantPolicy(2.0), "beta": TenantPolicy(5.0)})
+    policies = StoreTenantPolicies(tenants, refresh_s=2.0, fallback=static)
+    await tenants.put(Tenant("acme", weight=3.0))
+    await policies.refresh()
+    assert policies.policy("acme") == TenantPolicy(3.0)  # the store's row wins
+    assert policies.policy("beta") == TenantPolicy(5.0)
+    assert policies.policy("nobody") == DEFAULT_POLICY

@@ -98,3 +98,11 @@ async def test_a_line_refused_for_capacity_is_tried_again() -> None:
     result = await run_line(_app(pool), CHAT, ANONYMOUS, line, sleep=sleep)
     assert result.ok and pool.refusals == 0 and len(pool.requests) == 1
     assert waits == [0.25, 0.5, 1.0]  # backing off
+
+
+async def test_a_line_runs_in_the_batch_class_whatever_it_asks() -> None:
+    pool = ScriptedPool([DONE])
+    line = BatchLine(1, "a", _chat(priority=-1, service_tier="priority"))
+    result = await run_line(_app(pool), CHAT, ANONYMOUS, line)
+    assert result.ok
+    assert pool.requests[0].priority == pb.PRIORITY_CLASS_BATCH
