@@ -267,7 +267,11 @@ async def _held_stream(client: httpx.AsyncClient, base: str, key: str) -> AsyncI
         "POST", f"{base}/v1/chat/completions", json=body, headers=headers
     ) as answer:
         assert answer.status_code == 200
-        async for line in answer.aiter_lines():
+        # Held by name: an iterator left after a `break` with no reference is
+        # finalized at once, and closing it closed the stream (cortex saw the
+        # client leave, and the tenant's slot was free again).
+        lines = answer.aiter_lines()
+        async for line in lines:
             if line.startswith("data: {") and json.loads(line[6:]).get("choices"):
                 break
         yield
