@@ -48,9 +48,7 @@ from neuron.engine.base import (
     ServedModel,
     Tokenized,
     TokenizeRequest,
-    TokenLogprob,
     ToolChoiceMode,
-    TopLogprob,
     Usage,
     check_context,
     wrong_task,
@@ -59,6 +57,8 @@ from neuron.engine.vllm import prompt
 from neuron.engine.vllm.args import VllmOptions, engine_launch
 from neuron.engine.vllm.errors import client_error, constraint_param
 from neuron.engine.vllm.grammar_probe import CompileTimeoutError, GrammarProbe, probe_key
+from neuron.engine.vllm.outputs import SchedulerStatsSink
+from neuron.engine.vllm.outputs import logprobs as vllm_logprobs
 from neuron.engine.vllm.prompt import render_fitting, sampling_params
 from neuron.engine.vllm.shaping import ChoiceShaper, ReasoningSplit
 from neuron.engine.vllm.tool_parsers import auto_tools
@@ -100,7 +100,7 @@ class VllmEngine(Engine):
         self._model: ServedModel | None = None
         self._parser_class: Any = None
         self._reasoning_class: Any = None
-        self._stats = _SchedulerStatsSink()
+        self._stats = SchedulerStatsSink()
         self._prepare_pool: ThreadPoolExecutor | None = None
 
     @property
@@ -227,7 +227,7 @@ class VllmEngine(Engine):
                         if completion.finish_reason
                         else None
                     )
-                    logprobs = _logprobs(
+                    logprobs = vllm_logprobs(
                         completion.token_ids,
                         completion.logprobs,
                         request.sampling.logprobs,
@@ -434,56 +434,3 @@ def _raise_translated(error: Exception, request: EngineRequest | None) -> NoRetu
 
 def _token_ids(tokenizer: Any, inputs: tuple[str | tuple[int, ...], ...]) -> list[list[int]]:
     return [list(i) if isinstance(i, tuple) else tokenizer.encode(i) for i in inputs]
-
-
-def _logprobs(
-    token_ids: Any, entries: Any, top_k: int | None, tokenizer: Any
-) -> tuple[TokenLogprob, ...]:
-    """vLLM gives, per new token, {token id: Logprob}: the top-k alternatives
-    (rank 1..k) and the sampled token (whatever its rank)."""
-    if not entries or top_k is None:
-        return ()
-    out = []
-    for token_id, entry in zip(token_ids, entries, strict=False):
-        chosen = _top(token_id, entry[token_id], tokenizer)
-        ranked = sorted(entry.items(), key=lambda kv: kv[1].rank or 0)
-        alternatives = tuple(
-            _top(t, lp, tokenizer) for t, lp in ranked if lp.rank is not None and lp.rank <= top_k
-        )
-        out.append(TokenLogprob(chosen.token, chosen.logprob, chosen.bytes, alternatives))
-    return tuple(out)
-
-
-def _top(token_id: int, lp: Any, tokenizer: Any) -> TopLogprob:
-    token = lp.decoded_token if lp.decoded_token is not None else tokenizer.decode([token_id])
-    logprob = max(float(lp.logprob), -9999.0)  # -inf does not fit JSON
-    return TopLogprob(token=token, logprob=logprob, bytes=token.encode())
-
-
-class _SchedulerStatsSink:
-    """Keeps the latest scheduler counts that vLLM reports after each step."""
-
-    def __init__(self) -> None:
-        self.running = 0
-        self.waiting = 0
-        self.kv_cache_usage = 0.0
-
-    def factory(self, vllm_config: Any, engine_index: int = 0) -> Any:
-        from vllm.v1.metrics.loggers import StatLoggerBase
-
-        sink = self
-
-        class _Logger(StatLoggerBase):  # type: ignore[misc]  # vLLM is Any to mypy
-            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
-                pass
-
-            def record(self, scheduler_stats: Any, iteration_stats: Any, *a: Any, **k: Any) -> None:
-                if scheduler_stats is not None:
-                    sink.running = scheduler_stats.num_running_reqs
-                    sink.waiting = scheduler_stats.num_waiting_reqs
-                    sink.kv_cache_usage = float(scheduler_stats.kv_cache_usage)
-
-            def log_engine_initialized(self) -> None:
-                pass
-
-        return _Logger(vllm_config, engine_index)
