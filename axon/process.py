@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 
 
@@ -113,6 +113,34 @@ def _after_fork_in_child() -> None:
     # signal will ever come, and this child is already an orphan.
     if os.getppid() != _Fork.parent:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def child_pids() -> set[int]:
+    """The processes this one started that are running, and theirs."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return {child.pid for child in psutil.Process().children(recursive=True)}
+    return set()
+
+
+def kill_children(older: Collection[int] = (), named: str = "") -> None:
+    """SIGKILL the processes this one started (and theirs) whose name starts
+    with `named`, but those in `older` (running before: not ours to end).
+
+    For the end of an engine's shutdown: vLLM's engine core is spawned, not
+    forked, so no death signal takes it with this process; a neuron stopped
+    while vLLM was starting it (its build interrupted before it could shut it
+    down) exited and left it running, reparented to init, with
+    multiprocessing's resource tracker beside it (which ends by itself once
+    the engine core is gone: it stays while anyone holds its pipe)."""
+    import psutil
+
+    for pid in child_pids() - set(older):
+        with contextlib.suppress(psutil.Error):
+            child = psutil.Process(pid)
+            if child.name().startswith(named):
+                child.kill()
 
 
 def kill_group_when_exits(child: subprocess.Popen[bytes]) -> threading.Thread:

@@ -33,7 +33,12 @@ from axon.errors import (
 )
 from axon.generations import Generation
 from axon.priority import engine_priority
-from axon.process import forked_children_die_with_this_process, interrupted_by_stop_signals
+from axon.process import (
+    child_pids,
+    forked_children_die_with_this_process,
+    interrupted_by_stop_signals,
+    kill_children,
+)
 from axon.tasks import ModelTask
 from neuron import tracing
 from neuron.engine.base import (
@@ -96,6 +101,9 @@ class VllmEngine(Engine):
         self._grammar_timeout_s = grammar_timeout_s
         self._probe: GrammarProbe | None = None
         self._llm: Any = None
+        # This process's children before vLLM's engine was built (None: not
+        # built): shutdown ends only those that came since.
+        self._children_before: set[int] | None = None
         self._tokenizer: Any = None
         self._model: ServedModel | None = None
         self._parser_class: Any = None
@@ -145,6 +153,7 @@ class VllmEngine(Engine):
         )
         # The engine core is forked below: it must not outlive this process.
         forked_children_die_with_this_process()
+        self._children_before = child_pids()
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
         self._tokenizer = self._llm.get_tokenizer()
         self._probe = self._grammar_probe()
@@ -324,6 +333,11 @@ class VllmEngine(Engine):
             self._llm = None
         if self._prepare_pool is not None:
             self._prepare_pool.shutdown(wait=False, cancel_futures=True)
+        # What vLLM had started and not shut down (its build interrupted by
+        # a stop) ends too.
+        if self._children_before is not None:
+            kill_children(older=self._children_before, named="VLLM::")
+            self._children_before = None
 
     def _grammar_probe(self) -> GrammarProbe | None:
         """The probe over the model's vocabulary, as vLLM's xgrammar backend

@@ -14,7 +14,13 @@ import time
 import psutil
 import pytest
 
-from axon.process import StopRequested, interrupted_by_stop_signals, kill_group_when_exits
+from axon.process import (
+    StopRequested,
+    child_pids,
+    interrupted_by_stop_signals,
+    kill_children,
+    kill_group_when_exits,
+)
 
 # A parent that installs the fork guard, forks a child (from the main thread
 # or from a worker thread) that reports its death signal and its pid, then
@@ -131,3 +137,21 @@ def test_a_stop_signal_interrupts_a_synchronous_call_and_the_handlers_come_back(
         time.sleep(30)  # what vLLM's engine build is to the event loop
     assert time.monotonic() - started < 5
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_kill_children_ends_what_came_since_and_keeps_the_older() -> None:
+    older = subprocess.Popen(["sleep", "60"])
+    other = None
+    try:
+        before = child_pids()
+        assert older.pid in before
+        newer = subprocess.Popen(["sleep", "60"])
+        other = subprocess.Popen(["tail", "-f", "/dev/null"])
+        kill_children(older=before, named="sleep")
+        assert newer.wait(timeout=10) == -signal.SIGKILL
+        assert older.poll() is None and other.poll() is None  # older; not named so
+    finally:
+        for proc in (older, other):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
