@@ -54,7 +54,7 @@ from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.routing.admission_options import AdmissionOptions
 from cortex.routing.fair_queue import FairQueue, FifoQueue
-from cortex.routing.request_cost import OutputMeans, Spent, choices, estimate
+from cortex.routing.request_cost import Costed, OutputMeans, Spent, choices, estimate
 from cortex.routing.tenant_policy import TenantPolicies
 
 __all__ = ["AdmissionControl", "AdmissionOptions", "Claim", "FreeSlots", "Sleep", "Ticket"]
@@ -155,7 +155,7 @@ class AdmissionControl:
         """Requests waiting for `model` now."""
         return len(self._queues.get(model, ()))
 
-    def claim(self, request: pb.GenerateRequest | pb.EmbedRequest, tenant: str) -> Claim:
+    def claim(self, request: Costed, tenant: str) -> Claim:
         """What `request` of `tenant` asks: its class capped by the tenant's
         `max_priority`, its estimated tokens, the tenant's weight."""
         policy = self._tenants.policy(tenant)

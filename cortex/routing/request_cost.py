@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from axon.v1 import neuron_pb2 as pb
 
+# What admission is asked to let through: generation, embeddings, and the
+# tokenizer's calls (costed by their size alone: they generate nothing).
+Costed = pb.GenerateRequest | pb.EmbedRequest | pb.TokenizeRequest | pb.DetokenizeRequest
+
 BYTES_PER_TOKEN = 4
 MESSAGE_TOKENS = 4  # a chat template's markers around each message
 # The model's mean output before any request of it has ended, and how fast
@@ -39,17 +43,17 @@ class OutputMeans:
         )
 
 
-def choices(request: pb.GenerateRequest | pb.EmbedRequest) -> int:
-    if isinstance(request, pb.EmbedRequest):
+def choices(request: Costed) -> int:
+    if not isinstance(request, pb.GenerateRequest):
         return 1
     return max(1, int(request.sampling.n)) if request.sampling.HasField("n") else 1
 
 
-def prompt_estimate(request: pb.GenerateRequest | pb.EmbedRequest) -> int:
+def prompt_estimate(request: Costed) -> int:
     """The prompt's text (and tools) at BYTES_PER_TOKEN, plus a few tokens a
     message for its template: not the whole serialized request, whose ids
     and framing would weigh as much as a short prompt's text."""
-    if isinstance(request, pb.EmbedRequest):
+    if not isinstance(request, pb.GenerateRequest):
         return max(1, int(request.ByteSize()) // BYTES_PER_TOKEN)
     text = len(request.prompt) if request.HasField("prompt") else 0
     text += sum(len(m.content) for m in request.messages)
@@ -57,10 +61,10 @@ def prompt_estimate(request: pb.GenerateRequest | pb.EmbedRequest) -> int:
     return max(1, text // BYTES_PER_TOKEN + MESSAGE_TOKENS * len(request.messages))
 
 
-def estimate(request: pb.GenerateRequest | pb.EmbedRequest, means: OutputMeans) -> float:
+def estimate(request: Costed, means: OutputMeans) -> float:
     """Tokens `request` is expected to use: prompt + expected output."""
     prompt = prompt_estimate(request)
-    if isinstance(request, pb.EmbedRequest):
+    if not isinstance(request, pb.GenerateRequest):
         return float(prompt)
     expected = means.expected(request.model)
     if request.sampling.HasField("max_tokens"):
@@ -73,7 +77,7 @@ class Spent:
     message reports, or (a stream cut before it) the prompt's estimate and
     a token per choice delta received."""
 
-    def __init__(self, request: pb.GenerateRequest | pb.EmbedRequest) -> None:
+    def __init__(self, request: Costed) -> None:
         self.request = request
         self._prompt = prompt_estimate(request)
         self._output = 0
