@@ -171,7 +171,10 @@ def _exposed_names(text: str) -> set[str]:
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "gauge": [""]}
     for match in re.finditer(r"^# TYPE (\S+) (\w+)$", text, re.MULTILINE):
         name, kind = match.groups()
-        names |= {name + suffix for suffix in suffixes.get(kind, [""])}
+        # The text format already names a counter with its _total (a counter
+        # with no sample yet, a model never woken, shows only this line).
+        base = name.removesuffix("_total") if kind == "counter" else name
+        names |= {base + suffix for suffix in suffixes.get(kind, [""])}
     return names
 
 
