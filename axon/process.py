@@ -124,23 +124,19 @@ def child_pids() -> set[int]:
     return set()
 
 
-def kill_children(older: Collection[int] = (), named: str = "") -> None:
-    """SIGKILL the processes this one started (and theirs) whose name starts
-    with `named`, but those in `older` (running before: not ours to end).
+def kill_children(older: Collection[int] = ()) -> None:
+    """SIGKILL the processes this one started (and theirs) but those in
+    `older` (running before: not ours to end).
 
-    For the end of an engine's shutdown: vLLM's engine core is spawned, not
-    forked, so no death signal takes it with this process; a neuron stopped
-    while vLLM was starting it (its build interrupted before it could shut it
-    down) exited and left it running, reparented to init, with
-    multiprocessing's resource tracker beside it (which ends by itself once
-    the engine core is gone: it stays while anyone holds its pipe)."""
+    For an engine whose build was interrupted: vLLM's engine core is
+    spawned, not forked, so no death signal takes it with this process, and
+    a neuron stopped while vLLM was starting it exited and left it running,
+    reparented to init, with multiprocessing's resource tracker beside it."""
     import psutil
 
     for pid in child_pids() - set(older):
         with contextlib.suppress(psutil.Error):
-            child = psutil.Process(pid)
-            if child.name().startswith(named):
-                child.kill()
+            psutil.Process(pid).kill()
 
 
 def kill_group_when_exits(child: subprocess.Popen[bytes]) -> threading.Thread:

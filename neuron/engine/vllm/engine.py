@@ -101,9 +101,9 @@ class VllmEngine(Engine):
         self._grammar_timeout_s = grammar_timeout_s
         self._probe: GrammarProbe | None = None
         self._llm: Any = None
-        # This process's children before vLLM's engine was built (None: not
-        # built): shutdown ends only those that came since.
+        # Children before vLLM's build (None: not begun); see shutdown.
         self._children_before: set[int] | None = None
+        self._llm_built = False
         self._tokenizer: Any = None
         self._model: ServedModel | None = None
         self._parser_class: Any = None
@@ -155,6 +155,7 @@ class VllmEngine(Engine):
         forked_children_die_with_this_process()
         self._children_before = child_pids()
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
+        self._llm_built = True  # vLLM's own shutdown ends its processes now
         self._tokenizer = self._llm.get_tokenizer()
         self._probe = self._grammar_probe()
         if self._probe is not None:
@@ -333,11 +334,10 @@ class VllmEngine(Engine):
             self._llm = None
         if self._prepare_pool is not None:
             self._prepare_pool.shutdown(wait=False, cancel_futures=True)
-        # What vLLM had started and not shut down (its build interrupted by
-        # a stop) ends too.
-        if self._children_before is not None:
-            kill_children(older=self._children_before, named="VLLM::")
-            self._children_before = None
+        # A build cut by a stop leaves what vLLM started so far to nobody.
+        if self._children_before is not None and not self._llm_built:
+            kill_children(older=self._children_before)
+        self._children_before = None
 
     def _grammar_probe(self) -> GrammarProbe | None:
         """The probe over the model's vocabulary, as vLLM's xgrammar backend
