@@ -19,7 +19,8 @@ streams end.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -202,36 +203,18 @@ async def unary(request: Request, model: str, call: Callable[[], Awaitable[T]]) 
     check_model(request, model)
     admission = await admit_request(request)
     tracker = _tracker(request, model)
-    try:
+    with _counted(tracker, admission):
         answer = await cancel_on_disconnect(request, call())
-    except ClientDisconnectedError:
-        tracker.finish("cancelled")
-        raise
-    except Exception as e:
-        tracker.finish(outcome_of(e))
-        raise
-    except BaseException:
-        tracker.finish("cancelled")
-        raise
-    finally:
-        if admission is not None:
-            admission.release()
     tracker.part_done(0, 0)
     return answer
 
 
-async def embed(request: Request, internal: pb.EmbedRequest) -> pb.EmbedResponse:
-    """One embeddings request (its task already checked), tracked; a client
-    that leaves cancels it."""
-    check_model(request, internal.model)
-    admission = await _admit(request, estimate_embed(internal), 1)
-    tracker = _tracker(request, internal.model)
+@contextmanager
+def _counted(tracker: Tracker, admission: Admission | None) -> Iterator[None]:
+    """A one-answer call's end: its outcome tracked if it fails, its
+    admission released however it ends (a no-op once settled)."""
     try:
-        hints = RouteHints(tenant=context_of(request).principal.tenant)
-        embedded = gateway_of(request).neurons.embed(internal, hints)
-        response = await cancel_on_disconnect(request, embedded)
-        if admission is not None:
-            admission.part_ended(response.prompt_tokens)
+        yield
     except ClientDisconnectedError:
         # Nobody is waiting for an answer: the client cancelled, the server
         # did not fail (chat counts the same case through its stream).
@@ -245,6 +228,20 @@ async def embed(request: Request, internal: pb.EmbedRequest) -> pb.EmbedResponse
         raise
     finally:
         if admission is not None:
-            admission.release()  # no-op once settled with its usage
+            admission.release()
+
+
+async def embed(request: Request, internal: pb.EmbedRequest) -> pb.EmbedResponse:
+    """One embeddings request (its task already checked), tracked; a client
+    that leaves cancels it."""
+    check_model(request, internal.model)
+    admission = await _admit(request, estimate_embed(internal), 1)
+    tracker = _tracker(request, internal.model)
+    with _counted(tracker, admission):
+        hints = RouteHints(tenant=context_of(request).principal.tenant)
+        embedded = gateway_of(request).neurons.embed(internal, hints)
+        response = await cancel_on_disconnect(request, embedded)
+        if admission is not None:
+            admission.part_ended(response.prompt_tokens)
     tracker.part_done(response.prompt_tokens, 0)
     return response
