@@ -139,6 +139,45 @@ def kill_children(older: Collection[int] = ()) -> None:
             psutil.Process(pid).kill()
 
 
+class _GroupReaper:
+    """The write end of the pipe the group reaper reads: held open by this
+    process alone (not inherited across exec) until it ends."""
+
+    write_end: int | None = None
+
+
+def group_dies_with_this_process() -> None:
+    """If this process leads its own process group (a replica's neuron does),
+    a small watcher kills the whole group once this process has ended, however
+    it ended (SIGKILL included): the watcher waits for end of file on a pipe
+    that only this process holds open, which the kernel closes at its exit.
+
+    vLLM spawns its engine core in a replica's neuron, and spawned children
+    carry no death signal. The replica actor's kill_group_when_exits covers
+    a neuron that dies while the actor lives; it does not cover the actor
+    killed first (the neuron then gets SIGKILL from its own death signal),
+    which left an engine core and multiprocessing's resource tracker behind."""
+    if _GroupReaper.write_end is not None or os.getpgid(0) != os.getpid():
+        return
+    read_end, write_end = os.pipe()  # neither end is inherited across exec
+    subprocess.Popen(
+        ["sh", "-c", 'read -r _; kill -9 -"$1"', "neuraxis-group-reaper", str(os.getpid())],
+        stdin=read_end,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(read_end)
+    _GroupReaper.write_end = write_end
+
+
+def children_die_with_this_process() -> None:
+    """Whatever this process starts from now on ends when it ends, however
+    it ends: its forked children by their death signal, its spawned ones
+    with its process group (when it leads one)."""
+    forked_children_die_with_this_process()
+    group_dies_with_this_process()
+
+
 def kill_group_when_exits(child: subprocess.Popen[bytes]) -> threading.Thread:
     """Watch a child that leads its own process group: once it has exited, in
     any way, SIGKILL whatever is left of its group (its engine core, workers).

@@ -55,6 +55,10 @@ from cortex.cluster.tasks import ReplicaTasks
 
 log = logging.getLogger("neuraxis.controller")
 
+# How long a neuron stopped while it starts gets to end its engine build
+# (seconds, measured) before its process group is killed.
+STARTING_STOP_TIMEOUT_S = 15.0
+
 
 @dataclass(frozen=True)
 class ControllerConfig:
@@ -511,6 +515,11 @@ class Controller:
                 await self._publish()
                 await self._clock.sleep(decisions.DRAIN_DELAY_S)
                 await self._backend.drain(replica.id, self._config.drain_timeout_s)
+            elif previous is ReplicaState.STARTING:
+                # Its neuron may be building its engine: SIGTERM ends the
+                # build and what vLLM spawned for it. Killing the actor alone
+                # SIGKILLed the neuron and left its engine core running.
+                await self._backend.drain(replica.id, STARTING_STOP_TIMEOUT_S)
         finally:
             self._forget(replica)
             log.info("replica %s stopped", replica.id)

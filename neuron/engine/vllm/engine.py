@@ -35,7 +35,7 @@ from axon.generations import Generation
 from axon.priority import engine_priority
 from axon.process import (
     child_pids,
-    forked_children_die_with_this_process,
+    children_die_with_this_process,
     interrupted_by_stop_signals,
     kill_children,
 )
@@ -151,8 +151,8 @@ class VllmEngine(Engine):
         self._prepare_pool = ThreadPoolExecutor(
             max_workers=self._prepare_threads, thread_name_prefix="prepare"
         )
-        # The engine core is forked below: it must not outlive this process.
-        forked_children_die_with_this_process()
+        # The engine core is forked or spawned below: it must not outlive this.
+        children_die_with_this_process()
         self._children_before = child_pids()
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
         self._llm_built = True  # vLLM's own shutdown ends its processes now

@@ -129,6 +129,31 @@ def test_what_is_left_of_a_group_is_killed_when_its_leader_exits() -> None:
             os.kill(grandchild, signal.SIGKILL)
 
 
+# The same leader, which arranges for its group to die with it first.
+_REAPED_LEADER = "from axon.process import group_dies_with_this_process\n" + (
+    "group_dies_with_this_process()\n" + _LEADER
+)
+
+
+def test_a_leader_that_asked_takes_its_group_with_it_however_it_dies() -> None:
+    """No watcher in this process: the leader's own reaper kills the rest."""
+    leader = subprocess.Popen(
+        [sys.executable, "-c", _REAPED_LEADER], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert leader.stdout is not None
+    with leader.stdout:
+        grandchild = int(leader.stdout.readline())
+    try:
+        assert not _gone(grandchild)
+        leader.kill()
+        assert _wait_gone(grandchild), "the grandchild outlived its group's leader"
+    finally:
+        leader.kill()
+        leader.wait()
+        if not _gone(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
 def test_a_stop_signal_interrupts_a_synchronous_call_and_the_handlers_come_back() -> None:
     before = signal.getsignal(signal.SIGTERM)
     started = time.monotonic()

@@ -427,3 +427,18 @@ def _report(host: str, pid: int, in_flight: dict[str, int]) -> CortexReport:
     return CortexReport(
         instance=f"{host}:{pid}", host=host, pid=pid, in_flight=in_flight, table_version=1
     )
+
+
+async def test_a_replica_stopped_while_starting_has_its_neuron_stopped_first() -> None:
+    """Killing the actor alone SIGKILLs the neuron, and an engine core that
+    neuron had spawned outlived it: the stop goes to the neuron first."""
+    clock = ManualClock(0.0)
+    backend = FakeBackend([ADA], clock)
+    backend.start_s = 60.0
+    controller = Controller(backend, clock, ControllerConfig(health_interval_s=1.0))
+    await controller.apply(spec(chat()), start_loop=False)
+    await settle()
+    assert [r.state for r in model(controller).replicas] == [ReplicaState.STARTING]
+    await controller.shutdown()
+    assert backend.drained == ["chat-1"] and backend.killed == ["chat-1"]
+    assert backend.started == []
