@@ -28,7 +28,7 @@ from harness.procs import engine_load
 MODEL = "sim-admission"
 CAP = 2
 QUEUE = 2
-QUEUE_TIMEOUT_S = 3.0
+QUEUE_TIMEOUT_S = 5.0
 ITL_S = 0.02
 # "Not a 600 s wait ending in 504": generous, for a loaded machine; the
 # milliseconds are printed.
@@ -138,7 +138,7 @@ async def test_a_full_queue_answers_503_at_once_and_queued_requests_proceed(
 
 
 async def test_a_request_queued_past_the_timeout_gets_503(gateway: Gateway) -> None:
-    tokens = 250  # ~5 s: longer than the queue timeout
+    tokens = 350  # ~7 s: longer than the queue timeout
     async with httpx.AsyncClient(timeout=60) as http:
         holders = [asyncio.create_task(_ask(http, gateway.base_url, tokens)) for _ in range(CAP)]
         await _until(lambda: gateway.running() == CAP)
@@ -146,13 +146,15 @@ async def test_a_request_queued_past_the_timeout_gets_503(gateway: Gateway) -> N
         await asyncio.gather(*holders)
     print(f"\nqueue timeout ({QUEUE_TIMEOUT_S} s): 503 after {waited.seconds:.2f} s")
     assert _overloaded(waited), waited
-    assert "within 3 s" in str(waited.body)
+    assert "within 5 s" in str(waited.body)
     # It waited for the timeout, and not much longer (a loaded machine may add seconds).
     assert QUEUE_TIMEOUT_S <= waited.seconds < QUEUE_TIMEOUT_S + 10
 
 
 async def test_a_client_that_leaves_while_queued_frees_its_place(gateway: Gateway) -> None:
-    tokens = 60  # ~1.2 s: the holders outlast the clients that leave, not the queue timeout
+    # ~3 s: the holders outlast the queue timeout of the clients that leave,
+    # so only their leaving can empty the queue before it.
+    tokens = 150
     async with httpx.AsyncClient(timeout=60) as http:
         holders = [asyncio.create_task(_ask(http, gateway.base_url, tokens)) for _ in range(CAP)]
         await _until(lambda: gateway.running() == CAP)
@@ -160,9 +162,11 @@ async def test_a_client_that_leaves_while_queued_frees_its_place(gateway: Gatewa
             leavers = [_ask(impatient, gateway.base_url, 5) for _ in range(QUEUE)]
             left = await asyncio.gather(*leavers, return_exceptions=True)
         assert all(isinstance(e, httpx.TimeoutException) for e in left), left
-        # Their places free within a second of leaving (the server learns of
-        # the closed connections on its next loop turns, not at once).
-        await _until(lambda: _queue_depth(gateway.admin_url) == 0, timeout_s=1.0)
+        # Their places free soon after they leave (the server learns of the
+        # closed connections on its next loop turns, not at once; over a
+        # second on a loaded machine), and before their queue timeout: they
+        # left 0.5 s into it.
+        await _until(lambda: _queue_depth(gateway.admin_url) == 0, timeout_s=2.0)
         # Had they stayed queued, the queue would be full and this refused.
         later = await _ask(http, gateway.base_url, 5)
         await asyncio.gather(*holders)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -39,6 +41,29 @@ def _bursts(times: list[float]) -> int:
     return 1 + sum(1 for a, b in itertools.pairwise(ordered) if b - a > 0.010)
 
 
+def _streamed_in_bursts(times: list[float], again: Callable[[], list[float]]) -> None:
+    """Assert that the call's argument pieces (read at `times`) came in two
+    bursts or more, in this stream or one of two more (`again`). A gateway
+    that held the call back to its end sends it in one burst every time; a
+    client starved of CPU on a loaded machine also reads it in one go, but
+    rarely three times running (seen once in CI: every piece within 0.3 ms)."""
+    for _ in range(2):
+        if _bursts(times) >= 2:
+            return
+        times = again()
+    assert _bursts(times) >= 2, f"three streams brought the arguments in one burst: {times}"
+
+
+def _chat_fragment_times(chunks: list[tuple[float, Any]]) -> list[float]:
+    return [
+        t
+        for t, chunk in chunks
+        for choice in chunk["choices"]
+        for call in choice["delta"].get("tool_calls") or []
+        if not call.get("id")
+    ]
+
+
 def test_chat_streams_the_call_while_the_model_writes_it(stack: Stack) -> None:
     body = {
         "model": MODEL,
@@ -61,7 +86,12 @@ def test_chat_streams_the_call_while_the_model_writes_it(stack: Stack) -> None:
     # The name first, then the arguments over several engine steps, all
     # before the stream's end.
     assert named[0][0] < fragments[-1][0] <= ends[0]
-    assert _bursts([t for t, _ in fragments]) >= 2, fragments
+    _streamed_in_bursts(
+        [t for t, _ in fragments],
+        lambda: _chat_fragment_times(
+            timed_sse(f"{stack.base_url}/v1/chat/completions", {**body, "stream": True})
+        ),
+    )
 
     arguments = "".join(fragment for _, fragment in fragments)
     whole = httpx.post(f"{stack.base_url}/v1/chat/completions", json=body, timeout=300).json()
@@ -71,18 +101,16 @@ def test_chat_streams_the_call_while_the_model_writes_it(stack: Stack) -> None:
 
 
 def test_responses_streams_the_call_item_while_the_model_writes_it(stack: Stack) -> None:
-    events = timed_sse(
-        f"{stack.base_url}/v1/responses",
-        {
-            "model": MODEL,
-            "input": RESPONSES_ASKED_AGAIN,
-            "tools": RESPONSES_TOOLS,
-            "tool_choice": "auto",
-            "temperature": 0,
-            "max_output_tokens": 100,
-            "stream": True,
-        },
-    )
+    body = {
+        "model": MODEL,
+        "input": RESPONSES_ASKED_AGAIN,
+        "tools": RESPONSES_TOOLS,
+        "tool_choice": "auto",
+        "temperature": 0,
+        "max_output_tokens": 100,
+        "stream": True,
+    }
+    events = timed_sse(f"{stack.base_url}/v1/responses", body)
     kinds = [e["type"] for _, e in events]
     calls = [e for _, e in events if e["type"].startswith("response.output_item")]
     assert [(e["type"], e["item"]["type"]) for e in calls] == [
@@ -98,7 +126,14 @@ def test_responses_streams_the_call_item_while_the_model_writes_it(stack: Stack)
     fragments = [(t, e["delta"]) for t, e in events if e["type"].endswith("arguments.delta")]
     opened = events[added][0]
     assert opened < fragments[-1][0] <= events[-1][0]
-    assert _bursts([t for t, _ in fragments]) >= 2, fragments
+    _streamed_in_bursts(
+        [t for t, _ in fragments],
+        lambda: [
+            t
+            for t, e in timed_sse(f"{stack.base_url}/v1/responses", body)
+            if e["type"].endswith("arguments.delta")
+        ],
+    )
     arguments = "".join(delta for _, delta in fragments)
     assert events[done - 1][1]["arguments"] == arguments == calls[1]["item"]["arguments"]
     assert json.loads(arguments)["city"] == "Rome"
