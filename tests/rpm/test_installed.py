@@ -11,6 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.rpm.conftest import VERSION, as_installed
 from tests.rpm.installed import neuraxis
 
@@ -89,3 +91,20 @@ def test_the_engine_imports_from_the_installed_environment(
     assert found["neuraxis"].startswith("/opt/neuraxis/neuron/lib/python3.11/site-packages/")
     assert found["torch"] == "2.13.0+cpu"
     assert found["torchvision"] is False
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_the_installed_cortex_can_trace(scratch_root: Path, tmp_path: Path, protocol: str) -> None:
+    """OpenTelemetry is in cortex's payload (the tracing extra): an endpoint
+    set in cortex.toml is honoured, not an ImportError at start."""
+    code = (
+        "from axon import tracing\n"
+        "settings = tracing.TraceSettings(otlp_endpoint='http://127.0.0.1:9', "
+        f"otlp_protocol='{protocol}')\n"
+        "assert tracing.configure('neuraxis-cortex', settings) and tracing.enabled()\n"
+        "import opentelemetry.sdk.trace as sdk\nprint(sdk.__file__)\n"
+    )
+    cmd = as_installed(scratch_root, tmp_path, ["/opt/neuraxis/cortex/bin/python", "-c", code])
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().startswith("/opt/neuraxis/cortex/lib/python3.11/site-packages/")
