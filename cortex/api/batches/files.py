@@ -40,19 +40,6 @@ def file_object(file: StoredFile) -> dict[str, Any]:
     }
 
 
-def list_page(objects: list[dict[str, Any]], limit: int) -> dict[str, Any]:
-    """OpenAI's list object of a page: `objects` is up to `limit + 1` of
-    them, the one past the page only saying that there are more."""
-    data = objects[:limit]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": len(objects) > limit,
-    }
-
-
 class _Rechunk:
     """Pieces of any size in, chunks of exactly `size` out (the last shorter)."""
 

@@ -16,8 +16,9 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from axon.errors import InvalidRequestError, NotFoundError
-from cortex.api.batches.files import file_object, list_page, new_file_id, write_file
+from cortex.api.batches.files import file_object, new_file_id, write_file
 from cortex.api.gateway import gateway_of
+from cortex.api.owned import list_page, owned
 from cortex.api.route import CountedRoute
 from cortex.http.context import context_of
 from cortex.store.batches import BatchStore, StoredFile
@@ -37,9 +38,7 @@ def batch_store(request: Request) -> BatchStore:
 
 async def owned_file(request: Request, file_id: str) -> StoredFile:
     file = await batch_store(request).get_file(file_id)
-    if file is None or file.tenant != context_of(request).principal.tenant:
-        raise NotFoundError(f"No such File object: {file_id}", param="id")
-    return file
+    return owned(request, file, NotFoundError(f"No such File object: {file_id}", param="id"))
 
 
 @router.post("/v1/files")

@@ -13,8 +13,9 @@ from fastapi.responses import JSONResponse
 
 from axon.errors import InvalidRequestError, NotFoundError
 from cortex.api.batches import lifecycle, principal
-from cortex.api.batches.files import list_page, ordered_id
+from cortex.api.batches.files import ordered_id
 from cortex.api.batches.files_routes import batch_store, owned_file
+from cortex.api.owned import list_page, owned
 from cortex.api.route import CountedRoute
 from cortex.http.context import context_of
 from cortex.schemas.batches import BatchCreateRequest
@@ -25,9 +26,8 @@ router = APIRouter(route_class=CountedRoute)
 
 async def _owned(request: Request, batch_id: str) -> StoredBatch:
     record = await batch_store(request).get_batch(batch_id)
-    if record is None or record.tenant != context_of(request).principal.tenant:
-        raise NotFoundError(f"No such Batch object: {batch_id}", param="batch_id")
-    return record
+    missing = NotFoundError(f"No such Batch object: {batch_id}", param="batch_id")
+    return owned(request, record, missing)
 
 
 @router.post("/v1/batches")

@@ -26,6 +26,7 @@ from axon.errors import InvalidRequestError, NotFoundError
 from cortex.api import caps, dispatch
 from cortex.api.answers import entries, json_answer
 from cortex.api.gateway import gateway_of
+from cortex.api.owned import list_page, owned
 from cortex.api.responses import run as runs
 from cortex.api.responses.builder import ResponseBuilder
 from cortex.api.responses.events import TERMINAL
@@ -113,9 +114,11 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
 
 async def _stored(request: Request, response_id: str) -> StoredResponse:
     record = await _store(request).get(response_id)
-    if record is None or record.tenant != context_of(request).principal.tenant:
-        raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
-    return record
+    return owned(request, record, _not_found(response_id))
+
+
+def _not_found(response_id: str) -> NotFoundError:
+    return NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
 
 
 @router.get("/v1/responses/{response_id}", response_model=None)
@@ -160,7 +163,7 @@ async def _replay(request: Request, record: StoredResponse, after: int) -> Async
 async def delete_response(response_id: str, request: Request) -> JSONResponse:
     await _stored(request, response_id)  # another tenant's: 404 before anything is deleted
     if not await _store(request).delete(response_id):
-        raise NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
+        raise _not_found(response_id)
     for registry in (gateway_of(request).runs.background, gateway_of(request).runs.streaming):
         run = registry.get(response_id)
         if run is not None:
@@ -184,16 +187,7 @@ async def list_input_items(
         if after not in ids:
             raise InvalidRequestError(f"No input item with id '{after}'.", param="after")
         items = items[ids.index(after) + 1 :]
-    page = items[:limit]
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(items) > limit,
-        }
-    )
+    return JSONResponse(list_page(items, limit))
 
 
 @router.post("/v1/responses/{response_id}/cancel")
