@@ -14,16 +14,16 @@ against its neuron from dispatch to its end.
 What one attempt does is the caller's: a generate attempt is the neuron's
 stream, each wait for a message bounded by the first-token and idle
 deadlines (`deadlines.py`) and cut short when the health poll finds the
-neuron gone; an embed attempt is one call. For a policy that routes on the
-prompt's prefix the request is hashed once (`prefix.py`) and every attempt
-carries it.
+neuron gone; an embed (tokenize, detokenize) attempt is one call. For a
+policy that routes on the prompt's prefix the request is hashed once
+(`prefix.py`) and every attempt carries it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -41,7 +41,7 @@ from axon.grpc_limits import check_size
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.routing.admission import AdmissionControl, set_class
-from cortex.routing.client import Metadata
+from cortex.routing.client import Metadata, NeuronConnection
 from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
 from cortex.routing.ejection import OutlierEjection
 from cortex.routing.policy import Decision, Outcome, RouteHints, RouteRequest, RoutingPolicy
@@ -104,20 +104,28 @@ class Attempts:
 
     async def embed(self, request: pb.EmbedRequest, hints: RouteHints | None) -> pb.EmbedResponse:
         """The embeddings of `request`, through `run`."""
-        [response] = [
-            r async for r in self.run(request, hints, lambda s, _, __: self._embed(s, request))
-        ]
-        return response
+        return await self._unary(request, hints, lambda c, timeout: c.embed(request, timeout))
 
     async def tokenize(self, request: pb.TokenizeRequest) -> pb.TokenizeResponse:
         """`request`'s token ids from a replica of its model, through `run`."""
-        tokenized = self.run(request, None, lambda s, _, __: self._tokenize(s, request))
-        [response] = [r async for r in tokenized]
-        return response
+        return await self._unary(request, None, lambda c, timeout: c.tokenize(request, timeout))
 
     async def detokenize(self, request: pb.DetokenizeRequest) -> pb.DetokenizeResponse:
-        text = self.run(request, None, lambda s, _, __: self._detokenize(s, request))
-        [response] = [r async for r in text]
+        return await self._unary(request, None, lambda c, timeout: c.detokenize(request, timeout))
+
+    async def _unary(
+        self,
+        request: Request,
+        hints: RouteHints | None,
+        call: Callable[[NeuronConnection, float], Awaitable[T]],
+    ) -> T:
+        """The one answer of a unary call through `run`: each attempt is one
+        `call` on the chosen neuron's client, bounded by the total deadline."""
+
+        async def attempt(state: NeuronState, _: RequestDeadline, __: Metadata) -> AsyncIterator[T]:
+            yield await call(state.client, self._deadlines.total_s)
+
+        [response] = [r async for r in self.run(request, hints, attempt)]
         return response
 
     async def run(
@@ -168,22 +176,6 @@ class Attempts:
                 finally:
                     tracing.end(span, failure)
                     await self._done(current, outcome)
-
-    async def _embed(
-        self, state: NeuronState, request: pb.EmbedRequest
-    ) -> AsyncIterator[pb.EmbedResponse]:
-        """One embed attempt: one call, bounded by the total deadline."""
-        yield await state.client.embed(request, self._deadlines.total_s)
-
-    async def _tokenize(
-        self, state: NeuronState, request: pb.TokenizeRequest
-    ) -> AsyncIterator[pb.TokenizeResponse]:
-        yield await state.client.tokenize(request, self._deadlines.total_s)
-
-    async def _detokenize(
-        self, state: NeuronState, request: pb.DetokenizeRequest
-    ) -> AsyncIterator[pb.DetokenizeResponse]:
-        yield await state.client.detokenize(request, self._deadlines.total_s)
 
     async def _stream(
         self,
