@@ -44,6 +44,7 @@ from cortex.api.batches.lines import (
 )
 from cortex.api.batches.principal import from_json
 from cortex.api.batches.settings import BatchSettings, FilesSettings
+from cortex.api.upkeep_loop import run_steps, upkeep_loop
 from cortex.auth.principal import Principal
 from cortex.store.batches import BatchStore, StoredBatch, StoredFile
 
@@ -131,15 +132,11 @@ class BatchRunner:
         return dead
 
     async def forever(self) -> None:
-        await self._step("release", self.release_dead_siblings)
-        next_purge = 0.0
-        while True:
-            await self._step("renew", self.renew)
-            await self._step("claim", self.claim)
-            if time.monotonic() >= next_purge:
-                await self._step("purge", self.purge)
-                next_purge = time.monotonic() + self._purge_interval_s
-            await asyncio.sleep(min(self._settings.poll_s, self._settings.lease_s / 3))
+        await run_steps([("release", self.release_dead_siblings)], self._failed)
+        tick = min(self._settings.poll_s, self._settings.lease_s / 3)
+        steps = [("renew", self.renew), ("claim", self.claim)]
+        slow = [("purge", self.purge)]
+        await upkeep_loop(tick, steps, self._purge_interval_s, slow, self._failed)
 
     async def stop(self) -> None:
         """Stop this process's batches and let go of their leases, so that
@@ -152,11 +149,8 @@ class BatchRunner:
             with contextlib.suppress(Exception):
                 await self._store.release(batch_id, self.instance)
 
-    async def _step(self, op: str, step: Callable[[], Awaitable[Any]]) -> None:
-        try:
-            await step()
-        except Exception:
-            log.exception("batch runner failed: %s", op)
+    def _failed(self, op: str) -> None:
+        log.exception("batch runner failed: %s", op)
 
     async def _run(self, record: StoredBatch) -> None:
         try:

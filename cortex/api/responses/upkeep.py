@@ -23,13 +23,13 @@ and tried again at the next tick. What a run does when stopped: run.py.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from cortex.api.responses import run as runs
 from cortex.api.responses.upkeep_settings import UpkeepSettings
+from cortex.api.upkeep_loop import upkeep_loop
 from cortex.recording import Recorder
 from cortex.store.base import ResponseStore, StoredResponse
 
@@ -113,19 +113,11 @@ class Upkeep:
 
     async def forever(self) -> None:
         """Run every step at its interval until cancelled."""
-        next_purge = 0.0
-        while True:
-            await self._step("renew", self.renew)
-            await self._step("expire", self.expire)
-            if time.monotonic() >= next_purge:
-                await self._step("purge", self.purge)
-                await self._step("measure", self.measure)
-                next_purge = time.monotonic() + self._settings.purge_interval_s
-            await asyncio.sleep(self._settings.renew_s)
+        steps = [("renew", self.renew), ("expire", self.expire)]
+        slow = [("purge", self.purge), ("measure", self.measure)]
+        interval = self._settings.purge_interval_s
+        await upkeep_loop(self._settings.renew_s, steps, interval, slow, self._failed)
 
-    async def _step(self, op: str, step: Callable[[], Awaitable[int]]) -> None:
-        try:
-            await step()
-        except Exception:
-            log.exception("store upkeep failed: %s", op)
-            self._recorder.store_error(self._store.backend, op)
+    def _failed(self, op: str) -> None:
+        log.exception("store upkeep failed: %s", op)
+        self._recorder.store_error(self._store.backend, op)
