@@ -68,6 +68,17 @@ class Queued(Protocol):
 Q = TypeVar("Q", bound=Queued)
 
 
+def _count_down(counts: dict[str, int], tenant: str) -> int:
+    """One fewer of `tenant`'s; at none it leaves `counts`, so that the
+    tenants in it are those with any. Returns how many are left."""
+    left = counts[tenant] - 1
+    if left:
+        counts[tenant] = left
+    else:
+        del counts[tenant]
+    return left
+
+
 @dataclass
 class _Lane(Generic[Q]):
     """One tenant's waiting requests of one class, in arrival order (each
@@ -172,11 +183,7 @@ class FairQueue(Generic[Q]):
         self._active[tenant] += 1
 
     def _leave(self, tenant: str) -> None:
-        left = self._active[tenant] - 1
-        if left:
-            self._active[tenant] = left
-        else:
-            del self._active[tenant]
+        if not _count_down(self._active, tenant):
             self._follow()
 
     def _follow(self) -> None:
@@ -192,11 +199,7 @@ class FairQueue(Generic[Q]):
             del lanes[tenant]
             if not lanes:
                 del self._ranks[rank]
-        left = self._per_tenant[tenant] - 1
-        if left:
-            self._per_tenant[tenant] = left
-        else:
-            del self._per_tenant[tenant]
+        _count_down(self._per_tenant, tenant)
         self._len -= 1
 
     def _forget(self) -> None:
@@ -226,14 +229,14 @@ class FifoQueue(Generic[Q]):
 
     def pop(self) -> Q:
         item = self._waiting.popleft()
-        self._count_out(item)
+        _count_down(self._per_tenant, item.tenant)
         return item
 
     def remove(self, item: Q) -> bool:
         for i, queued in enumerate(self._waiting):
             if queued is item:
                 del self._waiting[i]
-                self._count_out(item)
+                _count_down(self._per_tenant, item.tenant)
                 return True
         return False
 
@@ -251,10 +254,3 @@ class FifoQueue(Generic[Q]):
 
     def __iter__(self) -> Iterator[Q]:
         return iter(self._waiting)
-
-    def _count_out(self, item: Q) -> None:
-        left = self._per_tenant[item.tenant] - 1
-        if left:
-            self._per_tenant[item.tenant] = left
-        else:
-            del self._per_tenant[item.tenant]
