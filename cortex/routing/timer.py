@@ -1,12 +1,15 @@
 """A one-shot timer that knows whether it is armed. The attempt watchdog
 (deadlines.py) and the HTTP guard's head, body and send deadlines
 (cortex/http/guard.py) each keep one and re-arm it as they go; a timer that
-fires or is cancelled is disarmed, so that arming it again is a new one."""
+fires or is cancelled is disarmed, so that arming it again is a new one.
+
+Also `set_within`: waiting for an event or a sleep, whichever ends first (a
+request waiting for its model to wake, a batch for its cancel or expiry)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 class Timer:
@@ -35,3 +38,16 @@ class Timer:
     def _fire(self, callback: Callable[[], None]) -> None:
         self._handle = None
         callback()
+
+
+async def set_within(event: asyncio.Event, sleep: Awaitable[None]) -> bool:
+    """Wait until `event` is set or `sleep` ends, whichever comes first (the
+    other is cancelled); whether the event was set."""
+    waiting = asyncio.ensure_future(event.wait())
+    slept = asyncio.ensure_future(sleep)
+    try:
+        await asyncio.wait({waiting, slept}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+        slept.cancel()
+    return event.is_set()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from axon.errors import ModelOverloadedError, UnavailableError
 from cortex import metrics
+from cortex.routing.timer import set_within
 
 Sleep = Callable[[float], Awaitable[None]]
 # A request refused after the wake timeout is told to retry after this.
@@ -105,15 +106,11 @@ class Wakes:
         arrived = self._clock()
         timeout = self._timeout_s(model)
         wake.waiters += 1
-        timer = asyncio.ensure_future(self._sleep(timeout))
-        ready = asyncio.ensure_future(wake.ready.wait())
         try:
-            await asyncio.wait({ready, timer}, return_when=asyncio.FIRST_COMPLETED)
+            ready = await set_within(wake.ready, self._sleep(timeout))
         finally:
             wake.waiters -= 1
-            timer.cancel()
-            ready.cancel()
-        if not wake.ready.is_set():
+        if not ready:
             raise UnavailableError(
                 f"The model '{model}' is starting (it was scaled to zero and this request "
                 f"woke it); no replica was ready within {timeout:g} s. Retry shortly.",

@@ -46,6 +46,7 @@ from cortex.api.batches.principal import from_json
 from cortex.api.batches.settings import BatchSettings, FilesSettings
 from cortex.api.upkeep_loop import run_steps, upkeep_loop
 from cortex.auth.principal import Principal
+from cortex.routing.timer import set_within
 from cortex.store.batches import BatchStore, StoredBatch, StoredFile
 
 log = logging.getLogger("neuraxis.cortex")
@@ -309,13 +310,7 @@ class BatchJob:
 
     async def _stopping(self, batch: dict[str, Any]) -> None:
         """Until the batch is cancelled or its window ends."""
-        expiry = asyncio.ensure_future(asyncio.sleep(max(0.0, batch["expires_at"] - self._clock())))
-        cancel = asyncio.ensure_future(self._stop.wait())
-        try:
-            await asyncio.wait({expiry, cancel}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            expiry.cancel()
-            cancel.cancel()
+        await set_within(self._stop, asyncio.sleep(max(0.0, batch["expires_at"] - self._clock())))
 
     async def _one(self, endpoint: str, line: BatchLine) -> None:
         result = await self._run_line(endpoint, self._principal, line)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from cortex.routing.timer import Timer
+from cortex.routing.timer import Timer, set_within
 
 
 def _recorder(calls: list[str], name: str, done: asyncio.Event) -> Callable[[], None]:
@@ -45,3 +45,29 @@ async def test_arming_replaces_what_was_armed_and_cancel_disarms() -> None:
     Timer(loop).arm(0, _recorder(calls, "marker", fired))
     await asyncio.wait_for(fired.wait(), 10)
     assert calls == ["second", "marker"]
+
+
+async def test_set_within_answers_true_when_the_event_comes_first() -> None:
+    event = asyncio.Event()
+    asyncio.get_running_loop().call_soon(event.set)
+    never = asyncio.Event()
+    assert await set_within(event, never.wait())
+
+
+async def test_set_within_answers_false_when_the_sleep_ends_first() -> None:
+    assert not await set_within(asyncio.Event(), asyncio.sleep(0))
+
+
+async def test_set_within_cancels_the_sleep_it_did_not_need() -> None:
+    event = asyncio.Event()
+    event.set()
+    cancelled = asyncio.Event()
+
+    async def sleep() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+
+    assert await set_within(event, sleep())
+    await asyncio.wait_for(cancelled.wait(), 10)
