@@ -40,7 +40,7 @@ class Timer:
         callback()
 
 
-async def set_within(event: asyncio.Event, sleep: Awaitable[None]) -> bool:
+async def set_within(event: asyncio.Event, sleep: Awaitable[object]) -> bool:
     """Wait until `event` is set or `sleep` ends, whichever comes first (the
     other is cancelled); whether the event was set."""
     waiting = asyncio.ensure_future(event.wait())

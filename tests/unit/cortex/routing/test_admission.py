@@ -13,16 +13,7 @@ from prometheus_client import REGISTRY
 from axon.errors import ModelOverloadedError, UnavailableError, mapping_for
 from cortex.routing.admission import AdmissionControl, AdmissionOptions
 from harness.clock import ManualClock, until
-
-
-class Slots:
-    """What the pool would say: free slots per model (None: no cap)."""
-
-    def __init__(self, free: int | None) -> None:
-        self.free = free
-
-    def __call__(self, model: str) -> int | None:
-        return self.free
+from tests.unit.cortex.routing.slots import Slots, rejections
 
 
 def _control(
@@ -32,11 +23,6 @@ def _control(
         replica_max_concurrency=cap, queue_size=size, queue_timeout_s=timeout_s
     )
     return AdmissionControl(options, slots, time, time.sleep)
-
-
-def _rejections(model: str, reason: str) -> float:
-    labels = {"model": model, "reason": reason}
-    return REGISTRY.get_sample_value("neuraxis_admission_rejections_total", labels) or 0.0
 
 
 def _waits(model: str) -> tuple[float, float]:
@@ -124,7 +110,7 @@ async def test_a_full_queue_refuses_at_once_with_503_model_overloaded() -> None:
     control = _control(slots, time, size=2)
     tasks = [asyncio.create_task(control.admit("m", "adm-full")) for _ in range(2)]
     await until(lambda: control.depth("m") == 2)
-    before = _rejections("adm-full", "queue_full")
+    before = rejections("adm-full", "queue_full")
     with pytest.raises(ModelOverloadedError) as refused:
         await control.admit("m", "adm-full")
     error = refused.value
@@ -132,7 +118,7 @@ async def test_a_full_queue_refuses_at_once_with_503_model_overloaded() -> None:
     mapping = mapping_for(error)
     assert (mapping.http_status, mapping.openai_code) == (503, "model_overloaded")
     assert "overloaded" in error.message
-    assert _rejections("adm-full", "queue_full") == before + 1
+    assert rejections("adm-full", "queue_full") == before + 1
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -147,7 +133,7 @@ async def test_a_queue_of_size_zero_refuses_as_soon_as_the_replicas_are_full() -
 async def test_a_waiter_past_the_queue_timeout_is_refused_and_leaves() -> None:
     slots, time = Slots(0), ManualClock()
     control = _control(slots, time, timeout_s=10.0)
-    before = _rejections("adm-timeout", "timeout")
+    before = rejections("adm-timeout", "timeout")
     count, total = _waits("adm-timeout")
     waiting = asyncio.create_task(control.admit("m", "adm-timeout"))
     await until(lambda: time.sleeping == 1)
@@ -158,7 +144,7 @@ async def test_a_waiter_past_the_queue_timeout_is_refused_and_leaves() -> None:
     with pytest.raises(ModelOverloadedError, match="within 10 s"):
         await waiting
     assert control.depth("m") == 0
-    assert _rejections("adm-timeout", "timeout") == before + 1
+    assert rejections("adm-timeout", "timeout") == before + 1
     assert _waits("adm-timeout") == (count + 1, total + 10.0)
     slots.free = 1
     control.wake("m")  # nothing left to wake: the refused waiter is gone

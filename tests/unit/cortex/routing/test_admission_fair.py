@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from prometheus_client import REGISTRY
 
 from axon.errors import ModelOverloadedError
 from axon.priority import PriorityClass
@@ -20,14 +19,7 @@ from cortex.routing.admission_options import StaticTenant
 from cortex.routing.request_cost import Spent
 from cortex.routing.tenant_policy import FixedTenantPolicies, TenantPolicy
 from harness.clock import ManualClock, until
-
-
-class Slots:
-    def __init__(self, free: int | None) -> None:
-        self.free = free
-
-    def __call__(self, model: str) -> int | None:
-        return self.free
+from tests.unit.cortex.routing.slots import Slots, rejections
 
 
 def _control(
@@ -38,11 +30,6 @@ def _control(
         queue_size=size, queue_timeout_s=100.0, fair_queuing=fair, tenant_queue_share=share
     )
     return AdmissionControl(options, slots, time, time.sleep)
-
-
-def _rejections(label: str, reason: str) -> float:
-    labels = {"model": label, "reason": reason}
-    return REGISTRY.get_sample_value("neuraxis_admission_rejections_total", labels) or 0.0
 
 
 class Admitted:
@@ -110,10 +97,10 @@ async def test_a_tenant_past_its_share_is_refused_and_nobody_else() -> None:
     admitted = Admitted(_control(slots, size=8, share=0.5), slots, "fair-share")
     for i in range(4):  # weight 1: half the queue
         await admitted.queue(f"noisy{i}", Claim("noisy"))
-    before = _rejections("fair-share", "tenant_share")
+    before = rejections("fair-share", "tenant_share")
     with pytest.raises(ModelOverloadedError, match="this tenant already has 4"):
         await admitted.control.admit("m", "fair-share", Claim("noisy"))
-    assert _rejections("fair-share", "tenant_share") == before + 1
+    assert rejections("fair-share", "tenant_share") == before + 1
     for i in range(4):
         await admitted.queue(f"other{i}", Claim(f"other{i % 2}"))
     assert admitted.control.depth("m") == 8 and not any(t.done() for t in admitted.tasks)
@@ -134,11 +121,11 @@ async def test_interactive_overtakes_batch_and_a_full_queue_refuses_batch_for_it
     slots = Slots(0)
     admitted = Admitted(_control(slots, size=3, share=1.0), slots, "fair-class")
     batch = [await admitted.queue(f"batch{i}", Claim("b", cls="batch")) for i in range(3)]
-    before = _rejections("fair-class", "preempted")
+    before = rejections("fair-class", "preempted")
     await admitted.queue("interactive", Claim("i", cls="interactive"))
     with pytest.raises(ModelOverloadedError, match="higher priority class than 'batch'"):
         await batch[2]  # the newest batch request made room
-    assert _rejections("fair-class", "preempted") == before + 1
+    assert rejections("fair-class", "preempted") == before + 1
     await admitted.release(2)
     assert admitted.order == ["interactive", "batch0"]
     # Nothing lower than batch: a batch request finds the queue full.
