@@ -36,9 +36,12 @@ def batch_store(request: Request) -> BatchStore:
     return store
 
 
+def no_such_file(file_id: str, param: str = "id") -> NotFoundError:
+    return NotFoundError(f"No such File object: {file_id}", param=param)
+
+
 async def owned_file(request: Request, file_id: str) -> StoredFile:
-    file = await batch_store(request).get_file(file_id)
-    return owned(request, file, NotFoundError(f"No such File object: {file_id}", param="id"))
+    return owned(request, await batch_store(request).get_file(file_id), no_such_file(file_id))
 
 
 @router.post("/v1/files")
@@ -109,5 +112,5 @@ async def file_content(file_id: str, request: Request) -> StreamingResponse:
 async def delete_file(file_id: str, request: Request) -> JSONResponse:
     await owned_file(request, file_id)
     if not await batch_store(request).delete_file(file_id):
-        raise NotFoundError(f"No such File object: {file_id}", param="id")
+        raise no_such_file(file_id)
     return JSONResponse({"id": file_id, "object": "file", "deleted": True})

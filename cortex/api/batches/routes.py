@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from axon.errors import InvalidRequestError, NotFoundError
 from cortex.api.batches import lifecycle, principal
 from cortex.api.batches.files import ordered_id
-from cortex.api.batches.files_routes import batch_store, owned_file
+from cortex.api.batches.files_routes import batch_store, no_such_file, owned_file
 from cortex.api.owned import list_page, owned
 from cortex.api.route import CountedRoute
 from cortex.http.context import context_of
@@ -36,9 +36,7 @@ async def create_batch(body: BatchCreateRequest, request: Request) -> JSONRespon
     try:
         file = await owned_file(request, body.input_file_id)
     except NotFoundError:
-        raise NotFoundError(
-            f"No such File object: {body.input_file_id}", param="input_file_id"
-        ) from None
+        raise no_such_file(body.input_file_id, "input_file_id") from None
     if file.purpose != "batch":
         raise InvalidRequestError(
             f"The file {file.id} was not uploaded with purpose 'batch'.", param="input_file_id"
