@@ -172,7 +172,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     async def Generate(  # noqa: N802 (gRPC method name)
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
-        traced = _traced_call(request, context) if tracing.enabled() else _UNTRACED
+        traced = neuron_tracing.traced(GENERATE.name, context, request)
         async with self._serving(GENERATE, request, context) as call:
             with traced as trace:
                 if trace is not None:
@@ -196,8 +196,10 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     async def Embed(  # noqa: N802
         self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext
     ) -> pb.EmbedResponse:
+        traced = neuron_tracing.traced(EMBED.name, context, request)
         async with self._serving(EMBED, request, context) as call:
-            result = await self._engine.embed(convert.embed_request(request))
+            with traced:
+                result = await self._engine.embed(convert.embed_request(request))
             call.fields = {"inputs": len(request.inputs), "prompt_tokens": result.prompt_tokens}
         return pb.EmbedResponse(
             embeddings=[pb.Embedding(values=v) for v in result.embeddings],
@@ -207,16 +209,20 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     async def Tokenize(  # noqa: N802
         self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.TokenizeResponse:
+        traced = neuron_tracing.traced(TOKENIZE.name, context, request)
         async with self._serving(TOKENIZE, request, context) as call:
-            result = await self._engine.tokenize(convert.tokenize_request(request))
+            with traced:
+                result = await self._engine.tokenize(convert.tokenize_request(request))
             call.fields = {"tokens": len(result.tokens)}
         return convert.tokenize_response(result)
 
     async def Detokenize(  # noqa: N802
         self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.DetokenizeResponse:
+        traced = neuron_tracing.traced(DETOKENIZE.name, context, request)
         async with self._serving(DETOKENIZE, request, context) as call:
-            text = await self._engine.detokenize(request.model, list(request.tokens))
+            with traced:
+                text = await self._engine.detokenize(request.model, list(request.tokens))
             call.fields = {"tokens": len(request.tokens)}
         return pb.DetokenizeResponse(prompt=text)
 
@@ -241,24 +247,6 @@ class NeuronServicer(pb_grpc.NeuronServicer):
         return pb.LoadResponse(
             running=load.running, waiting=load.waiting, kv_cache_usage=load.kv_cache_usage
         )
-
-
-# What a Generate call is traced with when tracing is off: nothing made.
-_UNTRACED: contextlib.nullcontext[None] = contextlib.nullcontext(None)
-
-
-def _traced_call(
-    request: pb.GenerateRequest, context: grpc.aio.ServicerContext
-) -> contextlib.AbstractContextManager[neuron_tracing.CallTrace | None]:
-    metadata = {str(k): str(v) for k, v in context.invocation_metadata() or ()}
-    attributes: dict[str, str | int] = {
-        "neuraxis.request_id": request.request_id,
-        "gen_ai.operation.name": "chat" if request.messages else "text_completion",
-        "gen_ai.request.model": request.model,
-    }
-    if request.sampling.HasField("max_tokens"):
-        attributes["gen_ai.request.max_tokens"] = request.sampling.max_tokens
-    return neuron_tracing.call("Generate", metadata, attributes)
 
 
 def _usage_attributes(output: Output) -> tracing.Attributes:

@@ -1,5 +1,6 @@
-"""The neuron's spans of one Generate call, children of the attempt span
-cortex sent in the call's `traceparent` metadata:
+"""The neuron's spans of one Generate call (and the one span of an Embed,
+Tokenize or Detokenize call), children of the attempt span cortex sent in
+the call's `traceparent` metadata:
 
     neuron.generate            the call (SERVER), from its start to its end
       neuron.prepare           render the chat template, tokenise, truncate
@@ -22,8 +23,10 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from axon import tracing
+from axon.v1 import neuron_pb2 as pb
 
 if TYPE_CHECKING:
+    import grpc
     from opentelemetry.trace import Span
 
 _CALL: ContextVar[CallTrace | None] = ContextVar("neuraxis_neuron_call", default=None)
@@ -71,6 +74,39 @@ class CallTrace:
             if child is not None and child.is_recording():
                 child.end()
         tracing.end(self.span, error)
+
+
+# What a call is traced with when tracing is off: nothing made.
+_UNTRACED: contextlib.nullcontext[None] = contextlib.nullcontext(None)
+
+
+Traced = pb.GenerateRequest | pb.EmbedRequest | pb.TokenizeRequest | pb.DetokenizeRequest
+
+
+def traced(
+    method: str, context: grpc.aio.ServicerContext, request: Traced
+) -> contextlib.AbstractContextManager[CallTrace | None]:
+    """`call` for a gRPC call of `method` (Generate, Embed, Tokenize,
+    Detokenize), continuing the trace of the cortex attempt that sent it in
+    its metadata; nothing made when tracing is off."""
+    if not tracing.enabled():
+        return _UNTRACED
+    metadata = {str(k): str(v) for k, v in context.invocation_metadata() or ()}
+    return call(method, metadata, _attributes(request))
+
+
+def _attributes(request: Traced) -> tracing.Attributes:
+    attributes: dict[str, str | int] = {
+        "neuraxis.request_id": request.request_id,
+        "gen_ai.request.model": request.model,
+    }
+    if isinstance(request, pb.EmbedRequest):
+        attributes["gen_ai.operation.name"] = "embeddings"
+    elif isinstance(request, pb.GenerateRequest):
+        attributes["gen_ai.operation.name"] = "chat" if request.messages else "text_completion"
+        if request.sampling.HasField("max_tokens"):
+            attributes["gen_ai.request.max_tokens"] = request.sampling.max_tokens
+    return attributes
 
 
 @contextlib.contextmanager

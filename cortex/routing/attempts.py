@@ -40,7 +40,7 @@ from axon.errors import (
 from axon.grpc_limits import check_size
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
-from cortex.routing.admission import AdmissionControl, set_class
+from cortex.routing.admission import AdmissionControl, Claim, set_class
 from cortex.routing.client import Metadata, NeuronConnection
 from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
 from cortex.routing.ejection import OutlierEjection
@@ -104,26 +104,29 @@ class Attempts:
 
     async def embed(self, request: pb.EmbedRequest, hints: RouteHints | None) -> pb.EmbedResponse:
         """The embeddings of `request`, through `run`."""
-        return await self._unary(request, hints, lambda c, timeout: c.embed(request, timeout))
+        return await self._unary(request, hints, lambda c, t, m: c.embed(request, t, m))
 
     async def tokenize(self, request: pb.TokenizeRequest) -> pb.TokenizeResponse:
         """`request`'s token ids from a replica of its model, through `run`."""
-        return await self._unary(request, None, lambda c, timeout: c.tokenize(request, timeout))
+        return await self._unary(request, None, lambda c, t, m: c.tokenize(request, t, m))
 
     async def detokenize(self, request: pb.DetokenizeRequest) -> pb.DetokenizeResponse:
-        return await self._unary(request, None, lambda c, timeout: c.detokenize(request, timeout))
+        return await self._unary(request, None, lambda c, t, m: c.detokenize(request, t, m))
 
     async def _unary(
         self,
         request: Request,
         hints: RouteHints | None,
-        call: Callable[[NeuronConnection, float], Awaitable[T]],
+        call: Callable[[NeuronConnection, float, Metadata], Awaitable[T]],
     ) -> T:
         """The one answer of a unary call through `run`: each attempt is one
-        `call` on the chosen neuron's client, bounded by the total deadline."""
+        `call` on the chosen neuron's client, bounded by the total deadline,
+        with the attempt's trace context."""
 
-        async def attempt(state: NeuronState, _: RequestDeadline, __: Metadata) -> AsyncIterator[T]:
-            yield await call(state.client, self._deadlines.total_s)
+        async def attempt(
+            state: NeuronState, _: RequestDeadline, metadata: Metadata
+        ) -> AsyncIterator[T]:
+            yield await call(state.client, self._deadlines.total_s, metadata)
 
         [response] = [r async for r in self.run(request, hints, attempt)]
         return response
@@ -140,7 +143,7 @@ class Attempts:
             set_class(request, claim.cls)  # the class the engine should see
         label = self._roster.model_label(request.model)
         # Time queued for a slot is bounded by the queue timeout, not the deadlines.
-        with tracing.span("neuraxis.admission", {"gen_ai.request.model": request.model}):
+        with tracing.span("neuraxis.admission", _admission_attributes(request, claim)):
             admitted = await self._admission.admit(request.model, label, claim)
         spent = Spent(request)
         deadline = RequestDeadline(self._deadlines, self._clock)
@@ -411,3 +414,17 @@ def _neuron_down(error: NeuraxisError) -> bool:
     return isinstance(error, UnavailableError) and not isinstance(
         error, EngineDiedError | ModelOverloadedError
     )
+
+
+def _admission_attributes(request: Request, claim: Claim) -> tracing.Attributes | None:
+    """The admission span's: whose request waits and in which class (its
+    tenant and the class after its tenant's cap), with its estimated cost
+    in the fair queue's tokens; None, and nothing built, when not tracing."""
+    if not tracing.enabled():
+        return None
+    return {
+        "gen_ai.request.model": request.model,
+        "neuraxis.tenant": claim.tenant,
+        "neuraxis.priority": claim.cls,
+        "neuraxis.admission.cost_tokens": claim.cost,
+    }

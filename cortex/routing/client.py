@@ -74,13 +74,15 @@ class NeuronConnection(Protocol):
     address: str
 
     async def info(self, timeout: float) -> pb.InfoResponse: ...
-    async def embed(self, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse: ...
+    async def embed(
+        self, request: pb.EmbedRequest, timeout: float, metadata: Metadata = ()
+    ) -> pb.EmbedResponse: ...
     async def load(self, timeout: float) -> pb.LoadResponse: ...
     async def tokenize(
-        self, request: pb.TokenizeRequest, timeout: float
+        self, request: pb.TokenizeRequest, timeout: float, metadata: Metadata = ()
     ) -> pb.TokenizeResponse: ...
     async def detokenize(
-        self, request: pb.DetokenizeRequest, timeout: float
+        self, request: pb.DetokenizeRequest, timeout: float, metadata: Metadata = ()
     ) -> pb.DetokenizeResponse: ...
     async def serving(self, timeout: float) -> bool: ...
     def generate(
@@ -124,19 +126,30 @@ class NeuronClient:
     async def info(self, timeout: float) -> pb.InfoResponse:
         return await self._unary(self._stub.Info(pb.InfoRequest(), timeout=timeout))
 
-    async def embed(self, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse:
-        return await self._unary(self._stub.Embed(request, timeout=timeout))
+    async def embed(
+        self, request: pb.EmbedRequest, timeout: float, metadata: Metadata = ()
+    ) -> pb.EmbedResponse:
+        """`metadata` (here and below): the attempt's trace context, if any."""
+        return await self._unary(
+            self._stub.Embed(request, timeout=timeout, metadata=metadata or None)
+        )
 
     async def load(self, timeout: float) -> pb.LoadResponse:
         return await self._unary(self._stub.Load(pb.LoadRequest(), timeout=timeout))
 
-    async def tokenize(self, request: pb.TokenizeRequest, timeout: float) -> pb.TokenizeResponse:
-        return await self._unary(self._stub.Tokenize(request, timeout=timeout))
+    async def tokenize(
+        self, request: pb.TokenizeRequest, timeout: float, metadata: Metadata = ()
+    ) -> pb.TokenizeResponse:
+        return await self._unary(
+            self._stub.Tokenize(request, timeout=timeout, metadata=metadata or None)
+        )
 
     async def detokenize(
-        self, request: pb.DetokenizeRequest, timeout: float
+        self, request: pb.DetokenizeRequest, timeout: float, metadata: Metadata = ()
     ) -> pb.DetokenizeResponse:
-        return await self._unary(self._stub.Detokenize(request, timeout=timeout))
+        return await self._unary(
+            self._stub.Detokenize(request, timeout=timeout, metadata=metadata or None)
+        )
 
     async def _unary(self, call: Awaitable[R]) -> R:
         """A unary call's answer, or its failure as the typed error."""

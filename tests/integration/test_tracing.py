@@ -169,3 +169,31 @@ def test_latency_histograms_carry_trace_ids_as_exemplars(
     text = httpx.get(gateway.admin_url + "/metrics", timeout=10)
     assert text.headers["content-type"].startswith("text/plain")
     assert " # {" not in text.text
+
+
+def test_a_tokenize_call_is_traced_into_the_neuron(traced: tuple[SimGateway, Receiver]) -> None:
+    """Unary calls carry their attempt's trace context too: the neuron's
+    Tokenize span is the attempt's child, and admission says whose it is."""
+    gateway, receiver = traced
+    trace_id, client_span = secrets.token_hex(16), secrets.token_hex(8)
+    answer = httpx.post(
+        gateway.base_url + "/tokenize",
+        json={"model": "sim-model", "prompt": "hi"},
+        headers={"traceparent": f"00-{trace_id}-{client_span}-01"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+
+    def arrived() -> list[ReceivedSpan]:
+        mine = trace_of(receiver.spans(), trace_id)
+        return mine if any(s.name == "neuron.tokenize" for s in mine) else []
+
+    assert wait_until(lambda: bool(arrived()), timeout_s=60), "no neuron.tokenize span arrived"
+    spans = arrived()
+    [attempt] = [s for s in spans if s.name == "neuraxis.attempt"]
+    [call] = [s for s in spans if s.name == "neuron.tokenize"]
+    assert (call.parent_id, call.service) == (attempt.span_id, "neuraxis-neuron")
+    assert call.attributes["gen_ai.request.model"] == "sim-model"
+    [admission] = [s for s in spans if s.name == "neuraxis.admission"]
+    assert admission.attributes["neuraxis.priority"] == "default"
+    assert "neuraxis.tenant" in admission.attributes

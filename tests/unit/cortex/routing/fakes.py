@@ -45,6 +45,7 @@ class FakeNeuron:
         self.embed_error: NeuraxisError | None = None
         self.generate_requests: list[pb.GenerateRequest] = []
         self.generate_metadata: list[Metadata] = []  # each call's (the trace context)
+        self.unary_metadata: list[Metadata] = []  # each Embed/Tokenize/Detokenize call's
         self.embed_requests: list[pb.EmbedRequest] = []
         self.streams_open = 0
         self.waiting = 0  # what its engine reports as queued (other senders' work)
@@ -64,8 +65,11 @@ class FakeNeuron:
             max_concurrency=self.max_concurrency,
         )
 
-    async def embed(self, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse:
+    async def embed(
+        self, request: pb.EmbedRequest, timeout: float, metadata: Metadata = ()
+    ) -> pb.EmbedResponse:
         self.embed_requests.append(request)
+        self.unary_metadata.append(metadata)
         if self.embed_error is not None:
             raise self.embed_error
         return pb.EmbedResponse(embeddings=[pb.Embedding(values=[1.0])], prompt_tokens=1)
@@ -77,14 +81,18 @@ class FakeNeuron:
             running=self.streams_open, waiting=self.waiting, kv_cache_usage=self.kv_cache_usage
         )
 
-    async def tokenize(self, request: pb.TokenizeRequest, timeout: float) -> pb.TokenizeResponse:
+    async def tokenize(
+        self, request: pb.TokenizeRequest, timeout: float, metadata: Metadata = ()
+    ) -> pb.TokenizeResponse:
+        self.unary_metadata.append(metadata)
         if not self.reachable:
             raise UnavailableError(f"neuron {self.address} is unreachable")
         return pb.TokenizeResponse(tokens=[1, 2], max_model_len=100)
 
     async def detokenize(
-        self, request: pb.DetokenizeRequest, timeout: float
+        self, request: pb.DetokenizeRequest, timeout: float, metadata: Metadata = ()
     ) -> pb.DetokenizeResponse:
+        self.unary_metadata.append(metadata)
         return pb.DetokenizeResponse(prompt=f"from {self.address}")
 
     async def serving(self, timeout: float) -> bool:

@@ -21,6 +21,7 @@ from cortex.routing.client import Metadata
 from cortex.routing.deadlines import Deadlines, RequestDeadline
 from cortex.routing.ejection import EjectionOptions, OutlierEjection
 from cortex.routing.least_outstanding import LeastOutstanding
+from cortex.routing.policy import RouteHints
 from cortex.routing.pool_settings import PoolSettings
 from cortex.routing.retry_budget import RetryBudget
 from cortex.routing.roster import NeuronState, Roster
@@ -147,3 +148,28 @@ async def test_each_attempt_is_a_span_whose_context_goes_to_its_neuron(
     assert len(sent) == len(tried)
     parents = {dict(m)["traceparent"].split("-")[2] for m in sent}
     assert parents == {format(s.context.span_id, "016x") for s in tried}
+
+
+@pytest.mark.parametrize("call", ["embed", "tokenize", "detokenize"])
+async def test_a_unary_call_carries_its_attempts_span_and_admission_names_whose_it_is(
+    spans: InMemorySpanExporter, call: str
+) -> None:
+    attempts, roster = await _attempts("unary-a:1")
+    [neuron] = [state.client for state in roster.states]
+    assert isinstance(neuron, FakeNeuron)
+    with tracing.span("request"):
+        if call == "embed":
+            hints = RouteHints(tenant="team-a")
+            await attempts.embed(pb.EmbedRequest(request_id="e-1", model="m"), hints)
+        elif call == "tokenize":
+            await attempts.tokenize(pb.TokenizeRequest(request_id="t-1", model="m"))
+        else:
+            await attempts.detokenize(pb.DetokenizeRequest(request_id="d-1", model="m"))
+    finished = spans.get_finished_spans()
+    [tried] = [s for s in finished if s.name == "neuraxis.attempt"]
+    [sent] = neuron.unary_metadata
+    assert dict(sent)["traceparent"].split("-")[2] == format(tried.context.span_id, "016x")
+    [admission] = [dict(s.attributes or {}) for s in finished if s.name == "neuraxis.admission"]
+    assert admission["neuraxis.tenant"] == ("team-a" if call == "embed" else "")
+    assert admission["neuraxis.priority"] == "default"
+    assert admission["gen_ai.request.model"] == "m"
