@@ -11,35 +11,26 @@ long-polling `table()`.
 
 The class works over a `ClusterBackend` (backend.py) and a `Clock`
 (clock.py) passed to its constructor; what it decides comes from
-decisions.py. The Ray actor that wraps it is in ray_backend.py: nothing here
-imports Ray, so the unit tests run it with a fake backend and a hand-moved
-clock.
+decisions.py, and lifecycle.py carries out the starts and stops. The Ray
+actor that wraps it is in ray_backend.py: nothing here imports Ray, so the
+unit tests run it with a fake backend and a hand-moved clock.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from dataclasses import dataclass
 
-from axon.generations import Generation
-from axon.tls import NEURON_PLAINTEXT_ENV, TlsFiles
+from axon.tls import TlsFiles
 from cortex.cluster import decisions
 from cortex.cluster.adoption import adopt
-from cortex.cluster.backend import ClusterBackend, ReplicaRequest, ReplicaStartError
+from cortex.cluster.backend import ClusterBackend
 from cortex.cluster.clock import Clock
-from cortex.cluster.decisions import Backoff, ReplicaRecord
-from cortex.cluster.failovers import FailoverLog
+from cortex.cluster.decisions import ReplicaRecord
+from cortex.cluster.lifecycle import ReplicaLifecycle
 from cortex.cluster.nodes import NodeMark, resolve
-from cortex.cluster.placement import (
-    NodeView,
-    eligibility,
-    label_selector,
-    no_room_reason,
-    unplaceable_reason,
-)
-from cortex.cluster.replica_settings import replica_settings, settings_env
+from cortex.cluster.placement import NodeView, no_room_reason, unplaceable_reason
 from cortex.cluster.reports import CortexReports
 from cortex.cluster.scaling import Scaling
 from cortex.cluster.spec import DeploymentSpec, ModelSpec
@@ -50,14 +41,8 @@ from cortex.cluster.status import (
     ScalingView,
     cluster_status,
 )
-from cortex.cluster.table import Endpoint, EndpointTable
-from cortex.cluster.tasks import ReplicaTasks
 
 log = logging.getLogger("neuraxis.controller")
-
-# How long a neuron stopped while it starts gets to end its engine build
-# (seconds, measured) before its process group is killed.
-STARTING_STOP_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -80,16 +65,23 @@ class Controller:
         self._clock = clock
         self._config = config
         self._spec = DeploymentSpec()
-        self._replicas: dict[str, ReplicaRecord] = {}
+        # The autoscaled models' desired counts (scaling.py), never saved.
+        self._scaling = Scaling()
+        self._lifecycle = ReplicaLifecycle(
+            backend,
+            clock,
+            self._scaling,
+            start_timeout_s=config.start_timeout_s,
+            drain_timeout_s=config.drain_timeout_s,
+            plaintext=config.plaintext,
+        )
+        # The lifecycle's records, read here by every decision.
+        self._replicas = self._lifecycle.replicas
         self._nodes: list[NodeView] = []
         self._unplaceable: dict[str, str] = {}
-        self._backoff: dict[str, Backoff] = {}
         # Nodes where a replica's actor just died: not preferred until then.
         self._suspect: dict[str, float] = {}
         self._rebalanced: dict[str, float] = {}
-        self._failovers = FailoverLog()
-        self._counter = itertools.count(1)
-        self._tasks = ReplicaTasks()
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
         self._adopted = False
@@ -97,13 +89,11 @@ class Controller:
         # Replicas this controller adopted when it started (in its table and
         # status: cortex counts them when a new controller replaces the old).
         self.adopted_replicas = 0
-        self.table = EndpointTable()
+        self.table = self._lifecycle.table
         self._passes = 0
         self._reports = CortexReports()
         # Cordoned and draining nodes (nodes.py), by node id.
         self._marks: dict[str, NodeMark] = {}
-        # The autoscaled models' desired counts (scaling.py), never saved.
-        self._scaling = Scaling()
         # Set to run the next pass at once (a request woke a model at zero).
         self._poked = asyncio.Event()
 
@@ -171,8 +161,8 @@ class Controller:
             unplaceable=self._unplaceable,
             desired={m.id: self.desired(m) for m in self._spec.models},
             scaling=self._scaling.states,
-            start_errors={model: b.last_error for model, b in self._backoff.items()},
-            failovers=self._failovers.recent(),
+            start_errors=self._lifecycle.start_errors(),
+            failovers=self._lifecycle.failovers.recent(),
             version=self.table.version,
             epoch=self.table.epoch,
             passes=self._passes,
@@ -190,9 +180,9 @@ class Controller:
             self._loop.cancel()
         for replica in list(self._replicas.values()):
             if replica.state is not ReplicaState.DRAINING:
-                self._drain(replica)
-        await self._publish()
-        await self._tasks.wait()
+                self._lifecycle.drain(replica)
+        await self._lifecycle.publish()
+        await self._lifecycle.wait()
 
     async def adopt(self) -> None:
         """Once per controller: take over the replicas found running. The
@@ -204,15 +194,10 @@ class Controller:
                 return
             self._marks = await self._backend.load_marks()
             adoption = await adopt(self._backend, self._clock.monotonic())
-            self._replicas.update(adoption.replicas)
-            for running, reason in adoption.lost:
-                self._failovers.lost(
-                    running.model, running.replica_id, reason, running.address, self._clock.time()
-                )
-            self._counter = itertools.count(adoption.next_serial)
+            self._lifecycle.adopted(adoption)
             self.adopted_replicas = len(self._replicas)
             self._adopted = True
-        await self._publish()
+        await self._lifecycle.publish()
 
     # -- one pass --------------------------------------------------------------
 
@@ -248,8 +233,8 @@ class Controller:
                 self._spec.model(replica.model) is None
                 and replica.state is not ReplicaState.DRAINING
             ):
-                self._drain(replica)  # the model left the spec
-        await self._publish()
+                self._lifecycle.drain(replica)  # the model left the spec
+        await self._lifecycle.publish()
         self._passes += 1
 
     async def _check(self, replica: ReplicaRecord) -> None:
@@ -283,14 +268,12 @@ class Controller:
         log.warning(
             "replica %s of %s at %s lost: %s", replica.id, replica.model, replica.address, reason
         )
-        self._forget(replica)
+        self._lifecycle.forget(replica)
         if replica.node_id and node_suspect:
             self._suspect[replica.node_id] = self._clock.monotonic() + decisions.SUSPECT_S
-        self._failovers.lost(replica.model, replica.id, reason, replica.address, self._clock.time())
-
-    def _forget(self, replica: ReplicaRecord) -> None:
-        self._replicas.pop(replica.id, None)
-        self._backend.kill(replica.id)
+        self._lifecycle.failovers.lost(
+            replica.model, replica.id, reason, replica.address, self._clock.time()
+        )
 
     def _active(self, model_id: str) -> list[ReplicaRecord]:
         return [
@@ -320,7 +303,7 @@ class Controller:
         if len(active) > desired:
             in_flight = self._in_flight()
             for replica in decisions.scale_down_victims(active, desired, in_flight):
-                self._drain(replica)
+                self._lifecycle.drain(replica)
             return
         if len(active) == desired:
             self._unplaceable.pop(model.id, None)
@@ -353,14 +336,13 @@ class Controller:
             self._unplaceable[model.id] = reason
             return 0
         self._unplaceable.pop(model.id, None)
-        backoff = self._backoff.get(model.id)
-        if backoff and self._clock.monotonic() < backoff.not_before:
+        if self._lifecycle.backing_off(model.id):
             return 0
         placed = 0
         for _ in range(count):
             if model.autoscale is not None and self._no_room(model):
                 break
-            self._place(model)
+            self._lifecycle.place(model, *self._target(model))
             placed += 1
         return placed
 
@@ -388,7 +370,7 @@ class Controller:
             self._place_missing(model, desired - len(staying))
         for replica in decisions.moved_off(staying, leaving, desired):
             log.info("moving %s off draining node %s", replica.id, replica.node_id)
-            self._drain(replica)
+            self._lifecycle.drain(replica)
 
     def _rebalance(self, model: ModelSpec, active: list[ReplicaRecord]) -> None:
         now = self._clock.monotonic()
@@ -405,7 +387,7 @@ class Controller:
             model.id,
             mover.node_id,
         )
-        self._drain(mover)
+        self._lifecycle.drain(mover)
 
     def _next_node(self, model: ModelSpec) -> str | None:
         avoid = decisions.avoided_nodes(self._suspect, self._clock.monotonic())
@@ -423,119 +405,3 @@ class Controller:
             replicas = list(self._replicas.values())
             preferred = decisions.least_loaded_node(model, self._schedulable(), replicas)
         return preferred, preferred is not None
-
-    def _place(self, model: ModelSpec) -> None:
-        generations = eligibility(model).generations
-        serial = next(self._counter)
-        node_id, pinned = self._target(model)
-        replica = ReplicaRecord(
-            f"{model.id}-{serial}",
-            model.id,
-            serial,
-            created=self._clock.time(),
-            # Where it is meant to go, until the backend says where it went;
-            # the next placement of this pass then prefers another node.
-            node_id=node_id,
-        )
-        replica.replaces = self._failovers.claim(model.id)
-        self._replicas[replica.id] = replica
-        self._backend.create(
-            ReplicaRequest(
-                replica.id,
-                model.id,
-                serial,
-                model.gpus_per_replica(),
-                label_selector(generations),
-                replica.node_id,
-                pinned,
-            )
-        )
-        self._tasks.run(replica.id, self._start(replica, model))
-        log.info(
-            "placing %s (%s, %d GPUs)",
-            replica.id,
-            "/".join(g.value for g in generations),
-            model.gpus_per_replica(),
-        )
-
-    async def _start(self, replica: ReplicaRecord, model: ModelSpec) -> None:
-        try:
-            placed = await self._backend.placed(replica.id)
-            replica.placed(placed)
-            if placed.generation is None:
-                raise ReplicaStartError(f"node {placed.node_id} has no generation label")
-            env = settings_env(replica_settings(model, placed.generation))
-            if self._config.plaintext:
-                env[NEURON_PLAINTEXT_ENV] = "true"
-            started = await self._backend.start(replica.id, env, self._config.start_timeout_s)
-        except (ReplicaStartError, ValueError) as e:
-            if replica.id in self._replicas:  # not drained or lost meanwhile
-                self._start_failed(replica, model, str(e))
-            return
-        ready_at = self._clock.time()
-        replica.serving(started, ready_at)
-        self._scaling.loaded(model.id, ready_at - replica.created)
-        self._backoff.pop(model.id, None)
-        log.info(
-            "replica %s of %s ready at %s on %s (%s)",
-            replica.id,
-            model.id,
-            replica.address,
-            replica.host,
-            _name(replica.generation),
-        )
-        if replica.replaces is not None:
-            self._failovers.replaced(replica.replaces, replica.id, started.address, ready_at)
-        await self._publish()
-
-    def _start_failed(self, replica: ReplicaRecord, model: ModelSpec, reason: str) -> None:
-        backoff = self._backoff.setdefault(model.id, Backoff())
-        delay = backoff.failed(reason, self._clock.monotonic())
-        log.error(
-            "replica %s of %s failed to start (next attempt in %.0f s): %s",
-            replica.id,
-            model.id,
-            delay,
-            reason,
-        )
-        if replica.replaces is not None:
-            self._failovers.unclaim(replica.replaces)
-        self._forget(replica)
-
-    def _drain(self, replica: ReplicaRecord) -> None:
-        previous = replica.state
-        replica.state = ReplicaState.DRAINING
-        self._tasks.cancel(replica.id)  # still starting: nothing to drain
-        self._tasks.run(replica.id, self._stop(replica, previous))
-        log.info("draining %s at %s", replica.id, replica.address)
-
-    async def _stop(self, replica: ReplicaRecord, previous: ReplicaState) -> None:
-        try:
-            if previous in (ReplicaState.READY, ReplicaState.UNHEALTHY):
-                await self._publish()
-                await self._clock.sleep(decisions.DRAIN_DELAY_S)
-                await self._backend.drain(replica.id, self._config.drain_timeout_s)
-            elif previous is ReplicaState.STARTING:
-                # Its neuron may be building its engine: SIGTERM ends the
-                # build and what vLLM spawned for it. Killing the actor alone
-                # SIGKILLed the neuron and left its engine core running.
-                await self._backend.drain(replica.id, STARTING_STOP_TIMEOUT_S)
-        finally:
-            self._forget(replica)
-            log.info("replica %s stopped", replica.id)
-
-    async def _publish(self) -> None:
-        ready = sorted(
-            (r for r in self._replicas.values() if r.state is ReplicaState.READY),
-            key=lambda r: r.id,
-        )
-        await self.table.publish(
-            [
-                Endpoint(r.id, r.model, r.address or "", _name(r.generation), r.metrics_port)
-                for r in ready
-            ]
-        )
-
-
-def _name(generation: Generation | None) -> str | None:
-    return generation.value if generation is not None else None
