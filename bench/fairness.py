@@ -25,14 +25,13 @@ other. Tenants' weights and classes come from `--admission-tenants`.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, redirect_stdout
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,8 +40,8 @@ import httpx
 from harness.bench_stack import RESULTS, output_path, parser, write_summary
 from harness.comparison import percentile
 from harness.gateway import Sim, running_cortex, sim_neurons
+from harness.keys import new_key
 from harness.plots import bar_plot, markdown_table, write_markdown
-from neuraxis.cli import main as neuraxis_main
 
 MODEL = "sim-fair"
 TENANTS = {
@@ -200,14 +199,6 @@ async def _priority(base: str, keys: dict[str, str], w: Workload, loaded: bool) 
         }
 
 
-def _new_key(state_dir: Path, tenant: str) -> str:
-    out = io.StringIO()
-    with redirect_stdout(out):
-        code = neuraxis_main(["keys", "create", "--tenant", tenant, "--state-dir", str(state_dir)])
-    assert code == 0
-    return out.getvalue().strip()
-
-
 @contextmanager
 def gateways(logs: Path, w: Workload) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
     """The fair and the FIFO cortex in front of one sim neuron: their URLs by
@@ -215,7 +206,7 @@ def gateways(logs: Path, w: Workload) -> Iterator[tuple[dict[str, str], dict[str
     logs.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairness-")))
-        keys = {t: _new_key(state, t) for t in [*TENANTS, *OTHERS]}
+        keys = {t: new_key(state, t) for t in [*TENANTS, *OTHERS]}
         sim = Sim(MODEL, ["--sim-ttft-s", "0.01", "--sim-itl-s", str(w.itl_s)])
         [neuron] = stack.enter_context(sim_neurons(logs, "fairness", [sim]))
         common = ["--model", MODEL, "--auth", "required", "--state-dir", str(state)]

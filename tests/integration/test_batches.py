@@ -11,13 +11,11 @@ the suite).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
 import time
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +25,8 @@ import pytest
 from openai import NotFoundError, OpenAI
 
 from harness.gateway import Sim, cortex, sim_gateway
+from harness.keys import new_key
 from harness.polling import wait_until
-from neuraxis.cli import main
 
 CHAT, SLOW, EMBED = "sim-chat", "sim-slow", "sim-embed"
 LINES = int(os.environ.get("NEURAXIS_TEST_BATCH_LINES", "50"))
@@ -59,14 +57,6 @@ class BatchStack:
         )
 
 
-def _new_key(state_dir: Path, tenant: str) -> str:
-    out, err = io.StringIO(), io.StringIO()
-    argv = ["keys", "create", "--tenant", tenant, "--state-dir", str(state_dir)]
-    with redirect_stdout(out), redirect_stderr(err):
-        assert main(argv) == 0, err.getvalue()
-    return out.getvalue().strip()
-
-
 @pytest.fixture(scope="module")
 def batch_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchStack]:
     logs = tmp_path_factory.mktemp("batch-logs")
@@ -84,8 +74,8 @@ def batch_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchStack
             state_dir,
             [n.address for n in running.neurons],
             logs,
-            _new_key(state_dir, "tenant-a"),
-            _new_key(state_dir, "tenant-b"),
+            new_key(state_dir, "tenant-a"),
+            new_key(state_dir, "tenant-b"),
         )
 
 
@@ -250,7 +240,7 @@ def test_cortex_killed_mid_batch_resumes_every_line_once(
     # A cortex on a store of its own, killed while the batch runs, then
     # another started on that store: the batch's lease lapses and it is
     # taken up where it was.
-    key = _new_key(tmp_path, "tenant-k")
+    key = new_key(tmp_path, "tenant-k")
     args = ["--auth", "required", "--state-dir", str(tmp_path), *RUNNER]
     first = cortex(batch_stack.logs / "killed-1.log", batch_stack.neurons, *args)
     lines = [json.dumps(_chat_line(f"k{i}", SLOW)) for i in range(KILLED_LINES)]
@@ -284,7 +274,7 @@ def test_cortex_killed_mid_batch_resumes_every_line_once(
 
 def test_a_batchs_usage_lands_in_the_tenants_ledger(batch_stack: BatchStack) -> None:
     # A tenant of its own: the ledger's rows for it are this batch's alone.
-    key = _new_key(batch_stack.state_dir, "tenant-ledger")
+    key = new_key(batch_stack.state_dir, "tenant-ledger")
     client = batch_stack.client(key)
     since = int(time.time()) - 60
     lines = [json.dumps(_chat_line(f"u{i}")) for i in range(5)]

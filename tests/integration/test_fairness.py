@@ -15,11 +15,9 @@ tests of this file.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import time
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,8 +25,8 @@ import httpx
 import pytest
 
 from harness.gateway import sim_gateway
+from harness.keys import new_key
 from harness.procs import cortex_metric
-from neuraxis.cli import main
 
 MODEL = "sim-fair"
 CAP = 2
@@ -62,18 +60,10 @@ class Stack:
             await asyncio.sleep(0.02)
 
 
-def _new_key(state_dir: Path, tenant: str) -> str:
-    out = io.StringIO()
-    with redirect_stdout(out), redirect_stderr(io.StringIO()):
-        code = main(["keys", "create", "--tenant", tenant, "--state-dir", str(state_dir)])
-    assert code == 0
-    return out.getvalue().strip()
-
-
 @pytest.fixture(scope="module")
 def stack(logs_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     state_dir = tmp_path_factory.mktemp("fair-state")
-    keys = {t: _new_key(state_dir, t) for t in [*TENANTS, *OTHERS]}
+    keys = {t: new_key(state_dir, t) for t in [*TENANTS, *OTHERS]}
     args = ["--model", MODEL, "--auth", "required", "--state-dir", str(state_dir)]
     args += ["--replica-max-concurrency", str(CAP), "--admission-queue-size", str(QUEUE)]
     args += ["--admission-queue-timeout-s", "120", "--admission-tenant-queue-share", "0.5"]

@@ -12,12 +12,10 @@ words) stay within their key's tpm.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +24,8 @@ import httpx
 import pytest
 
 from harness.gateway import sim_gateway
+from harness.keys import new_key
 from harness.polling import wait_until
-from neuraxis.cli import main
 
 MODEL = "sim-hardening"
 BIG = 16 * 1024 * 1024 - 4096  # under max_body_bytes (16 MiB)
@@ -46,11 +44,7 @@ class Edge:
     state_dir: Path
 
     def new_key(self, *options: str) -> str:
-        out, err = io.StringIO(), io.StringIO()
-        argv = ["keys", "create", "--tenant", "t", *options, "--state-dir", str(self.state_dir)]
-        with redirect_stdout(out), redirect_stderr(err):
-            assert main(argv) == 0, err.getvalue()
-        return out.getvalue().strip()
+        return new_key(self.state_dir, "t", *options)
 
 
 @pytest.fixture(scope="module")
