@@ -11,16 +11,20 @@ from pathlib import Path
 from harness.procs import REPO
 
 RULES = REPO / "deploy/prometheus/rules.yml"
-
-# One cortex: its table confirmed every 20 s for 5 minutes, then the
-# controller and the head lost (the age grows 60 s a minute) at minute 5.
-TESTS = """
+# How each test file below begins: the rules, evaluated every minute over
+# series sampled every minute.
+HEADER = f"""
 rule_files:
-  - {rules}
+  - {RULES}
 evaluation_interval: 1m
 tests:
   - interval: 1m
     input_series:
+"""
+
+# One cortex: its table confirmed every 20 s for 5 minutes, then the
+# controller and the head lost (the age grows 60 s a minute) at minute 5.
+TESTS = """
       - series: 'neuraxis_endpoint_table_age_seconds{{instance="gw:8080",head="h:6379"}}'
         values: '10 15 5 20 10 60 120 180 240 300'
       - series: 'neuraxis_controller_up{{instance="gw:8080",head="h:6379"}}'
@@ -96,24 +100,24 @@ def _promtool() -> str:
     return found
 
 
-def test_the_control_plane_alerts_fire_past_their_thresholds(tmp_path: Path) -> None:
+def _assert_rule_tests_pass(tmp_path: Path, series_and_alerts: str) -> None:
+    """promtool's verdict on a test file: HEADER, then `series_and_alerts`."""
     tests = tmp_path / "rules_test.yml"
-    tests.write_text(TESTS.format(rules=RULES, stale=STALE, head=HEAD, controller=CONTROLLER))
+    tests.write_text(HEADER + series_and_alerts)
     result = subprocess.run(
         [_promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_control_plane_alerts_fire_past_their_thresholds(tmp_path: Path) -> None:
+    tests = TESTS.format(stale=STALE, head=HEAD, controller=CONTROLLER)
+    _assert_rule_tests_pass(tmp_path, tests)
+
+
 # One model: desired 1 (ready 1) for 5 minutes, then the autoscaler wants 3
 # and only 2 become ready; at minute 40 the third is ready.
 BELOW_DESIRED = """
-rule_files:
-  - {rules}
-evaluation_interval: 1m
-tests:
-  - interval: 1m
-    input_series:
       - series: 'neuraxis_autoscale_desired_replicas{{instance="gw:8080",model="chat"}}'
         values: '1x4 3x40'
       - series: 'neuraxis_model_healthy_replicas{{instance="gw:8080",model="chat"}}'
@@ -144,9 +148,4 @@ WHY = (
 
 
 def test_a_model_below_its_desired_count_alerts_after_15_minutes(tmp_path: Path) -> None:
-    tests = tmp_path / "rules_test.yml"
-    tests.write_text(BELOW_DESIRED.format(rules=RULES, summary=SUMMARY, why=WHY))
-    result = subprocess.run(
-        [_promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _assert_rule_tests_pass(tmp_path, BELOW_DESIRED.format(summary=SUMMARY, why=WHY))

@@ -4,12 +4,14 @@ children, and the group kill after a supervised child exits. Real processes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -109,24 +111,33 @@ time.sleep(120)
 """
 
 
-def test_what_is_left_of_a_group_is_killed_when_its_leader_exits() -> None:
+@contextlib.contextmanager
+def _group(leader_code: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A new process group whose leader runs `leader_code`, and the pid of
+    the grandchild it printed; whatever is left of both killed at the end."""
     leader = subprocess.Popen(
-        [sys.executable, "-c", _LEADER], stdout=subprocess.PIPE, start_new_session=True
+        [sys.executable, "-c", leader_code], stdout=subprocess.PIPE, start_new_session=True
     )
     assert leader.stdout is not None
     with leader.stdout:
         grandchild = int(leader.stdout.readline())
-    watcher = kill_group_when_exits(leader)
     try:
+        yield leader, grandchild
+    finally:
+        leader.kill()
+        leader.wait()
+        if not _gone(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
+def test_what_is_left_of_a_group_is_killed_when_its_leader_exits() -> None:
+    with _group(_LEADER) as (leader, grandchild):
+        watcher = kill_group_when_exits(leader)
         assert not _gone(grandchild)
         leader.kill()
         assert _wait_gone(grandchild), "the grandchild outlived its group's leader"
         watcher.join(timeout=5)
         assert not watcher.is_alive()
-    finally:
-        leader.kill()
-        if not _gone(grandchild):
-            os.kill(grandchild, signal.SIGKILL)
 
 
 # The same leader, which arranges for its group to die with it first.
@@ -137,21 +148,10 @@ _REAPED_LEADER = "from axon.process import group_dies_with_this_process\n" + (
 
 def test_a_leader_that_asked_takes_its_group_with_it_however_it_dies() -> None:
     """No watcher in this process: the leader's own reaper kills the rest."""
-    leader = subprocess.Popen(
-        [sys.executable, "-c", _REAPED_LEADER], stdout=subprocess.PIPE, start_new_session=True
-    )
-    assert leader.stdout is not None
-    with leader.stdout:
-        grandchild = int(leader.stdout.readline())
-    try:
+    with _group(_REAPED_LEADER) as (leader, grandchild):
         assert not _gone(grandchild)
         leader.kill()
         assert _wait_gone(grandchild), "the grandchild outlived its group's leader"
-    finally:
-        leader.kill()
-        leader.wait()
-        if not _gone(grandchild):
-            os.kill(grandchild, signal.SIGKILL)
 
 
 def test_a_stop_signal_interrupts_a_synchronous_call_and_the_handlers_come_back() -> None:

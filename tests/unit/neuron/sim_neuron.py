@@ -1,12 +1,17 @@
 """A neuron's gRPC server over a sim engine, ready at once, on a free
-loopback port: what tests/unit/neuron's server and event-loop tests call."""
+loopback port, and cortex's client of it: what tests/unit/neuron's server,
+tokenizer and event-loop tests call."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
 
 import grpc
 
 from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
+from cortex.routing.client import NeuronClient
 from neuron.engine.sim import SimEngine
 from neuron.server import NeuronServicer, new_server
 
@@ -20,3 +25,15 @@ async def start_sim_neuron(engine: SimEngine) -> tuple[grpc.aio.Server, int]:
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     return server, port
+
+
+@contextlib.asynccontextmanager
+async def sim_neuron_client(engine: SimEngine) -> AsyncIterator[NeuronClient]:
+    """cortex's client of a sim neuron over `engine`; both closed at the end."""
+    server, port = await start_sim_neuron(engine)
+    client = NeuronClient(f"127.0.0.1:{port}")
+    try:
+        yield client
+    finally:
+        await client.close()
+        await server.stop(None)

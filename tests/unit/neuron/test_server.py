@@ -31,24 +31,13 @@ from neuron.server import (
     EXIT_ENGINE_DIED,
     serve,
 )
-from tests.unit.neuron.sim_neuron import start_sim_neuron
-
-
-@contextlib.asynccontextmanager
-async def _serve(engine: SimEngine) -> AsyncIterator[NeuronClient]:
-    server, port = await start_sim_neuron(engine)
-    client = NeuronClient(f"127.0.0.1:{port}")
-    try:
-        yield client
-    finally:
-        await client.close()
-        await server.stop(None)
+from tests.unit.neuron.sim_neuron import sim_neuron_client
 
 
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[SimEngine, NeuronClient]]:
     engine = SimEngine(SimOptions(served_id="m", max_context_length=1024, itl_s=0.02))
-    async with _serve(engine) as client:
+    async with sim_neuron_client(engine) as client:
         yield engine, client
 
 
@@ -138,7 +127,7 @@ async def _until_idle(engine: SimEngine) -> None:
 
 async def test_engine_failure_is_internal_without_details() -> None:
     engine = SimEngine(SimOptions(served_id="m", fail_after_tokens=0))
-    async with _serve(engine) as client:
+    async with sim_neuron_client(engine) as client:
         with pytest.raises(InternalError):
             [r async for r in client.generate(_request(), timeout=10)]
         info = await client.info(timeout=5)
@@ -156,7 +145,7 @@ class _UnexpectedError(SimEngine):
 async def test_an_unexpected_error_is_internal_logged_with_the_request_id_not_sent(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async with _serve(_UnexpectedError(SimOptions(served_id="m"))) as client:
+    async with sim_neuron_client(_UnexpectedError(SimOptions(served_id="m"))) as client:
         with pytest.raises(InternalError) as raised:
             [r async for r in client.generate(_request(), timeout=10)]
     assert "json_schema_converter" not in raised.value.message
@@ -166,13 +155,13 @@ async def test_an_unexpected_error_is_internal_logged_with_the_request_id_not_se
 
 
 async def test_info_reports_the_engines_batch_size_as_its_max_concurrency() -> None:
-    async with _serve(SimEngine(SimOptions(served_id="m", max_concurrency=7))) as client:
+    async with sim_neuron_client(SimEngine(SimOptions(served_id="m", max_concurrency=7))) as client:
         assert (await client.info(timeout=5)).max_concurrency == 7
 
 
 async def test_a_dead_engine_fails_the_calls_in_flight_naming_the_cause() -> None:
     engine = SimEngine(SimOptions(served_id="m", itl_s=0.01, die_after_tokens=3))
-    async with _serve(engine) as client:
+    async with sim_neuron_client(engine) as client:
         with pytest.raises(UnavailableError, match="died after 3 tokens"):
             [r async for r in client.generate(_request(max_tokens=50), timeout=10)]
 
@@ -230,14 +219,14 @@ async def test_a_dead_engine_ends_the_neuron_with_a_non_zero_status() -> None:
 
 async def test_a_call_during_which_the_engine_died_says_so_by_its_kind() -> None:
     engine = SimEngine(SimOptions(served_id="m", itl_s=0.01, die_after_tokens=3))
-    async with _serve(engine) as client:
+    async with sim_neuron_client(engine) as client:
         with pytest.raises(EngineDiedError):
             [r async for r in client.generate(_request(max_tokens=50), timeout=10)]
 
 
 async def test_a_message_past_grpcs_default_4_mib_reaches_the_engine() -> None:
     engine = SimEngine(SimOptions(served_id="m"))
-    async with _serve(engine) as client:
+    async with sim_neuron_client(engine) as client:
         request = pb.GenerateRequest(
             request_id="big",
             model="m",

@@ -11,19 +11,14 @@ from axon.errors import InvalidRequestError, ModelNotFoundError
 from axon.v1 import neuron_pb2 as pb
 from cortex.routing.client import NeuronClient
 from neuron.engine.sim import SIM_BOS, SimEngine, SimOptions
-from tests.unit.neuron.sim_neuron import start_sim_neuron
+from tests.unit.neuron.sim_neuron import sim_neuron_client
 
 
 @pytest.fixture
 async def client() -> AsyncIterator[NeuronClient]:
     engine = SimEngine(SimOptions(served_id="m", max_context_length=1024))
-    server, port = await start_sim_neuron(engine)
-    neuron = NeuronClient(f"127.0.0.1:{port}")
-    try:
+    async with sim_neuron_client(engine) as neuron:
         yield neuron
-    finally:
-        await neuron.close()
-        await server.stop(None)
 
 
 async def test_a_prompt_is_tokenized_with_or_without_special_tokens(client: NeuronClient) -> None:
