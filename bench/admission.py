@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.bench_stack import logs_dir, output_path, parser, write_summary
 from harness.gateway import Sim, running_cortex, sim_neurons
 from harness.plots import bar_plot, markdown_table, write_markdown
 from harness.procs import engine_load
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     # --base-url is not used: the neuron and both cortexes are started here.
     summary: Summary = {}
     out = output_path(args, "admission.json")
-    logs = (out.parent if out is not None else RESULTS) / "admission-logs"
+    logs = logs_dir(out, "admission-logs")
     with gateways(logs, w) as (bases, neuron):
         for i, mode in enumerate(MODES):
             _drained(neuron, 60)

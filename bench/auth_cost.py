@@ -32,8 +32,9 @@ from bench.auth_inprocess import measure as measure_in_process
 from bench.auth_inprocess import report as inprocess_table
 from harness.bench_stack import RESULTS, output_path, parser, write_summary
 from harness.gateway import Sim, running_cortex, sim_neurons
+from harness.keys import new_key
+from harness.paired import paired_rounds
 from harness.plots import bar_plot, markdown_table, write_markdown
-from harness.procs import new_key
 from harness.workload import MODEL, PROMPTS, Run, timed, via_cortex
 
 Summary = dict[str, dict[str, float]]
@@ -60,7 +61,7 @@ def two_cortexes(logs: Path, counters: str = "auto") -> Iterator[tuple[dict[str,
     with ExitStack() as stack:
         (sim,) = stack.enter_context(sim_neurons(logs, "auth", [Sim(MODEL)]))
         limits = ["--rpm", "1000000", "--tpm", "1000000000", "--max-concurrent", "1000"]
-        key = new_key("bench", *limits, "--state-dir", str(state))
+        key = new_key(state, "bench", *limits)
         cortexes: dict[str, Cortex] = {}
         for mode in MODES:
             args = ["--state-dir", str(state), "--auth", "required" if mode == "on" else "off"]
@@ -96,41 +97,25 @@ def measure(
     for mode in MODES:  # warm-up: connections, the key's cache entry
         asyncio.run(_run(cortexes[mode].base, key if mode == "on" else None, 2, 4, 4))
     for c in concurrency:
-        runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
-        cpu_s = dict.fromkeys(MODES, 0.0)
-        paired: list[float] = []
-        for r in range(rounds):
-            order = list(MODES) if r % 2 == 0 else list(MODES)[::-1]
-            medians: dict[str, list[float]] = {mode: [] for mode in MODES}
-            for mode in order + order[::-1]:
-                cortex = cortexes[mode]
-                before = cortex.cpu_s()
-                result = asyncio.run(
-                    _run(cortex.base, key if mode == "on" else None, c, c * per_client, tokens)
-                )
-                cpu_s[mode] += cortex.cpu_s() - before
-                runs[mode].append(result)
-                medians[mode].append(statistics.median(result.ttfts))
-                print(
-                    f"  c={c:<3} auth {mode:<3} ttft p50 "
-                    f"{statistics.median(result.ttfts) * 1000:7.2f} ms  "
-                    f"{result.tokens_per_s:8.1f} tok/s",
-                    flush=True,
-                )
-            paired.append(statistics.mean(medians["on"]) - statistics.mean(medians["off"]))
+
+        def one(mode: str, c: int = c) -> Run:
+            key_or_none = key if mode == "on" else None
+            return asyncio.run(_run(cortexes[mode].base, key_or_none, c, c * per_client, tokens))
+
+        paired = paired_rounds(MODES, rounds, one, f"c={c:<3} auth", lambda m: cortexes[m].cpu_s())
         for mode in MODES:
-            all_ttfts = [t for run in runs[mode] for t in run.ttfts]
+            all_ttfts = paired.ttfts(mode)
             ttfts[f"c{c} auth {mode}"] = [t * 1000 for t in all_ttfts]
             summary[f"c{c}_{mode}"] = {
                 "ttft_p50_ms": statistics.median(all_ttfts) * 1000,
-                "tokens_per_s": statistics.median(run.tokens_per_s for run in runs[mode]),
+                "tokens_per_s": statistics.median(run.tokens_per_s for run in paired.runs(mode)),
                 "requests": float(len(all_ttfts)),
-                "cortex_cpu_us_per_request": cpu_s[mode] / len(all_ttfts) * 1e6,
+                "cortex_cpu_us_per_request": paired.cpu_s[mode] / len(all_ttfts) * 1e6,
             }
         off, on = summary[f"c{c}_off"], summary[f"c{c}_on"]
         summary[f"c{c}_cost"] = {
             "ttft_added_ms": on["ttft_p50_ms"] - off["ttft_p50_ms"],
-            "ttft_added_paired_ms": statistics.median(paired) * 1000,
+            "ttft_added_paired_ms": paired.added_ttft_ms("on", "off"),
             "tokens_per_s_ratio": on["tokens_per_s"] / off["tokens_per_s"],
             "cortex_cpu_added_us": on["cortex_cpu_us_per_request"]
             - off["cortex_cpu_us_per_request"],

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.bench_stack import logs_dir, output_path, parser, write_summary
 from harness.comparison import percentile
 from harness.gateway import Sim, sim_gateway
 from harness.plots import markdown_table, write_markdown
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         args.lines, args.seconds, args.concurrency, args.in_flight, args.prefill_s, args.tokens
     )
     out = output_path(args, "batch.json")
-    logs = (out.parent if out is not None else RESULTS) / "batch-logs"
+    logs = logs_dir(out, "batch-logs")
     logs.mkdir(parents=True, exist_ok=True)
     summary = measure(w, logs)
     report(summary, w, out.parent if out is not None else None)

@@ -43,11 +43,11 @@ from typing import Any
 
 import httpx
 
-from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.bench_stack import logs_dir, output_path, parser
 from harness.comparison import percentile
 from harness.gateway import sim_gateway
-from harness.plots import markdown_table, write_markdown
-from harness.procs import new_key
+from harness.keys import new_key
+from harness.plots import markdown_table, write_results
 
 MODEL = "sim-edge"
 PROBE_PAUSE_S = 0.02
@@ -292,14 +292,14 @@ def main(argv: list[str] | None = None) -> int:
     attacks = {name: ATTACKS[name] for name in args.attacks}
     sizes, rounds = (SMOKE, 1) if args.smoke else (FULL, args.rounds)
     out = output_path(args, "edge_stalls.json")
-    logs = (out.parent if out is not None else RESULTS) / "edge-stalls-logs"
+    logs = logs_dir(out, "edge-stalls-logs")
     logs.mkdir(parents=True, exist_ok=True)
     state = Path(tempfile.mkdtemp(prefix="neuraxis-bench-edge-"))
     flags = ["--auth", "required", "--state-dir", str(state)]
     neuron = ["--sim-ttft-s", "0", "--sim-itl-s", "0", "--max-model-len", "8192"]
     per_round: dict[str, list[tuple[list[float], Counter[str]]]] = {a: [] for a in attacks}
     with sim_gateway(logs, "edge", *flags, served_id=MODEL, neuron_flags=neuron) as gateway:
-        key = new_key("bench-edge", "--state-dir", str(state))
+        key = new_key(state, "bench-edge")
         target = Target(gateway.base_url, key, gateway.cortex.proc.log_path)
         prober = Prober(gateway.base_url)
         try:
@@ -324,10 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{k}: {v}" for k, v in sum((o for _, o in runs), Counter()).items()
             ),
         }
-    text = report(summary, rounds)
-    if out is not None:
-        write_markdown(out.parent, "edge_stalls", text)
-    write_summary(out, summary)
+    write_results(out, "edge_stalls", report(summary, rounds), summary)
     return 0
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.bench_stack import logs_dir, output_path, parser, write_summary
 from harness.comparison import percentile
 from harness.gateway import Sim, running_cortex, sim_neurons
 from harness.keys import new_key
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         args.seconds = 0.5
     w = Workload(args.cap, args.queue, args.tokens, args.itl_s, args.seconds)
     out = output_path(args, "fairness.json")
-    logs = (out.parent if out is not None else RESULTS) / "fairness-logs"
+    logs = logs_dir(out, "fairness-logs")
     with gateways(logs, w) as (bases, keys):
         summary = measure(bases, keys, w)
     report(summary, w, out.parent if out is not None else None)

@@ -20,9 +20,9 @@ from pathlib import Path
 import psutil
 
 from bench.auth_cost import Cortex, measure
-from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.bench_stack import RESULTS, output_path, parser
 from harness.gateway import Sim, running_cortex, sim_neurons
-from harness.plots import markdown_table, write_markdown
+from harness.plots import markdown_table, write_results
 from harness.workload import MODEL
 
 # auth_cost's modes: "off" is FIFO, "on" fair queuing.
@@ -83,10 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown_table(header, rows)
     print()
     print(text)
-    out = output_path(args, "fairness_cost.json")
-    if out is not None:
-        write_markdown(out.parent, "fairness_cost", text)
-    write_summary(out, summary)
+    write_results(output_path(args, "fairness_cost.json"), "fairness_cost", text, summary)
     return 0
 
 

@@ -10,7 +10,6 @@ within one run.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from harness.bench_stack import (
     write_summary,
 )
 from harness.gateway import cortex
+from harness.paired import paired_rounds
 from harness.procs import Proc, wait_http_ready
 from harness.workload import Run, run
 
@@ -39,35 +39,21 @@ def bare_cortex(neuron: str, log_path: Path) -> tuple[Proc, str]:
 def measure(target: Target, rounds: int, concurrency: int, max_tokens: int) -> Summary:
     bare, bare_url = bare_cortex(target.chat_neuron, RESULTS / "cortex-no-metrics.log")
     bases = {"metrics": target.base_url, "no-metrics": bare_url}
-    runs: dict[str, list[Run]] = {name: [] for name in bases}
+
+    def one(name: str) -> Run:
+        requests = 2 * concurrency
+        return asyncio.run(
+            run("cortex", concurrency, requests, max_tokens, bases[name], target.chat_neuron)
+        )
+
     try:
         wait_http_ready(bare, f"{bare_url}/readyz", 120)
         for base in bases.values():  # warm-up
             asyncio.run(run("cortex", 2, 2, 8, base, target.chat_neuron))
-        requests = 2 * concurrency
-        for r in range(rounds):
-            order = list(bases) if r % 2 == 0 else list(bases)[::-1]
-            for name in order + order[::-1]:
-                result = asyncio.run(
-                    run(
-                        "cortex", concurrency, requests, max_tokens, bases[name], target.chat_neuron
-                    )
-                )
-                runs[name].append(result)
-                print(
-                    f"  {name:<10} ttft p50 {statistics.median(result.ttfts) * 1000:7.1f} ms  "
-                    f"{result.tokens_per_s:6.1f} tok/s",
-                    flush=True,
-                )
+        paired = paired_rounds(list(bases), rounds, one, "cortex")
     finally:
         bare.stop()
-    return {
-        name: {
-            "ttft_p50_ms": statistics.median(statistics.median(x.ttfts) for x in rs) * 1000,
-            "tokens_per_s": statistics.median(x.tokens_per_s for x in rs),
-        }
-        for name, rs in runs.items()
-    }
+    return {name: paired.medians(name) for name in bases}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,9 +30,8 @@ from harness.bench_stack import (
     output_path,
     parser,
     running_stack,
-    write_summary,
 )
-from harness.plots import markdown_table, write_markdown
+from harness.plots import markdown_table, write_results
 from harness.procs import neuron_addresses
 from harness.streamed_chat import CHAT_PATH, StreamedChat, read_sync
 
@@ -112,9 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(text)
     out = output_path(args, "seeded_streams/seeded_streams.json")
-    if out is not None:
-        write_markdown(out.parent, "seeded_streams", text)
-    write_summary(out, summary)
+    write_results(out, "seeded_streams", text, summary)
     return 1 if failed else 0
 
 

@@ -28,9 +28,9 @@ from pathlib import Path
 import httpx
 import psutil
 
-from harness.bench_stack import RESULTS, output_path, parser, write_summary
+from harness.bench_stack import RESULTS, output_path, parser
 from harness.fault_fleet import FAULTS, MODEL, Fault, FaultFleet, fault_fleet
-from harness.plots import markdown_table, write_markdown
+from harness.plots import markdown_table, write_results
 from harness.soak_record import Sample, Soak, summarize
 from harness.streamed_chat import CHAT_PATH, hello_chat, read
 
@@ -164,10 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(soak, args.warmup_s, args.minutes * 60)
     text = report(summary, soak.faults, args.minutes, args.streams, failure_causes(soak))
     print(text)
-    out = output_path(args, "soak/soak.json")
-    if out is not None:
-        write_markdown(out.parent, "soak", text)
-    write_summary(out, {**summary, "seconds": took})
+    write_results(output_path(args, "soak/soak.json"), "soak", text, {**summary, "seconds": took})
     return 0
 
 

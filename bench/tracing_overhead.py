@@ -32,6 +32,7 @@ from axon import tracing
 from harness.bench_stack import RESULTS, output_path, parser, write_summary
 from harness.gateway import Sim, cortex, sim_neurons
 from harness.otlp_receiver import otlp_receiver
+from harness.paired import paired_rounds
 from harness.plots import markdown_table, write_markdown
 from harness.workload import MODEL, PROMPTS, Run, timed, via_cortex
 
@@ -98,36 +99,22 @@ def measure(
     for base, _ in gateways.values():  # warm-up: connections, first spans
         asyncio.run(_run(base, 2, 4, 4))
     modes = list(gateways)
-    runs: dict[str, list[Run]] = {mode: [] for mode in modes}
-    cpu_s = dict.fromkeys(modes, 0.0)
-    paired: dict[str, list[float]] = {mode: [] for mode in modes}
-    for r in range(rounds):
-        order = modes[r % len(modes) :] + modes[: r % len(modes)]
-        medians: dict[str, list[float]] = {mode: [] for mode in modes}
-        for mode in order + order[::-1]:
-            base, process = gateways[mode]
-            before = _cpu_s(process)
-            result = asyncio.run(_run(base, concurrency, concurrency * per_client, tokens))
-            cpu_s[mode] += _cpu_s(process) - before
-            runs[mode].append(result)
-            medians[mode].append(statistics.median(result.ttfts))
-            print(
-                f"  c={concurrency:<3} tracing {mode:<10} ttft p50 "
-                f"{statistics.median(result.ttfts) * 1000:7.2f} ms  "
-                f"{result.tokens_per_s:8.1f} tok/s",
-                flush=True,
-            )
-        for mode in modes:
-            paired[mode].append(statistics.mean(medians[mode]) - statistics.mean(medians["off"]))
+
+    def one(mode: str) -> Run:
+        return asyncio.run(_run(gateways[mode][0], concurrency, concurrency * per_client, tokens))
+
+    paired = paired_rounds(
+        modes, rounds, one, f"c={concurrency:<3} tracing", lambda m: _cpu_s(gateways[m][1])
+    )
     summary: Summary = {}
     for mode in modes:
-        ttfts = [t for run in runs[mode] for t in run.ttfts]
+        ttfts = paired.ttfts(mode)
         summary[mode] = {
             "ttft_p50_ms": statistics.median(ttfts) * 1000,
-            "tokens_per_s": statistics.median(run.tokens_per_s for run in runs[mode]),
+            "tokens_per_s": statistics.median(run.tokens_per_s for run in paired.runs(mode)),
             "requests": float(len(ttfts)),
-            "cortex_cpu_us_per_request": cpu_s[mode] / len(ttfts) * 1e6,
-            "ttft_added_paired_ms": statistics.median(paired[mode]) * 1000,
+            "cortex_cpu_us_per_request": paired.cpu_s[mode] / len(ttfts) * 1e6,
+            "ttft_added_paired_ms": paired.added_ttft_ms(mode, "off"),
         }
     for mode in modes:
         summary[mode]["tokens_per_s_ratio"] = (

@@ -86,6 +86,12 @@ def output_path(args: argparse.Namespace, name: str) -> Path | None:
     return None if args.smoke else RESULTS / name
 
 
+def logs_dir(out: Path | None, name: str) -> Path:
+    """The folder `name` for the logs of a benchmark's processes: beside its
+    summary `out`, or under RESULTS when nothing is written (a smoke run)."""
+    return (out.parent if out is not None else RESULTS) / name
+
+
 def write_summary(path: Path | None, summary: dict[str, Any]) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -21,6 +22,8 @@ matplotlib.use("Agg")  # before pyplot: draw to files, never to a display
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+
+from harness.bench_stack import write_summary
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -39,6 +42,14 @@ def write_markdown(directory: Path, name: str, text: str) -> Path:
     path = directory / f"{name}.md"
     path.write_text(text + "\n")
     return path
+
+
+def write_results(out: Path | None, name: str, text: str, summary: dict[str, Any]) -> None:
+    """A benchmark's summary at `out` (JSON) and its report `text` beside it
+    as <name>.md; neither when `out` is None (a smoke run not told where)."""
+    if out is not None:
+        write_markdown(out.parent, name, text)
+    write_summary(out, summary)
 
 
 def cdf_plot(

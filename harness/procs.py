@@ -38,22 +38,6 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def neuraxis_keys(*args: str) -> subprocess.CompletedProcess[str]:
-    """`neuraxis keys ARGS`, as an operator runs it, its output captured."""
-    command = [sys.executable, "-m", "neuraxis.cli", "keys", *args]
-    return subprocess.run(
-        command, capture_output=True, text=True, env=child_env(), cwd=REPO, timeout=60
-    )
-
-
-def new_key(tenant: str, *args: str) -> str:
-    """The secret `neuraxis keys create --tenant TENANT ARGS` prints (ARGS:
-    limits, models, and where the store is)."""
-    done = neuraxis_keys("create", "--tenant", tenant, *args)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
 def cortex_metric(admin_url: str, name: str, **labels: str) -> float:
     """One sample of a cortex's /metrics (its admin listener), the first whose
     labels include `labels`; 0 when there is none."""

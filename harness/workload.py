@@ -5,7 +5,6 @@ time to first token and output tokens counted per request."""
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -18,6 +17,7 @@ import httpx
 from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
 from harness import sse, streamed_chat
+from harness.paired import paired_rounds
 from harness.procs import neuron_stub
 
 T = TypeVar("T")
@@ -171,22 +171,11 @@ def compare(
     summary: Summary = {}
     for c in concurrency:
         requests = 5 if c == 1 else 2 * c
-        runs: dict[str, list[Run]] = {path: [] for path in paths}
-        for r in range(rounds):
-            order = list(paths) if r % 2 == 0 else list(paths[::-1])
-            for path in order + order[::-1]:
-                result = asyncio.run(run(path, c, requests, max_tokens, base, neuron))
-                runs[path].append(result)
-                ttft_ms = statistics.median(result.ttfts) * 1000
-                print(
-                    f"  c={c:<2} {path:<9} ttft p50 {ttft_ms:7.1f} ms  "
-                    f"{result.tokens_per_s:6.1f} tok/s  "
-                    f"({result.tokens} tokens, {result.wall_s:.1f} s)",
-                    flush=True,
-                )
-        for path, rs in runs.items():
-            summary[f"c{c}_{path}"] = {
-                "ttft_p50_ms": statistics.median(statistics.median(x.ttfts) for x in rs) * 1000,
-                "tokens_per_s": statistics.median(x.tokens_per_s for x in rs),
-            }
+
+        def one(path: str, c: int = c, requests: int = requests) -> Run:
+            return asyncio.run(run(path, c, requests, max_tokens, base, neuron))
+
+        paired = paired_rounds(paths, rounds, one, f"c={c:<2}")
+        for path in paths:
+            summary[f"c{c}_{path}"] = paired.medians(path)
     return summary

@@ -22,7 +22,8 @@ import pytest
 import requests
 
 from harness.gateway import Sim, running_cortex, sim_neurons
-from harness.procs import REPO, new_key
+from harness.keys import new_key
+from harness.procs import REPO
 from tests.fuzz.driver import Fuzzer, Tally, Target
 
 DEFAULT_REQUESTS = 400
@@ -72,7 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for running in cortexes:
             running.wait_ready()
         off, on = (c.base_url for c in cortexes)
-        key = new_key("fuzz", "--state-dir", str(state / "on"))
+        key = new_key(state / "on", "fuzz")
         yield Cluster(Target("auth-off", off, MODELS), Target("auth-on", on, MODELS, key))
 
 

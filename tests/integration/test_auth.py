@@ -12,13 +12,11 @@ to serve an open gateway on a non-loopback address.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,9 +28,9 @@ from cortex.auth.keys import KeyRequest, make_key
 from cortex.store.keys import SQLITE_FILE
 from cortex.store.sqlite_keys import SqliteKeyStore
 from harness.gateway import Sim, sim_gateway
+from harness.keys import neuraxis_keys, new_key
 from harness.ports import free_port
 from harness.procs import REPO, child_env
-from neuraxis.cli import main
 
 FAST, SLOW = "sim-fast", "sim-slow"
 # The slow neuron's time to first token: long enough that 50 requests sent
@@ -46,24 +44,10 @@ class AuthStack:
     state_dir: Path
 
     def keys(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return _keys(self.state_dir, *args)
+        return neuraxis_keys(self.state_dir, *args)
 
     def new_key(self, tenant: str, *options: str) -> str:
-        done = self.keys("create", "--tenant", tenant, *options)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-
-
-def _keys(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`neuraxis keys ARGS` on the running cortex's state directory, run in
-    this process (the same `main` the command runs; a process start took
-    2-10 s here, and these tests make 18 calls). The command as a process
-    beside a running stack: tests/integration/test_console.py."""
-    out, err = io.StringIO(), io.StringIO()
-    argv = ["keys", *args, "--state-dir", str(state_dir)]
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(argv)
-    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+        return new_key(self.state_dir, tenant, *options)
 
 
 @pytest.fixture(scope="module")

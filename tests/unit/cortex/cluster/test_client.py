@@ -154,21 +154,29 @@ def test_retries_to_reach_the_controller_back_off_to_10_s() -> None:
 
 
 class ReportingController(FakeController):
-    """Records reports; the first one fails as a lost controller's call does."""
+    """Records the reports it gets; with `fail_first`, the first one fails
+    as a lost controller's call does."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail_first: bool = False) -> None:
         super().__init__("e1")
+        self.fail_first = fail_first
         self.reports: list[dict[str, Any]] = []
-        self.two = asyncio.Event()
+        self.arrived = asyncio.Event()
         self.report = FakeMethod(self._report)
 
     async def _report(self, report: dict[str, Any]) -> None:
-        if not self.reports and not self.died.is_set():
+        if self.fail_first and not self.died.is_set():
             self.died.set()  # one failure, then reports get through
             raise RayActorError()
         self.reports.append(report)
-        if len(self.reports) == 2:
-            self.two.set()
+        self.arrived.set()
+
+    async def until_reports(self, count: int) -> None:
+        """Until `count` reports have arrived (fails after 5 s)."""
+        async with asyncio.timeout(5.0):
+            while len(self.reports) < count:
+                await self.arrived.wait()
+                self.arrived.clear()
 
 
 class CountingPool(FakePool):
@@ -181,13 +189,13 @@ class CountingPool(FakePool):
 
 
 async def test_cortex_reports_its_requests_in_flight_and_survives_a_failed_report() -> None:
-    controller = ReportingController()
+    controller = ReportingController(fail_first=True)
     followed = Followed(version=3, epoch="e1")
     task = asyncio.create_task(
         report_forever(FakeLink(controller), CountingPool(), followed, interval_s=0.01)  # type: ignore[arg-type]
     )
     try:
-        await asyncio.wait_for(controller.two.wait(), 5.0)
+        await controller.until_reports(2)
     finally:
         task.cancel()
     first, second = controller.reports[:2]
@@ -198,28 +206,15 @@ async def test_cortex_reports_its_requests_in_flight_and_survives_a_failed_repor
     assert first["instance"] == f"{first['host']}:{first['pid']}"
 
 
-class RecordingController(FakeController):
-    def __init__(self) -> None:
-        super().__init__("e1")
-        self.reports: list[dict[str, Any]] = []
-        self.arrived = asyncio.Event()
-        self.report = FakeMethod(self._report)
-
-    async def _report(self, report: dict[str, Any]) -> None:
-        self.reports.append(report)
-        self.arrived.set()
-
-
 async def test_a_request_waking_a_model_is_reported_at_once_not_at_the_interval() -> None:
-    controller, pool = RecordingController(), FakePool()
+    controller, pool = ReportingController(), FakePool()
     task = asyncio.create_task(
         report_forever(FakeLink(controller), pool, Followed(), interval_s=3600)  # type: ignore[arg-type]
     )
     try:
-        await asyncio.wait_for(controller.arrived.wait(), 5.0)
-        controller.arrived.clear()
+        await controller.until_reports(1)
         pool.wakes.on_wake()  # a request for a model at zero replicas
-        await asyncio.wait_for(controller.arrived.wait(), 5.0)
+        await controller.until_reports(2)
     finally:
         task.cancel()
     assert len(controller.reports) == 2

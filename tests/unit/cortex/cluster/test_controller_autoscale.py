@@ -9,7 +9,7 @@ from axon.generations import Generation
 from cortex.cluster.backend import Health, Liveness
 from cortex.cluster.controller import Controller, ControllerConfig
 from cortex.cluster.status import CortexReport, ReplicaState
-from harness.clock import settle
+from harness.clock import ManualClock, settle
 from tests.unit.cortex.cluster.fakes import node
 from tests.unit.cortex.cluster.test_controller import chat, model, spec, started, tick
 
@@ -40,6 +40,15 @@ def addresses(controller: Controller) -> list[str]:
     return [e.address for e in controller.table.endpoints]
 
 
+async def under_load(
+    controller: Controller, clock: ManualClock, in_flight: dict[str, int], passes: int
+) -> None:
+    """A cortex reports `in_flight` before each of `passes` passes, a second apart."""
+    for _ in range(passes):
+        report(controller, in_flight)
+        await tick(controller, clock)
+
+
 def active(controller: Controller) -> list[str]:
     return [r.id for r in model(controller).replicas if r.state is not ReplicaState.DRAINING]
 
@@ -47,9 +56,7 @@ def active(controller: Controller) -> list[str]:
 async def test_load_scales_up_after_the_delay_and_the_least_busy_replica_drains_first() -> None:
     controller, backend, clock = await started(NODES, spec(scaled(scale_down_after_s=30)))
     [first] = addresses(controller)
-    for _ in range(4):
-        report(controller, {first: 35})
-        await tick(controller, clock)
+    await under_load(controller, clock, {first: 35}, 4)
     assert model(controller).desired == 4
     assert len(addresses(controller)) == 4
     status = model(controller).autoscale
@@ -60,9 +67,7 @@ async def test_load_scales_up_after_the_delay_and_the_least_busy_replica_drains_
     busy = {a: 8 for a in addresses(controller)}
     quiet = addresses(controller)[2]
     busy[quiet] = 0
-    for _ in range(31):
-        report(controller, busy)
-        await tick(controller, clock)
+    await under_load(controller, clock, busy, 31)
     assert model(controller).desired == 3
     drained = [r for r in model(controller).replicas if r.state is ReplicaState.DRAINING]
     assert [r.address for r in drained] == [quiet]
@@ -75,9 +80,7 @@ async def test_load_scales_up_after_the_delay_and_the_least_busy_replica_drains_
 async def test_with_no_room_the_status_says_which_generations_would_fit() -> None:
     controller, backend, clock = await started(NODES[:1], spec(scaled()))
     [first] = addresses(controller)
-    for _ in range(4):
-        report(controller, {first: 30})
-        await tick(controller, clock)
+    await under_load(controller, clock, {first: 30}, 4)
     status = model(controller)
     assert status.desired == 3
     assert len(status.replicas) == 1  # nothing left pending on the cluster
@@ -91,9 +94,7 @@ async def test_with_no_room_the_status_says_which_generations_would_fit() -> Non
 async def test_a_model_below_its_min_gets_the_free_gpu_before_another_scales_up() -> None:
     controller, _, clock = await started(NODES[:2], spec(scaled()))
     [first] = addresses(controller)
-    for _ in range(3):  # chat wants 3 for 2 s: not yet
-        report(controller, {first: 30})
-        await tick(controller, clock)
+    await under_load(controller, clock, {first: 30}, 3)  # chat wants 3 for 2 s: not yet
     # A model added now is below its min when chat's scale-up fires.
     late = scaled() | {"id": "late"}
     await clock.elapse(1.0)
@@ -116,9 +117,7 @@ async def test_a_model_at_zero_wakes_on_a_queued_request_and_idles_back_to_zero(
     [address] = addresses(controller)
     status = model(controller).autoscale
     assert status is not None and status.reason == "wake"
-    for _ in range(21):
-        report(controller, {address: 0})
-        await tick(controller, clock)
+    await under_load(controller, clock, {address: 0}, 21)
     assert model(controller).desired == 0
     await tick(controller, clock, 2.0)
     assert addresses(controller) == []
@@ -129,9 +128,7 @@ async def test_a_restarted_controller_keeps_the_scaled_up_replicas_without_doubl
 ):
     controller, backend, clock = await started(NODES, spec(scaled()))
     [first] = addresses(controller)
-    for _ in range(4):
-        report(controller, {first: 30})
-        await tick(controller, clock)
+    await under_load(controller, clock, {first: 30}, 4)
     assert len(backend.started) == 3
     # A new controller over the same cluster (the old one died mid-scale).
     new = Controller(backend, clock, ControllerConfig(health_interval_s=1.0))
@@ -147,9 +144,7 @@ async def test_a_replica_still_starting_when_the_controller_restarts_is_replaced
     controller, backend, clock = await started(NODES, spec(scaled()))
     backend.start_s = 100.0  # the next neurons take long to start
     [first] = addresses(controller)
-    for _ in range(4):
-        report(controller, {first: 20})
-        await tick(controller, clock)
+    await under_load(controller, clock, {first: 20}, 4)
     assert len(active(controller)) == 2
     backend.health = {r: Health(Liveness.SERVING, running=20, waiting=0) for r in backend.actors}
     new = Controller(backend, clock, ControllerConfig(health_interval_s=1.0))
@@ -164,9 +159,7 @@ async def test_a_replica_still_starting_when_the_controller_restarts_is_replaced
 async def test_the_answer_to_a_report_carries_the_counts_decisions_and_load_times() -> None:
     controller, _, clock = await started(NODES, spec(scaled()))
     [first] = addresses(controller)
-    for _ in range(4):
-        report(controller, {first: 30})
-        await tick(controller, clock)
+    await under_load(controller, clock, {first: 30}, 4)
     controller.report(
         CortexReport(instance="gw:1", host="gw", pid=1, in_flight={}, table_version=1)
     )
@@ -181,9 +174,7 @@ async def test_the_answer_to_a_report_carries_the_counts_decisions_and_load_time
 async def test_a_cortex_restart_reapplying_the_spec_keeps_the_scaled_count() -> None:
     controller, backend, clock = await started(NODES, spec(scaled()))
     [first] = addresses(controller)
-    for _ in range(4):
-        report(controller, {first: 30})
-        await tick(controller, clock)
+    await under_load(controller, clock, {first: 30}, 4)
     assert model(controller).desired == 3
     await controller.apply(spec(scaled()), start_loop=False)  # what a new cortex does
     await settle()
@@ -194,9 +185,7 @@ async def test_a_cortex_restart_reapplying_the_spec_keeps_the_scaled_count() -> 
 async def test_a_controller_restart_during_a_scale_down_leaves_no_orphan() -> None:
     controller, backend, clock = await started(NODES, spec(scaled(scale_down_after_s=2)))
     [first] = addresses(controller)
-    for _ in range(4):
-        report(controller, {first: 30})
-        await tick(controller, clock)
+    await under_load(controller, clock, {first: 30}, 4)
     for _ in range(8):
         report(controller, dict.fromkeys(addresses(controller), 1))
         await tick(controller, clock, 0.5)
@@ -211,8 +200,6 @@ async def test_a_controller_restart_during_a_scale_down_leaves_no_orphan() -> No
     await settle()
     assert sorted(backend.actors) == sorted(r.id for r in model(new).replicas)  # none orphaned
     assert model(new).desired == len(backend.actors)  # each counted once
-    for _ in range(6):  # the load is gone: down again, through drains
-        report(new, {})
-        await tick(new, clock)
+    await under_load(new, clock, {}, 6)  # the load is gone: down again, through drains
     assert model(new).desired == 1
     assert len(backend.actors) == 1
