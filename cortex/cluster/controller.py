@@ -41,6 +41,7 @@ from cortex.cluster.status import (
     ScalingView,
     cluster_status,
 )
+from cortex.routing.timer import set_within
 
 log = logging.getLogger("neuraxis.controller")
 
@@ -210,13 +211,7 @@ class Controller:
                 log.exception("controller pass failed")
             # The next pass comes after the interval, or at once when a
             # request wakes a model at zero replicas (`report`).
-            pause = asyncio.ensure_future(self._clock.sleep(self._config.health_interval_s))
-            poke = asyncio.ensure_future(self._poked.wait())
-            try:
-                await asyncio.wait({pause, poke}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                pause.cancel()
-                poke.cancel()
+            await set_within(self._poked, self._clock.sleep(self._config.health_interval_s))
 
     async def tick(self) -> None:
         """One pass: nodes, checks, reconciling every model, the table."""

@@ -3,14 +3,15 @@ through the fake backend and a hand-moved clock."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from axon.generations import Generation
 from cortex.cluster.backend import Health, Liveness
 from cortex.cluster.controller import Controller, ControllerConfig
 from cortex.cluster.status import CortexReport, ReplicaState
-from harness.clock import ManualClock, settle
-from tests.unit.cortex.cluster.fakes import node
+from harness.clock import ManualClock, settle, until
+from tests.unit.cortex.cluster.fakes import FakeBackend, node
 from tests.unit.cortex.cluster.test_controller import chat, model, spec, started, tick
 
 NODES = [node(f"n-{i}", Generation.ADA, gpus=1) for i in range(4)]
@@ -203,3 +204,22 @@ async def test_a_controller_restart_during_a_scale_down_leaves_no_orphan() -> No
     await under_load(new, clock, {}, 6)  # the load is gone: down again, through drains
     assert model(new).desired == 1
     assert len(backend.actors) == 1
+
+
+async def test_the_loop_runs_a_pass_each_interval_and_one_at_once_for_a_wake() -> None:
+    clock = ManualClock(0.0)
+    controller = Controller(
+        FakeBackend(NODES, clock), clock, ControllerConfig(health_interval_s=10.0)
+    )
+    await controller.apply(spec(scaled(min_replicas=0)))  # the loop's first pass
+    await until(lambda: controller.status().passes == 1 and clock.sleeping == 1)
+    await clock.elapse(10.0)
+    await until(lambda: controller.status().passes == 2 and clock.sleeping == 1)
+    report(controller, {}, queued=1)  # a request waits for the model at zero
+    await until(lambda: controller.status().passes == 3)
+    assert clock.now == 10.0  # not the interval: the wake
+    assert model(controller).desired == 1
+    stopping = asyncio.create_task(controller.shutdown())
+    await settle()
+    await clock.elapse(1.0)
+    await stopping
