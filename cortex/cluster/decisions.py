@@ -70,12 +70,15 @@ class ReplicaRecord:
     engine_waiting: int | None = None
     load_at: float | None = None
     ready_at: float | None = None
+    placed_at: float | None = None  # wall time (None: adopted, or not placed yet)
     replaces: Failure | None = None  # the lost replica this one replaces
 
-    def placed(self, where: Placed) -> None:
-        """The backend put it on a node: its neuron starts there."""
+    def placed(self, where: Placed, now: float | None = None) -> None:
+        """The backend put it on a node (at wall time `now`; None: unknown):
+        its neuron starts there."""
         self.node_id, self.host, self.generation = where.node_id, where.host, where.generation
         self.state = ReplicaState.STARTING
+        self.placed_at = now
 
     def serving(self, started: Started, now: float | None) -> None:
         """Its neuron answers SERVING (since wall time `now`; None: unknown)."""

@@ -119,7 +119,7 @@ class ReplicaLifecycle:
     async def _start(self, replica: ReplicaRecord, model: ModelSpec) -> None:
         try:
             placed = await self._backend.placed(replica.id)
-            replica.placed(placed)
+            replica.placed(placed, self._clock.time())
             if placed.generation is None:
                 raise ReplicaStartError(f"node {placed.node_id} has no generation label")
             env = settings_env(replica_settings(model, placed.generation))

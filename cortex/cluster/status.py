@@ -97,6 +97,12 @@ class ReplicaStatus(_Status):
     # Requests the cortex instances that reported lately have in flight on
     # this replica (None: no cortex reported).
     cortex_in_flight: int | None = None
+    # Its start, in wall times: when the controller created it, Ray placed
+    # it, and its neuron first answered SERVING (None: not yet, or not seen
+    # by this controller: an adopted replica). A cold start's parts.
+    created_at: float | None = None
+    placed_at: float | None = None
+    ready_at: float | None = None
 
 
 class _PlaneView(_Status):
@@ -312,6 +318,8 @@ _AS_RECORDED = (
     "log",
     "engine_running",
     "engine_waiting",
+    "placed_at",
+    "ready_at",
 )
 
 
@@ -334,6 +342,7 @@ def _replica_status(
         in_flight=engine,
         load_age_s=None if replica.load_at is None else _rounded(monotonic - replica.load_at),
         cortex_in_flight=cortex_in_flight,
+        created_at=replica.created,
     )
 
 

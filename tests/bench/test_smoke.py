@@ -101,6 +101,15 @@ def test_autoscale_benchmark_runs(tmp_path: Path) -> None:
     _check_writes(out, tables, tmp_path, files)
 
 
+@in_stack_lane
+def test_cold_start_benchmark_runs(tmp_path: Path) -> None:
+    # Its own `neuraxis up --deployment` with a sim model at min_replicas 0,
+    # woken once: the parts from the controller's status and the neuron's log.
+    out = _smoke("bench.cold_start", "--out", str(tmp_path / "cold_start.json"))
+    tables = ("| part (median of rounds) | seconds | share |", "| engine load |")
+    _check_writes(out, tables, tmp_path, ("cold_start.md", "cold_start.json"))
+
+
 def test_auth_cost_benchmark_runs() -> None:
     # Starts its own sim neuron and two cortexes (auth off and on).
     out = _smoke("bench.auth_cost")

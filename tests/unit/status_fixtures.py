@@ -37,6 +37,9 @@ STARTING = ReplicaStatus(
     engine_waiting=1,
     load_age_s=1.5,
     cortex_in_flight=6,
+    created_at=1800000000.0,
+    placed_at=1800000001.25,
+    ready_at=1800000090.5,
 )
 CHAT = ModelStatus(
     id="chat",
