@@ -6,7 +6,10 @@ what a user would run instead of neuraxis.
 (`neuraxis neuron serve --print-engine-args`), `matched_settings` has vLLM
 resolve them and the server flags that reproduce them (vllm_config.py), and
 `running_vllm` starts the server and stops it (its whole process group: the
-API process and its EngineCore) at the end.
+API process and its EngineCore) at the end. With `renderer=True` it starts
+vLLM's engine-less server instead (`vllm launch render`: the same /tokenize
+and /detokenize code over the model's tokenizer and chat template, with no
+model weights loaded), which comes up in a fraction of the time.
 
 What does not live here: the comparison (vs_vllm.py).
 """
@@ -30,6 +33,8 @@ from harness.procs import REPO, child_env, wait_http_ok
 from harness.vllm_config import matched_in_child
 
 READY_TIMEOUT_S = 600.0
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+RENDERER_MODULE = "vllm.entrypoints.launchers.render.entry"
 
 
 @dataclass(frozen=True)
@@ -62,12 +67,14 @@ class VllmServer:
 
 
 @contextmanager
-def running_vllm(args: list[str], env: dict[str, str], log_path: Path) -> Iterator[VllmServer]:
-    """vLLM's server on a free 127.0.0.1 port with `args` and `env` added to
-    the environment, until the block ends."""
+def running_vllm(
+    args: list[str], env: dict[str, str], log_path: Path, renderer: bool = False
+) -> Iterator[VllmServer]:
+    """vLLM's server (or its engine-less renderer) on a free 127.0.0.1 port
+    with `args` and `env` added to the environment, until the block ends."""
     port = free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    command = [sys.executable, "-m", RENDERER_MODULE if renderer else SERVER_MODULE]
     command += [*args, "--host", "127.0.0.1", "--port", str(port)]
     with open(log_path, "wb") as log:
         popen = subprocess.Popen(
