@@ -148,6 +148,9 @@ def measure(w: Workload, logs: Path) -> dict[str, Any]:
     per_token = w.prefill_s / (PROMPT_CHARS / 4)
     neuron = ["--sim-ttft-s", "0", "--sim-itl-s", "0.01", "--sim-prefix-cache-blocks", "1"]
     neuron += ["--sim-prefill-s-per-token", str(per_token)]
+    # The engine orders its waiting requests by class, as vLLM with
+    # scheduling_policy = "priority": the batch's lines run in the batch class.
+    neuron += ["--scheduling-policy", "priority"]
     args = ["--state-dir", str(state), "--batches-max-in-flight", str(w.in_flight)]
     args += ["--batches-poll-s", "0.2", "--files-max-lines", str(max(w.lines, 50_000))]
     with sim_gateway(logs, "batch", *args, sims=[Sim(MODEL, neuron)]) as running:

@@ -14,15 +14,12 @@ Load reports the requests queued for prefill as waiting.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import heapq
 import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from axon.errors import EngineDiedError, InternalError, InvalidRequestError, ModelNotFoundError
-from axon.priority import PriorityClass, rank
 from axon.process import interrupted_by_stop_signals
 from axon.tasks import ModelTask
 from neuron import tracing
@@ -45,6 +42,7 @@ from neuron.engine.base import (
     wrong_task,
 )
 from neuron.engine.sim_cache import PrefillModel, PrefixCacheOptions
+from neuron.engine.sim_slots import Slots
 
 log = logging.getLogger("neuraxis.neuron")
 
@@ -88,9 +86,9 @@ class SimEngine(Engine):
         self._options = options
         self._running = 0
         self._tokens = 0
-        self._slots = _Slots(options.max_running, options.by_priority)
+        self._slots = Slots(options.max_running, options.by_priority)
         self._death: str | None = None
-        self.prefill = PrefillModel(options.prefix_cache)
+        self.prefill = PrefillModel(options.prefix_cache, options.by_priority)
         self._model = ServedModel(
             id=options.served_id,
             max_context_length=options.max_context_length,
@@ -175,7 +173,7 @@ class SimEngine(Engine):
         tracing.submitted()
         try:
             await asyncio.sleep(opts.ttft_s)
-            cached = (await self.prefill.prefill(text_in)).cached_tokens
+            cached = (await self.prefill.prefill(text_in, request.priority)).cached_tokens
             for i in range(max_tokens):
                 if i == opts.fail_after_tokens:
                     raise InternalError("simulated engine failure")
@@ -239,52 +237,6 @@ def _sim_template(request: TokenizeRequest) -> str:
     if request.add_generation_prompt and not request.continue_final_message:
         text += "<|assistant|>"
     return text
-
-
-class _Slots:
-    """At most `limit` requests running (0: no limit); the others wait, the
-    highest class first when `by_priority`, else in arrival order."""
-
-    def __init__(self, limit: int, by_priority: bool) -> None:
-        self._limit, self._by_priority = limit, by_priority
-        self._running = 0
-        self._arrivals = 0
-        self._queue: list[tuple[int, int, asyncio.Future[None]]] = []
-
-    @property
-    def waiting(self) -> int:
-        return len(self._queue)
-
-    @contextlib.asynccontextmanager
-    async def slot(self, cls: PriorityClass) -> AsyncIterator[None]:
-        if self._limit and (self._running >= self._limit or self._queue):
-            self._arrivals += 1
-            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            entry = (rank(cls) if self._by_priority else 0, self._arrivals, turn)
-            heapq.heappush(self._queue, entry)
-            try:
-                await turn
-            except BaseException:
-                if turn.done() and not turn.cancelled():
-                    self._release()  # its turn came as it was cancelled
-                else:
-                    self._queue.remove(entry)
-                    heapq.heapify(self._queue)
-                raise
-        else:
-            self._running += 1
-        try:
-            yield
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        self._running -= 1
-        while self._queue and self._running < self._limit:
-            _, _, turn = heapq.heappop(self._queue)
-            if not turn.done():
-                self._running += 1
-                turn.set_result(None)
 
 
 def _logprobs(text: str, k: int | None) -> tuple[TokenLogprob, ...]:

@@ -33,6 +33,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from axon.priority import DEFAULT_CLASS, PriorityClass
+from neuron.engine.sim_slots import Slots
+
 
 @dataclass(frozen=True)
 class PrefixCacheOptions:
@@ -92,12 +95,13 @@ class Prefilled:
 
 
 class PrefillModel:
-    """One engine's prefix cache and prefill lane."""
+    """One engine's prefix cache and prefill lane (one prompt at a time; the
+    waiting ones by class first when `by_priority`)."""
 
-    def __init__(self, options: PrefixCacheOptions) -> None:
+    def __init__(self, options: PrefixCacheOptions, by_priority: bool = False) -> None:
         self._options = options
         self._cache = BlockLru(options.capacity_blocks)
-        self._lane = asyncio.Lock()
+        self._lane = Slots(1, by_priority)
         self.waiting = 0  # requests queued for the lane
 
     def prompt_tokens(self, text: str) -> int:
@@ -119,7 +123,7 @@ class PrefillModel:
             out.append(previous)
         return out
 
-    async def prefill(self, text: str) -> Prefilled:
+    async def prefill(self, text: str, cls: PriorityClass = DEFAULT_CLASS) -> Prefilled:
         """Wait for the lane, look the prompt up, spend the time its uncached
         tokens cost, then cache its blocks."""
         tokens = self.prompt_tokens(text)
@@ -127,14 +131,15 @@ class PrefillModel:
             return Prefilled(tokens, 0)
         blocks = self.blocks(text)
         self.waiting += 1
+        entered = False
         try:
-            await self._lane.acquire()
+            async with self._lane.slot(cls):
+                self.waiting -= 1
+                entered = True
+                cached = min(self._cache.hits(blocks) * self._options.block_tokens, tokens)
+                await asyncio.sleep((tokens - cached) * self._options.prefill_s_per_token)
+                self._cache.insert(blocks)
         finally:
-            self.waiting -= 1
-        try:
-            cached = min(self._cache.hits(blocks) * self._options.block_tokens, tokens)
-            await asyncio.sleep((tokens - cached) * self._options.prefill_s_per_token)
-            self._cache.insert(blocks)
-        finally:
-            self._lane.release()
+            if not entered:
+                self.waiting -= 1
         return Prefilled(tokens, cached)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from axon.priority import PriorityClass
 from neuron.engine.base import EngineRequest, Sampling, Usage
 from neuron.engine.sim import SimEngine, SimOptions
 from neuron.engine.sim_cache import BlockLru, Prefilled, PrefillModel, PrefixCacheOptions
@@ -114,3 +115,30 @@ def test_bad_options_are_refused() -> None:
         PrefixCacheOptions(block_tokens=0)
     with pytest.raises(ValueError):
         PrefixCacheOptions(prefill_s_per_token=-1)
+
+
+@pytest.mark.parametrize("by_priority", [True, False])
+async def test_the_prefill_lane_takes_the_interactive_prompt_first_when_by_priority(
+    by_priority: bool,
+) -> None:
+    """As vLLM's scheduler with scheduling_policy = "priority": a waiting
+    interactive prompt is prefilled before batch prompts that came earlier
+    (in arrival order otherwise)."""
+    options = PrefixCacheOptions(capacity_blocks=1, block_tokens=1, prefill_s_per_token=0.001)
+    model = PrefillModel(options, by_priority)
+    done: list[str] = []
+
+    async def prefill(name: str, cls: PriorityClass) -> None:
+        await model.prefill(name * 40, cls)
+        done.append(name)
+
+    first = asyncio.create_task(prefill("a", "batch"))  # takes the lane
+    await asyncio.sleep(0)
+    queued = [asyncio.create_task(prefill(n, "batch")) for n in "bc"]
+    await asyncio.sleep(0)
+    urgent = asyncio.create_task(prefill("i", "interactive"))
+    await asyncio.sleep(0)
+    assert model.waiting == 3
+    await asyncio.gather(first, *queued, urgent)
+    assert done == (["a", "i", "b", "c"] if by_priority else ["a", "b", "c", "i"])
+    assert model.waiting == 0
