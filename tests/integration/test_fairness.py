@@ -126,10 +126,14 @@ async def _ask(
 
 async def _backlogged(stack: Stack, loops: dict[str, int], seconds: float) -> dict[str, int]:
     """Each tenant keeps its number of `loops` requests going for `seconds`:
-    the output tokens each got from the requests that ended meanwhile."""
+    the output tokens each got from the requests that ended while all were
+    backlogged, from the moment every tenant has had an answer (before it,
+    the first tenant's loops ran alone and filled the slots and the queue:
+    tokens nobody else asked for, not a share) to the end."""
     log = Log()
     ends = time.monotonic() + seconds
     got = dict.fromkeys(loops, 0)
+    answered: set[str] = set()
 
     async def loop(http: httpx.AsyncClient, tenant: str) -> None:
         while time.monotonic() < ends:
@@ -139,8 +143,9 @@ async def _backlogged(stack: Stack, loops: dict[str, int], seconds: float) -> di
                 # Asked again after a breath, not in a busy loop.
                 await asyncio.sleep(0.005)
                 continue
-            if time.monotonic() < ends:
+            if len(answered) == len(loops) and time.monotonic() < ends:
                 got[tenant] += answer.tokens
+            answered.add(tenant)
 
     async with httpx.AsyncClient(timeout=120) as http:
         await asyncio.gather(*(loop(http, t) for t, n in loops.items() for _ in range(n)))
@@ -156,11 +161,13 @@ async def test_backlogged_tenants_of_weights_1_and_3_get_tokens_1_to_3(stack: St
     got = await _backlogged(stack, {"light": 5, "heavy": 12}, seconds=6.0)
     ratio = got["heavy"] / got["light"]
     print(f"\noutput tokens light:heavy = {got['light']}:{got['heavy']} (1:{ratio:.2f})")
-    # Issue 26 asks for 1:3 within 10 %; this file measures 1:2.68-2.76 (the
-    # light tenant gets a few requests more than its share; the queue alone,
-    # driven by a script, gives 3.0): not met yet, so the bound here is 15 %,
-    # a regression guard rather than the target (docs/deploy.md says so).
-    assert 3 * 0.85 <= ratio <= 3 * 1.15, got
+    # Issue 26's target, 1:3 within 10 %. Counted from the start, light's
+    # moment alone (its loops start first and take both slots and its
+    # share of the queue before heavy's first request) gave 1:2.68-2.76;
+    # counted while both are backlogged, 1:2.80-2.91 in five runs (the
+    # rest: light's first requests were charged 9 tokens, used 6, and
+    # their refunds came after heavy had joined).
+    assert 3 * 0.9 <= ratio <= 3 * 1.1, got
 
 
 async def _flood(http: httpx.AsyncClient, stack: Stack, log: Log, count: int) -> list[Answer]:
