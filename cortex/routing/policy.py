@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from cortex.routing.admission_wait import AdmissionWait
 from cortex.routing.prefix import PrefixHasher
 
 
@@ -78,6 +79,9 @@ class RouteHints:
     # Who the request acts for (its principal's tenant): its share in the
     # admission queue. "" is the anonymous tenant (auth off).
     tenant: str = ""
+    # Told how long the request waited in the admission queue (for its
+    # ledger row); None: nobody asks.
+    waited: AdmissionWait | None = None
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,15 @@ tests of this file.
 - a tenant past its share of the queue is refused, and nobody else;
 - interactive overtakes batch; a full queue refuses a queued lower class
   for a higher one, never a started stream;
-- a tenant's `max_priority` caps its class.
+- a tenant's `max_priority` caps its class;
+- the usage ledger counts the seconds a request waited in the queue, none
+  for one that found a free slot.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ import pytest
 
 from harness.gateway import sim_gateway
 from harness.keys import new_key
+from harness.polling import wait_until
 from harness.procs import cortex_metric
 
 MODEL = "sim-fair"
@@ -40,7 +44,7 @@ TENANTS = {
     "vip": {"max_priority": "interactive"},
 }
 # Tenants without a row: weight 1, class default at most.
-OTHERS = ("noisy", "quiet", "capped", "bulk")
+OTHERS = ("noisy", "quiet", "capped", "bulk", "waiter")
 
 
 @dataclass
@@ -258,3 +262,53 @@ async def test_max_priority_caps_the_class(stack: Stack) -> None:
         filled = await asyncio.gather(*waiting)
     assert capped.status == 503 and "already waiting" in capped.error, capped
     assert all(a.status == 200 for a in filled)
+
+
+def _queue_seconds(stack: Stack, since: int) -> dict[str, tuple[int, float, float]]:
+    """The ledger's requests, queue and total seconds per tenant."""
+    query = {"start_time": str(since), "group_by": "tenant"}
+    page = httpx.get(f"{stack.admin_url}/v1/usage", params=query, timeout=10).json()
+    out: dict[str, tuple[int, float, float]] = {}
+    for bucket in page["data"]:
+        for r in bucket["results"]:
+            out[r["tenant"]] = (r["num_model_requests"], r["queue_seconds"], r["total_seconds"])
+    return out
+
+
+async def test_the_ledger_counts_the_seconds_a_request_queued(stack: Stack) -> None:
+    since = int(time.time()) - 60
+    url = f"{stack.base_url}/v1/chat/completions"
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": LONG}
+    body["stream"] = True
+    headers = {"Authorization": f"Bearer {stack.keys['bulk']}"}
+    log = Log()
+    async with httpx.AsyncClient(timeout=120) as http, contextlib.AsyncExitStack() as streams:
+        # bulk takes every slot: each stream has started (its first chunk
+        # read) before the next is sent, so none of them queued.
+        running = []
+        for _ in range(CAP):
+            stream = http.stream("POST", url, json=body, headers=headers)
+            answer = await streams.enter_async_context(stream)
+            lines = answer.aiter_lines()
+            assert (await anext(lines)).startswith("data: {")
+            running.append(lines)
+        waiter = asyncio.create_task(_ask(http, stack, log, "waiter", 2))
+        await stack.until_queued(1)
+        for lines in running:  # bulk's streams end (1 s each): a slot frees
+            async for _ in lines:
+                pass
+        assert (await waiter).status == 200
+
+    def counted() -> bool:
+        ledger = _queue_seconds(stack, since)
+        return ledger.get("bulk", (0,))[0] == CAP and ledger.get("waiter", (0,))[0] == 1
+
+    assert wait_until(counted, timeout_s=30), "the ledger never counted the requests"
+    ledger = _queue_seconds(stack, since)
+    _, bulk_queued, _ = ledger["bulk"]
+    _, waiter_queued, waiter_total = ledger["waiter"]
+    print(
+        f"\nqueue seconds: bulk {bulk_queued:.3f}, waiter {waiter_queued:.3f} of {waiter_total:.3f}"
+    )
+    assert bulk_queued == 0.0
+    assert 0.0 < waiter_queued < waiter_total
