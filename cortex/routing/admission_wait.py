@@ -15,9 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-# eq=False: compared and hashed by identity, one request's own (the route
-# hints that carry it are a frozen, hashable dataclass).
-@dataclass(eq=False)
+@dataclass
 class AdmissionWait:
     seconds: float = 0.0
 

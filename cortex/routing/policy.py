@@ -80,8 +80,9 @@ class RouteHints:
     # admission queue. "" is the anonymous tenant (auth off).
     tenant: str = ""
     # Told how long the request waited in the admission queue (for its
-    # ledger row); None: nobody asks.
-    waited: AdmissionWait | None = None
+    # ledger row); None: nobody asks. Not a hint: left out of comparisons
+    # and the hash (it changes while the request waits).
+    waited: AdmissionWait | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
