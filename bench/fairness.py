@@ -11,7 +11,8 @@ other. Tenants' weights and classes come from `--admission-tenants`.
   a time; the quiet tenant's TTFT p50/p99 under FIFO, under fair queuing and
   alone. Target: fair p99 ≤ 1.5 × (alone p99 + mean request time / cap).
 - shares: tenants of weights 1:1, 1:3 and 1:3:6, each backlogged, for the
-  same time: each one's share of output tokens against its weight's share.
+  same time: each one's share of the output tokens of the requests that
+  ended while all were backlogged, against its weight's share.
 - priority: a batch tenant overloading the model (closed loops filling the
   replicas and its share of the queue, and 4× the cap more, refused and
   retrying) and an interactive tenant one request at a time: its TTFT p99
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import tempfile
 import time
@@ -82,6 +84,13 @@ class Client:
     refused: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)
     tokens: Counter[str] = field(default_factory=Counter)
+    # Output tokens count while every tenant of `sharing` is backlogged:
+    # from the moment each has had an answer (before, the first tenant's
+    # loops ran alone) until `until` (after it, the queue drains with nobody
+    # adding to it, the tenant that waited longest last).
+    sharing: frozenset[str] = frozenset()
+    until: float = math.inf
+    answered: set[str] = field(default_factory=set)
 
     async def ask(
         self, tenant: str, extra: dict[str, object], stream: bool = False
@@ -118,7 +127,9 @@ class Client:
                 return None
             if not stream:
                 data = json.loads(await response.aread())
-                self.tokens[tenant] += data["usage"]["completion_tokens"]
+                if self.answered >= self.sharing and time.monotonic() < self.until:
+                    self.tokens[tenant] += data["usage"]["completion_tokens"]
+                self.answered.add(tenant)
                 return time.perf_counter() - started
             first = None
             async for line in response.aiter_lines():
@@ -168,8 +179,8 @@ async def _shares(
     base: str, keys: dict[str, str], w: Workload, weights: dict[str, float]
 ) -> dict[str, float]:
     async with _http() as http:
-        client = Client(base, keys, http, w.tokens)
         until = time.monotonic() + w.seconds
+        client = Client(base, keys, http, w.tokens, sharing=frozenset(weights), until=until)
         await _loops(client, {t: 4 * w.cap for t in weights}, until)
         total = sum(client.tokens.values()) or 1
         return {t: client.tokens[t] / total for t in weights}

@@ -5,8 +5,9 @@ per-tenant token counters. The request's tracker (lifecycle.py) calls the
 
 The class is the one the request asked for, capped by its tenant's
 ceiling as admission caps it (dispatch passes it; embeddings ask for none:
-default). Queue seconds are 0: the admission wait is not handed to the
-request's end yet.
+default). The queue seconds are what admission told the request's
+`AdmissionWait` (cortex/routing/admission_wait.py): 0 for a request that
+found a free slot.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from cortex import metrics
 from cortex.api.lifecycle import Account
 from cortex.auth.principal import Principal
 from cortex.recording import Ended
+from cortex.routing.admission_wait import AdmissionWait
 from cortex.store.ledger import Ledger
 from cortex.store.tenants import UsageCounts, UsageKey, hour_of
 
@@ -30,9 +32,11 @@ def account_for(
     ledger: Ledger | None,
     tenant_tokens: bool,
     priority: PriorityClass = DEFAULT_CLASS,
+    waited: AdmissionWait | None = None,
 ) -> Account | None:
     """The account of a request of `principal` for `model` in class
-    `priority` (None: nothing to add to)."""
+    `priority`, which spent `waited` in the admission queue (None: nothing
+    to add to)."""
     if ledger is None and not tenant_tokens:
         return None
     tenant, key_id = principal.tenant, principal.key_id or ""
@@ -41,8 +45,9 @@ def account_for(
         if ledger is not None:
             key = UsageKey(tenant, key_id, model, priority, hour_of(ledger.clock()))
             error = int(end.outcome in ERRORS)
+            queue_s = waited.seconds if waited is not None else 0.0
             counts = UsageCounts(
-                1, end.prompt_tokens, cached, end.output_tokens, error, end.seconds, 0.0
+                1, end.prompt_tokens, cached, end.output_tokens, error, end.seconds, queue_s
             )
             ledger.add(key, counts)
         if tenant_tokens:

@@ -96,7 +96,12 @@ def _tracker(
     principal = context.principal
     ceiling = gateway.tenant_policies.policy(principal.tenant).max_priority
     account = account_for(
-        principal, model, gateway.ledger, gateway.tenant_tokens, capped(asked, ceiling)
+        principal,
+        model,
+        gateway.ledger,
+        gateway.tenant_tokens,
+        capped(asked, ceiling),
+        context.waited,
     )
     return Tracker(gateway.recorder, surface.name, label, request_id, parts, account)
 
@@ -107,7 +112,7 @@ async def _route(
     hints: RouteHints | None,
     tokens_param: str | None = None,
 ) -> tuple[list[Stream], Admission | None]:
-    _, surface, _ = _claimed(request)
+    claimed, surface, _ = _claimed(request)
     neurons = gateway_of(request).neurons
     model = internals[0].model
     check_model(request, model)
@@ -121,8 +126,10 @@ async def _route(
     admission = await _admit(request, tokens, len(internals), output)
     tracker = _tracker(request, model, len(internals), PB_TO_CLASS[internals[0].priority])
     # `hints` (the request's affinity keys) go to the routing policy of each,
-    # with its tenant for its share of the admission queue.
-    hints = replace(hints or RouteHints(), tenant=context_of(request).principal.tenant)
+    # with its tenant for its share of the admission queue, and where to
+    # tell how long it waited there.
+    tenant = claimed.principal.tenant
+    hints = replace(hints or RouteHints(), tenant=tenant, waited=claimed.waited)
     on_end = admission.stream_ended if admission is not None else None
     streams: list[Stream] = [
         tracked(neurons.generate(r, hints), tracker, on_end) for r in internals
@@ -238,7 +245,8 @@ async def embed(request: Request, internal: pb.EmbedRequest) -> pb.EmbedResponse
     admission = await _admit(request, estimate_embed(internal), 1)
     tracker = _tracker(request, internal.model)
     with _counted(tracker, admission):
-        hints = RouteHints(tenant=context_of(request).principal.tenant)
+        context = context_of(request)
+        hints = RouteHints(tenant=context.principal.tenant, waited=context.waited)
         embedded = gateway_of(request).neurons.embed(internal, hints)
         response = await cancel_on_disconnect(request, embedded)
         if admission is not None:

@@ -9,7 +9,7 @@ the edge, which see the scope and not the request, read the same object.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -17,6 +17,7 @@ from starlette.types import Scope
 
 from cortex.auth.limiter import Admission
 from cortex.auth.principal import ANONYMOUS, Principal
+from cortex.routing.admission_wait import AdmissionWait
 from cortex.schemas.surfaces import Surface
 
 _KEY = "neuraxis.context"
@@ -29,6 +30,8 @@ class RequestContext:
     principal: Principal = ANONYMOUS  # set by the auth dependency of /v1 routes
     admission: Admission | None = None  # what a rate-limited key reserved
     tracked: bool = False  # a request tracker counts its outcome (errors must not)
+    # Its time in the admission queue: told by admission, read by its account.
+    waited: AdmissionWait = field(default_factory=AdmissionWait)
 
 
 def context_in(scope: Scope) -> RequestContext:

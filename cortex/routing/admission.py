@@ -53,6 +53,7 @@ from axon.protomaps import CLASS_TO_PB, PB_TO_CLASS
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.routing.admission_options import AdmissionOptions
+from cortex.routing.admission_wait import AdmissionWait
 from cortex.routing.fair_queue import FairQueue, FifoQueue
 from cortex.routing.request_cost import Costed, OutputMeans, Spent, choices, estimate
 from cortex.routing.tenant_policy import TenantPolicies
@@ -169,11 +170,18 @@ class AdmissionControl:
             weight=policy.weight,
         )
 
-    async def admit(self, model: str, label: str, claim: Claim | None = None) -> Ticket:
+    async def admit(
+        self,
+        model: str,
+        label: str,
+        claim: Claim | None = None,
+        wait: AdmissionWait | None = None,
+    ) -> Ticket:
         """Return when `model`'s request may be dispatched (the caller then
         dispatches it before its next await), or raise ModelOverloadedError.
         `label` is the model as a metrics label; `claim` what the request
-        asks (default: the anonymous tenant's, default class)."""
+        asks (default: the anonymous tenant's, default class); `wait` is
+        told how long it waited in the queue, however the wait ended."""
         claim = claim or Claim()
         if not self._options.enabled:
             return Ticket(model, claim, charged=False)
@@ -187,7 +195,7 @@ class AdmissionControl:
             queue.charge(_Waiter(claim))
             return Ticket(model, claim, charged=True)
         self._make_room(model, label, queue, claim)
-        await self._wait(model, label, queue, _Waiter(claim))
+        await self._wait(model, label, queue, _Waiter(claim), wait)
         return Ticket(model, claim, charged=True)
 
     @contextlib.contextmanager
@@ -243,7 +251,9 @@ class AdmissionControl:
             )
         )
 
-    async def _wait(self, model: str, label: str, queue: _Queue, waiter: _Waiter) -> None:
+    async def _wait(
+        self, model: str, label: str, queue: _Queue, waiter: _Waiter, wait: AdmissionWait | None
+    ) -> None:
         queue.push(waiter)
         self._labels[model] = label
         metrics.set_admission_queue_depth(label, len(queue))
@@ -258,7 +268,10 @@ class AdmissionControl:
             raise
         finally:
             timer.cancel()
-            metrics.record_admission_wait(label, self._clock() - started)
+            waited = self._clock() - started
+            metrics.record_admission_wait(label, waited)
+            if wait is not None:
+                wait.waited(waited)
         if waiter.granted.done():
             waiter.granted.result()  # raises if it was refused for a higher class
             self._granted[model] -= 1  # dispatched by the caller right away

@@ -144,7 +144,8 @@ class Attempts:
         label = self._roster.model_label(request.model)
         # Time queued for a slot is bounded by the queue timeout, not the deadlines.
         with tracing.span("neuraxis.admission", _admission_attributes(request, claim)):
-            admitted = await self._admission.admit(request.model, label, claim)
+            wait = hints.waited if hints is not None else None
+            admitted = await self._admission.admit(request.model, label, claim, wait)
         spent = Spent(request)
         deadline = RequestDeadline(self._deadlines, self._clock)
         with self._budget.ticket() as ticket, self._admission.settling(admitted, spent):

@@ -21,7 +21,9 @@ the tags kept per tenant rather than per request:
   the output they never made. V follows the active tenants' F (it is not
   the last start tag, which corrections would leave ahead of every tenant,
   collapsing them all onto it and the order onto arrival order); a tenant
-  whose requests all run, none waiting for a moment, keeps its place.
+  whose requests all run, none waiting for a moment, keeps its place. V
+  follows corrections too: a tenant arriving after another's charge came
+  down starts level with it, not ahead of it by the refund.
 
 So backlogged tenants get tokens in proportion to their weights, and a
 tenant that was idle starts at V, level with the backlogged tenant next in
@@ -168,6 +170,9 @@ class FairQueue(Generic[Q]):
         charged (fewer when negative): move its finish time by as much."""
         if tenant in self._finish:
             self._finish[tenant] += tokens / weight
+            # V is the smallest active F: left at the charge, it would start
+            # a tenant arriving now a refund behind one whose charge came down.
+            self._follow()
 
     def __iter__(self) -> Iterator[Q]:
         for lanes in self._ranks.values():

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from cortex.routing.admission_wait import AdmissionWait
 from cortex.routing.prefix import PrefixHasher
 
 
@@ -78,6 +79,10 @@ class RouteHints:
     # Who the request acts for (its principal's tenant): its share in the
     # admission queue. "" is the anonymous tenant (auth off).
     tenant: str = ""
+    # Told how long the request waited in the admission queue (for its
+    # ledger row); None: nobody asks. Not a hint: left out of comparisons
+    # and the hash (it changes while the request waits).
+    waited: AdmissionWait | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

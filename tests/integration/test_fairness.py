@@ -9,12 +9,15 @@ tests of this file.
 - a tenant past its share of the queue is refused, and nobody else;
 - interactive overtakes batch; a full queue refuses a queued lower class
   for a higher one, never a started stream;
-- a tenant's `max_priority` caps its class.
+- a tenant's `max_priority` caps its class;
+- the usage ledger counts the seconds a request waited in the queue, none
+  for one that found a free slot.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ import pytest
 
 from harness.gateway import sim_gateway
 from harness.keys import new_key
+from harness.polling import wait_until
 from harness.procs import cortex_metric
 
 MODEL = "sim-fair"
@@ -40,7 +44,7 @@ TENANTS = {
     "vip": {"max_priority": "interactive"},
 }
 # Tenants without a row: weight 1, class default at most.
-OTHERS = ("noisy", "quiet", "capped", "bulk")
+OTHERS = ("noisy", "quiet", "capped", "bulk", "waiter")
 
 
 @dataclass
@@ -126,10 +130,14 @@ async def _ask(
 
 async def _backlogged(stack: Stack, loops: dict[str, int], seconds: float) -> dict[str, int]:
     """Each tenant keeps its number of `loops` requests going for `seconds`:
-    the output tokens each got from the requests that ended meanwhile."""
+    the output tokens each got from the requests that ended while all were
+    backlogged, from the moment every tenant has had an answer (before it,
+    the first tenant's loops ran alone and filled the slots and the queue:
+    tokens nobody else asked for, not a share) to the end."""
     log = Log()
     ends = time.monotonic() + seconds
     got = dict.fromkeys(loops, 0)
+    answered: set[str] = set()
 
     async def loop(http: httpx.AsyncClient, tenant: str) -> None:
         while time.monotonic() < ends:
@@ -139,8 +147,9 @@ async def _backlogged(stack: Stack, loops: dict[str, int], seconds: float) -> di
                 # Asked again after a breath, not in a busy loop.
                 await asyncio.sleep(0.005)
                 continue
-            if time.monotonic() < ends:
+            if len(answered) == len(loops) and time.monotonic() < ends:
                 got[tenant] += answer.tokens
+            answered.add(tenant)
 
     async with httpx.AsyncClient(timeout=120) as http:
         await asyncio.gather(*(loop(http, t) for t, n in loops.items() for _ in range(n)))
@@ -156,11 +165,13 @@ async def test_backlogged_tenants_of_weights_1_and_3_get_tokens_1_to_3(stack: St
     got = await _backlogged(stack, {"light": 5, "heavy": 12}, seconds=6.0)
     ratio = got["heavy"] / got["light"]
     print(f"\noutput tokens light:heavy = {got['light']}:{got['heavy']} (1:{ratio:.2f})")
-    # Issue 26 asks for 1:3 within 10 %; this file measures 1:2.68-2.76 (the
-    # light tenant gets a few requests more than its share; the queue alone,
-    # driven by a script, gives 3.0): not met yet, so the bound here is 15 %,
-    # a regression guard rather than the target (docs/deploy.md says so).
-    assert 3 * 0.85 <= ratio <= 3 * 1.15, got
+    # Issue 26's target, 1:3 within 10 %. Counted from the start, light's
+    # moment alone (its loops start first and take both slots and its
+    # share of the queue before heavy's first request) gave 1:2.68-2.76;
+    # counted while both are backlogged, 1:2.80-2.98 in ten runs (the
+    # rest: light's first requests were charged 9 tokens, used 6, and
+    # their refunds came after heavy had joined).
+    assert 3 * 0.9 <= ratio <= 3 * 1.1, got
 
 
 async def _flood(http: httpx.AsyncClient, stack: Stack, log: Log, count: int) -> list[Answer]:
@@ -251,3 +262,53 @@ async def test_max_priority_caps_the_class(stack: Stack) -> None:
         filled = await asyncio.gather(*waiting)
     assert capped.status == 503 and "already waiting" in capped.error, capped
     assert all(a.status == 200 for a in filled)
+
+
+def _queue_seconds(stack: Stack, since: int) -> dict[str, tuple[int, float, float]]:
+    """The ledger's requests, queue and total seconds per tenant."""
+    query = {"start_time": str(since), "group_by": "tenant"}
+    page = httpx.get(f"{stack.admin_url}/v1/usage", params=query, timeout=10).json()
+    out: dict[str, tuple[int, float, float]] = {}
+    for bucket in page["data"]:
+        for r in bucket["results"]:
+            out[r["tenant"]] = (r["num_model_requests"], r["queue_seconds"], r["total_seconds"])
+    return out
+
+
+async def test_the_ledger_counts_the_seconds_a_request_queued(stack: Stack) -> None:
+    since = int(time.time()) - 60
+    url = f"{stack.base_url}/v1/chat/completions"
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": LONG}
+    body["stream"] = True
+    headers = {"Authorization": f"Bearer {stack.keys['bulk']}"}
+    log = Log()
+    async with httpx.AsyncClient(timeout=120) as http, contextlib.AsyncExitStack() as streams:
+        # bulk takes every slot: each stream has started (its first chunk
+        # read) before the next is sent, so none of them queued.
+        running = []
+        for _ in range(CAP):
+            stream = http.stream("POST", url, json=body, headers=headers)
+            answer = await streams.enter_async_context(stream)
+            lines = answer.aiter_lines()
+            assert (await anext(lines)).startswith("data: {")
+            running.append(lines)
+        waiter = asyncio.create_task(_ask(http, stack, log, "waiter", 2))
+        await stack.until_queued(1)
+        for lines in running:  # bulk's streams end (1 s each): a slot frees
+            async for _ in lines:
+                pass
+        assert (await waiter).status == 200
+
+    def counted() -> bool:
+        ledger = _queue_seconds(stack, since)
+        return ledger.get("bulk", (0,))[0] == CAP and ledger.get("waiter", (0,))[0] == 1
+
+    assert wait_until(counted, timeout_s=30), "the ledger never counted the requests"
+    ledger = _queue_seconds(stack, since)
+    _, bulk_queued, _ = ledger["bulk"]
+    _, waiter_queued, waiter_total = ledger["waiter"]
+    print(
+        f"\nqueue seconds: bulk {bulk_queued:.3f}, waiter {waiter_queued:.3f} of {waiter_total:.3f}"
+    )
+    assert bulk_queued == 0.0
+    assert 0.0 < waiter_queued < waiter_total

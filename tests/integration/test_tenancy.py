@@ -7,7 +7,8 @@ cortex in front of two sim neurons (one model each), auth required:
   usage, so what is asserted for those is what the server counted: each is
   one request with no tokens (its usage, sent only at the end of a
   generation of 1,000 tokens, had not been made when the client left), and
-  the ledger agrees with cortex's own token counters at /metrics;
+  the ledger agrees with cortex's own token counters at /metrics; none of
+  them waited for admission, and the ledger's queue seconds are 0;
 - `neuraxis usage` and GET /v1/usage read the same numbers;
 - a tenant's tenant-wide max_concurrent refuses a second key's request with
   the per-key limits' 429;
@@ -213,6 +214,15 @@ def test_ledger_totals_equal_what_the_clients_received(stack: Stack) -> None:
     got = counted()
     assert got == expected
     assert sum(c["input_cached_tokens"] for c in got.values()) > 0  # the cache was exercised
+    # The sims report no batch size: no replica is capped, no request queued
+    # for admission (test_fairness.py counts the seconds of one that did).
+    waited = [
+        result["queue_seconds"]
+        for bucket in _usage_page(stack, since, group_by="tenant")["data"]
+        for result in bucket["results"]
+        if result["tenant"] in TENANTS
+    ]
+    assert waited and all(seconds == 0.0 for seconds in waited), waited
     print(
         f"\n{REQUESTS} requests ({len(cancelled)} cancelled mid-stream): ledger == clients' usage"
     )

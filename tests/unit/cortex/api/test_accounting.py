@@ -11,6 +11,7 @@ from prometheus_client import REGISTRY
 from cortex.api.accounting import account_for
 from cortex.auth.principal import ANONYMOUS, Principal
 from cortex.recording import Ended
+from cortex.routing.admission_wait import AdmissionWait
 from cortex.store.ledger import Ledger
 from cortex.store.sqlite_tenants import SqliteTenantStore
 from cortex.store.tenants import HOUR_S, UsageCounts, UsageKey
@@ -43,6 +44,24 @@ async def test_requests_add_up_by_tenant_key_model_and_hour(tmp_path: Path) -> N
     assert pending[hour] == UsageCounts(3, 20, 3, 4, 1, 1.5, 0.0)
     assert pending[UsageKey("acme", "key_a", "m1", "default", 4 * HOUR_S)].requests == 1
     assert pending[UsageKey("", "", "m1", "batch", 4 * HOUR_S)].requests == 1
+
+
+async def test_a_request_adds_its_time_in_the_admission_queue(tmp_path: Path) -> None:
+    clock = ManualClock(now=HOUR_S, epoch=0)
+    store = SqliteTenantStore(tmp_path / "responses.sqlite3")
+    ledger = Ledger(store, flush_s=2.0, clock=clock.time)
+    principal = Principal(tenant="acme", key_id="key_a")
+    for seconds in (0.0, 0.25, 1.5):
+        waited = AdmissionWait()
+        waited.waited(seconds)
+        account = account_for(principal, "m1", ledger, tenant_tokens=False, waited=waited)
+        assert account is not None
+        account(_ended(), 0)
+    await ledger.flush()
+    rows = dict(await store.usage(0, 10 * HOUR_S))
+    await store.close()
+    row = rows[UsageKey("acme", "key_a", "m1", "default", HOUR_S)]
+    assert (row.requests, row.queue_s, row.total_s) == (3, 1.75, 1.5)
 
 
 def test_tenant_token_counters_only_when_asked() -> None:

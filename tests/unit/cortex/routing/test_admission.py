@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 
 from axon.errors import ModelOverloadedError, UnavailableError, mapping_for
 from cortex.routing.admission import AdmissionControl, AdmissionOptions
+from cortex.routing.admission_wait import AdmissionWait
 from harness.clock import ManualClock, until
 from tests.unit.cortex.routing.slots import Slots, rejections
 
@@ -148,6 +149,35 @@ async def test_a_waiter_past_the_queue_timeout_is_refused_and_leaves() -> None:
     assert _waits("adm-timeout") == (count + 1, total + 10.0)
     slots.free = 1
     control.wake("m")  # nothing left to wake: the refused waiter is gone
+
+
+async def test_the_request_is_told_how_long_it_waited_however_the_wait_ends() -> None:
+    slots, time = Slots(1), ManualClock()
+    control = _control(slots, time, timeout_s=10.0)
+    at_once = AdmissionWait()
+    await control.admit("m", "adm-waited", wait=at_once)
+    slots.free = 0
+    granted, timed_out = AdmissionWait(), AdmissionWait()
+    first = asyncio.create_task(control.admit("m", "adm-waited", wait=granted))
+    await until(lambda: time.sleeping == 1)
+    time.advance(2.5)
+    second = asyncio.create_task(control.admit("m", "adm-waited", wait=timed_out))
+    await until(lambda: time.sleeping == 2)
+    slots.free = 1
+    control.wake("m")
+    await first
+    slots.free = 0  # the pool dispatched it
+    time.advance(10.0)
+    with pytest.raises(ModelOverloadedError):
+        await second
+    assert (at_once.seconds, granted.seconds, timed_out.seconds) == (0.0, 2.5, 10.0)
+
+
+def test_a_requests_parts_wait_side_by_side_so_its_wait_is_the_longest() -> None:
+    wait = AdmissionWait()
+    for seconds in (0.5, 2.0, 1.0):
+        wait.waited(seconds)
+    assert wait.seconds == 2.0
 
 
 async def test_a_cancelled_waiter_leaves_the_queue_at_once() -> None:

@@ -95,6 +95,22 @@ def test_corrections_share_the_tokens_really_used() -> None:
     assert served["short"] == 10 * served["long"]
 
 
+def test_a_newcomer_starts_level_with_a_tenant_whose_charge_was_corrected_down() -> None:
+    # The start of tests/integration/test_fairness.py: light runs two
+    # requests charged 9 tokens each; one ends having used 6.
+    queue: FairQueue[Item] = FairQueue()
+    queue.charge(Item("light", cost=9.0))
+    queue.charge(Item("light", cost=9.0))
+    queue.correct("light", 1.0, -3.0)
+    queue.ended("light")
+    _fill(queue, "light", 2, cost=9.0)
+    _fill(queue, "heavy", 6, cost=9.0, weight=3)
+    # V followed light's corrected F (15), where heavy starts: three heavy
+    # requests for light's one. A V left at the charge (18) started heavy
+    # a request behind, and light went again after two.
+    assert [queue.pop().tenant[0] for _ in range(5)] == ["l", "h", "h", "h", "l"]
+
+
 def test_an_idle_tenant_is_not_owed_its_idle_time() -> None:
     queue: FairQueue[Item] = FairQueue()
     _fill(queue, "busy", 100)

@@ -13,7 +13,8 @@ import pytest
 from axon.errors import ModelOverloadedError
 from axon.v1 import neuron_pb2 as pb
 from cortex.routing.admission import AdmissionOptions
-from cortex.routing.policy import Candidate, RouteRequest, RoutingPolicy
+from cortex.routing.admission_wait import AdmissionWait
+from cortex.routing.policy import Candidate, RouteHints, RouteRequest, RoutingPolicy
 from cortex.routing.pool import NeuronPool
 from harness.clock import ManualClock, until
 from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, text
@@ -83,6 +84,24 @@ async def test_requests_beyond_the_caps_wait_and_proceed_when_a_slot_frees() -> 
     assert [r.request_id for r in b.generate_requests] == ["req-2", "req-3"]
     holds[a.address].set()
     await texts(first)
+
+
+async def test_the_route_hints_carry_the_time_queued_to_the_caller() -> None:
+    neuron = FakeNeuron("adm-pool-waited:1")
+    hold = _held(neuron)
+    time = ManualClock()
+    pool = _pool([neuron], time, cap=1)
+    await pool.refresh()
+    running, queued = AdmissionWait(), AdmissionWait()
+    first = pool.generate(_request(1), RouteHints(waited=running))
+    await anext(first)
+    second = asyncio.ensure_future(anext(pool.generate(_request(2), RouteHints(waited=queued))))
+    await until(lambda: pool.queued("m") == 1)
+    time.advance(1.5)
+    hold.set()
+    await texts(first)
+    await second
+    assert (running.seconds, queued.seconds) == (0.0, 1.5)
 
 
 async def test_the_cap_defaults_to_what_the_neuron_reports() -> None:
