@@ -39,14 +39,8 @@ from typing import Any
 
 import httpx
 
-from harness.bench_stack import (
-    CHAT_MODEL,
-    ENGINE_START_TIMEOUT_S,
-    output_path,
-    parser,
-    write_summary,
-)
-from harness.plots import markdown_table, write_markdown
+from harness.bench_stack import CHAT_MODEL, ENGINE_START_TIMEOUT_S, output_path, parser
+from harness.plots import markdown_table, write_results
 from harness.polling import wait_until
 from harness.procs import REPO, start_up, up_state_dir, wait_http_ready
 
@@ -178,10 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(["x-neuraxis-cold-start-ms", f"{summary['header']:.2f}", ""])
     table = markdown_table(["part (median of rounds)", "seconds", "share"], rows)
     print(table, flush=True)
-    out = output_path(args, "cold_start.json")
-    write_summary(out, {"rounds": measured, "median": summary})
-    if out is not None:
-        write_markdown(out.parent, "cold_start", f"# Cold start from zero replicas\n\n{table}")
+    report = f"# Cold start from zero replicas\n\n{table}"
+    summary_json = {"rounds": measured, "median": summary}
+    write_results(output_path(args, "cold_start.json"), "cold_start", report, summary_json)
     return 0
 
 

@@ -102,7 +102,11 @@ class PrefillModel:
         self._options = options
         self._cache = BlockLru(options.capacity_blocks)
         self._lane = Slots(1, by_priority)
-        self.waiting = 0  # requests queued for the lane
+
+    @property
+    def waiting(self) -> int:
+        """The requests queued for the lane."""
+        return self._lane.waiting
 
     def prompt_tokens(self, text: str) -> int:
         if not self._options.enabled:
@@ -130,16 +134,8 @@ class PrefillModel:
         if not self._options.enabled:
             return Prefilled(tokens, 0)
         blocks = self.blocks(text)
-        self.waiting += 1
-        entered = False
-        try:
-            async with self._lane.slot(cls):
-                self.waiting -= 1
-                entered = True
-                cached = min(self._cache.hits(blocks) * self._options.block_tokens, tokens)
-                await asyncio.sleep((tokens - cached) * self._options.prefill_s_per_token)
-                self._cache.insert(blocks)
-        finally:
-            if not entered:
-                self.waiting -= 1
+        async with self._lane.slot(cls):
+            cached = min(self._cache.hits(blocks) * self._options.block_tokens, tokens)
+            await asyncio.sleep((tokens - cached) * self._options.prefill_s_per_token)
+            self._cache.insert(blocks)
         return Prefilled(tokens, cached)
