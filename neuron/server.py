@@ -14,9 +14,9 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -43,6 +43,8 @@ from neuron.engine.base import Engine, Output
 log = logging.getLogger("neuraxis.neuron")
 
 SERVICE_NAME = "axon.v1.Neuron"
+
+_T = TypeVar("_T")
 
 
 class InFlight:
@@ -193,14 +195,32 @@ class NeuronServicer(pb_grpc.NeuronServicer):
                             trace.finished(_usage_attributes(output))
                     yield convert.generate_response(output)
 
+    async def _unary(
+        self,
+        method: _Method,
+        request: Served,
+        context: grpc.aio.ServicerContext,
+        work: Callable[[], Awaitable[_T]],
+        fields: Callable[[_T], dict[str, object]],
+    ) -> _T:
+        """A unary call: `work` traced and served, `fields` its log line's."""
+        traced = neuron_tracing.traced(method.name, context, request)
+        async with self._serving(method, request, context) as call:
+            with traced:
+                result = await work()
+            call.fields = fields(result)
+        return result
+
     async def Embed(  # noqa: N802
         self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext
     ) -> pb.EmbedResponse:
-        traced = neuron_tracing.traced(EMBED.name, context, request)
-        async with self._serving(EMBED, request, context) as call:
-            with traced:
-                result = await self._engine.embed(convert.embed_request(request))
-            call.fields = {"inputs": len(request.inputs), "prompt_tokens": result.prompt_tokens}
+        result = await self._unary(
+            EMBED,
+            request,
+            context,
+            lambda: self._engine.embed(convert.embed_request(request)),
+            lambda result: {"inputs": len(request.inputs), "prompt_tokens": result.prompt_tokens},
+        )
         return pb.EmbedResponse(
             embeddings=[pb.Embedding(values=v) for v in result.embeddings],
             prompt_tokens=result.prompt_tokens,
@@ -209,21 +229,25 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     async def Tokenize(  # noqa: N802
         self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.TokenizeResponse:
-        traced = neuron_tracing.traced(TOKENIZE.name, context, request)
-        async with self._serving(TOKENIZE, request, context) as call:
-            with traced:
-                result = await self._engine.tokenize(convert.tokenize_request(request))
-            call.fields = {"tokens": len(result.tokens)}
+        result = await self._unary(
+            TOKENIZE,
+            request,
+            context,
+            lambda: self._engine.tokenize(convert.tokenize_request(request)),
+            lambda result: {"tokens": len(result.tokens)},
+        )
         return convert.tokenize_response(result)
 
     async def Detokenize(  # noqa: N802
         self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.DetokenizeResponse:
-        traced = neuron_tracing.traced(DETOKENIZE.name, context, request)
-        async with self._serving(DETOKENIZE, request, context) as call:
-            with traced:
-                text = await self._engine.detokenize(request.model, list(request.tokens))
-            call.fields = {"tokens": len(request.tokens)}
+        text = await self._unary(
+            DETOKENIZE,
+            request,
+            context,
+            lambda: self._engine.detokenize(request.model, list(request.tokens)),
+            lambda _text: {"tokens": len(request.tokens)},
+        )
         return pb.DetokenizeResponse(prompt=text)
 
     async def Info(  # noqa: N802

@@ -30,7 +30,7 @@ from neuraxis.commands.shared import (
     Help,
     Subparsers,
     add_group,
-    add_store_options,
+    add_store_commands,
     fail,
     store_settings,
 )
@@ -57,10 +57,8 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     create.add_argument("--tpm", type=_positive, help="tokens per minute (prompt + output)")
     create.add_argument("--max-concurrent", type=_positive, help="requests in flight at once")
     create.add_argument("--expires-days", type=_positive, help="the key expires after N days")
-    commands["list"].add_argument("--json", action="store_true", help="print JSON")
     commands["revoke"].add_argument("id", help="the key's id, as `keys list` shows it")
-    for command in commands.values():
-        add_store_options(command)
+    add_store_commands(commands)
     return keys
 
 

@@ -89,6 +89,14 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--postgres-dsn", help="cortex's PostgreSQL store")
 
 
+def add_store_commands(commands: dict[str, argparse.ArgumentParser]) -> None:
+    """What the store's command groups (keys, tenants) share: `list --json`,
+    and the store's options on every command of the group."""
+    commands["list"].add_argument("--json", action="store_true", help="print JSON")
+    for command in commands.values():
+        add_store_options(command)
+
+
 def store_settings(args: argparse.Namespace) -> CortexSettings:
     """cortex's settings as `add_store_options`' options give them (over
     the environment and --config's TOML)."""

@@ -26,7 +26,7 @@ from neuraxis.commands.shared import (
     Help,
     Subparsers,
     add_group,
-    add_store_options,
+    add_store_commands,
     store_settings,
 )
 
@@ -62,10 +62,8 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
         "--max-concurrent", type=_positive, help="requests in flight at once, all its keys together"
     )
     put.add_argument("--tpm", type=_positive, help="tokens per minute, all its keys together")
-    commands["list"].add_argument("--json", action="store_true", help="print JSON")
     commands["show"].add_argument("name", help="the tenant")
-    for command in commands.values():
-        add_store_options(command)
+    add_store_commands(commands)
     return tenants
 
 
