@@ -27,6 +27,7 @@ from harness.bench_stack import output_path, parser, write_summary
 from harness.comparison import percentile
 from harness.plots import line_plot, markdown_table, write_markdown
 from harness.sim_cluster import SimCluster, sim_cluster
+from harness.sim_specs import autoscaled_spec
 from harness.streaming_load import Load, Outcome
 
 AUTO, FIXED = "auto", "fixed"
@@ -65,11 +66,11 @@ def spec(peak: int, idle_s: float) -> str:
     engine = (
         '[models.engine]\nkind = "sim"\nsim_ttft_s = 0.05\nsim_itl_s = 0.02\nsim_load_s = 1.0\n'
     )
-    return (
-        f'[[models]]\nid = "{AUTO}"\nsource = "sim"\ngenerations = ["cpu"]\n{engine}'
-        f"[models.autoscale]\nmin_replicas = 0\nmax_replicas = {peak}\n"
-        f"target_in_flight = {TARGET}\nscale_up_after_s = 2\nscale_down_after_s = 15\n"
-        f"scale_to_zero_after_s = {idle_s:g}\n\n"
+    autoscale = (
+        f"min_replicas = 0\nmax_replicas = {peak}\ntarget_in_flight = {TARGET}\n"
+        f"scale_up_after_s = 2\nscale_down_after_s = 15\nscale_to_zero_after_s = {idle_s:g}"
+    )
+    return autoscaled_spec(AUTO, autoscale, engine="sim_load_s = 1.0") + (
         f'[[models]]\nid = "{FIXED}"\nsource = "sim"\ngenerations = ["cpu"]\n'
         f"replicas = {peak}\n{engine}"
     )

@@ -35,3 +35,22 @@ generations = ["{generation}"]
 kind = "sim"
 {engine}
 """
+
+
+def autoscaled_spec(model: str, autoscale: str, engine: str = "") -> str:
+    """A deployment-spec entry: `model` autoscaled on CPU nodes, its
+    [models.autoscale] table the `autoscale` lines (50 ms to the first
+    token, 20 ms between tokens; `engine`: more lines of [models.engine])."""
+    return f"""
+[[models]]
+id = "{model}"
+source = "sim"
+generations = ["cpu"]
+[models.engine]
+kind = "sim"
+sim_ttft_s = 0.05
+sim_itl_s = 0.02
+{engine}
+[models.autoscale]
+{autoscale}
+"""

@@ -21,42 +21,21 @@ import pytest
 from harness.figures import recorded_figures
 from harness.polling import wait_until
 from harness.sim_cluster import SimCluster, sim_cluster
+from harness.sim_specs import autoscaled_spec
 from harness.streaming_load import Load
 
 STEP = "step-model"
 ZERO = "zero-model"
 # One replica carries 3 requests: 2 clients (1x) want 1 replica, 12 (6x) want 4.
-SPEC = f"""
-[[models]]
-id = "{STEP}"
-source = "sim"
-generations = ["cpu"]
-[models.engine]
-kind = "sim"
-sim_ttft_s = 0.05
-sim_itl_s = 0.02
-[models.autoscale]
-min_replicas = 1
-max_replicas = 4
-target_in_flight = 3
-scale_up_after_s = 1
-scale_down_after_s = 6
-
-[[models]]
-id = "{ZERO}"
-source = "sim"
-generations = ["cpu"]
-[models.engine]
-kind = "sim"
-sim_ttft_s = 0.05
-sim_itl_s = 0.02
-sim_load_s = 1.0
-[models.autoscale]
-min_replicas = 0
-max_replicas = 1
-scale_down_after_s = 1
-scale_to_zero_after_s = 4
-"""
+SPEC = autoscaled_spec(
+    STEP,
+    "min_replicas = 1\nmax_replicas = 4\ntarget_in_flight = 3\n"
+    "scale_up_after_s = 1\nscale_down_after_s = 6",
+) + autoscaled_spec(
+    ZERO,
+    "min_replicas = 0\nmax_replicas = 1\nscale_down_after_s = 1\nscale_to_zero_after_s = 4",
+    engine="sim_load_s = 1.0",
+)
 
 
 @pytest.fixture(scope="module")
