@@ -62,50 +62,49 @@ async def _attempts(*addresses: str) -> tuple[Attempts, Roster]:
 REQUEST = pb.EmbedRequest(request_id="req-1", model="m")
 
 
+class _Scripted:
+    """An attempt of the test's own: each try records its neuron, then plays
+    its script in turn (a string yielded, with {address} filled in; an error
+    raised); the last script plays for every try past it."""
+
+    def __init__(self, *scripts: list[str | Exception]) -> None:
+        self.tried: list[str] = []
+        self._scripts = scripts
+
+    async def __call__(
+        self, state: NeuronState, _deadline: RequestDeadline, _metadata: Metadata
+    ) -> AsyncIterator[str]:
+        script = self._scripts[min(len(self.tried), len(self._scripts) - 1)]
+        self.tried.append(state.address)
+        for step in script:
+            if isinstance(step, Exception):
+                raise step
+            yield step.format(address=state.address)
+
+
 async def test_a_failure_before_the_first_item_is_retried_on_another_neuron() -> None:
     attempts, roster = await _attempts("loop-a:1", "loop-b:1")
-    tried: list[str] = []
+    attempt = _Scripted([UnavailableError("down")], ["from {address}"])
 
-    async def attempt(
-        state: NeuronState, _deadline: RequestDeadline, _metadata: Metadata
-    ) -> AsyncIterator[str]:
-        tried.append(state.address)
-        if len(tried) == 1:
-            raise UnavailableError("down")
-        yield f"from {state.address}"
-
-    assert [x async for x in attempts.run(REQUEST, None, attempt)] == [f"from {tried[1]}"]
-    assert len(set(tried)) == 2
+    got = [x async for x in attempts.run(REQUEST, None, attempt)]
+    assert got == [f"from {attempt.tried[1]}"]
+    assert len(set(attempt.tried)) == 2
     assert [s.outstanding for s in roster.states] == [0, 0]
 
 
 async def test_a_failure_after_the_first_item_or_caused_by_the_request_is_not_retried() -> None:
     attempts, roster = await _attempts("late-a:1", "late-b:1")
-    tried: list[str] = []
-
-    async def late(
-        state: NeuronState, _deadline: RequestDeadline, _metadata: Metadata
-    ) -> AsyncIterator[str]:
-        tried.append(state.address)
-        yield "part"
-        raise UnavailableError("down")
-
+    late = _Scripted(["part", UnavailableError("down")])
     got: list[str] = []
     with pytest.raises(UnavailableError):
         async for item in attempts.run(REQUEST, None, late):
             got.append(item)
-    assert (got, len(tried)) == (["part"], 1)
+    assert (got, len(late.tried)) == (["part"], 1)
 
-    async def refused(
-        state: NeuronState, _deadline: RequestDeadline, _metadata: Metadata
-    ) -> AsyncIterator[str]:
-        tried.append(state.address)
-        raise InvalidRequestError("bad")
-        yield "never"
-
+    refused = _Scripted([InvalidRequestError("bad")])
     with pytest.raises(InvalidRequestError):
         [x async for x in attempts.run(REQUEST, None, refused)]
-    assert len(tried) == 2
+    assert len(refused.tried) == 1
     assert [s.outstanding for s in roster.states] == [0, 0]
 
 
