@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from axon.adapters import AdapterSource, parse_adapter
 from axon.generations import Generation
 from axon.logs import LogSettings
 from axon.tasks import ModelTask
@@ -123,6 +124,20 @@ class NeuronSettings(LogSettings, TraceSettings):
         "first served; priority, by the request's priority class (interactive, default, "
         "batch), as cortex's admission gave it",
     )
+    max_adapters: int = Field(
+        0,
+        ge=0,
+        description="LoRA adapters held on the engine at once (vLLM's max_loras); a request "
+        "for another loads it, evicting the least recently used idle one (0: no LoRA)",
+    )
+    max_lora_rank: int = Field(
+        16, ge=1, description="the highest LoRA rank an adapter may have (vLLM's max_lora_rank)"
+    )
+    adapters: list[str] = Field(
+        default_factory=list,
+        description="a LoRA adapter this neuron serves, as ID=DIR (a PEFT directory with "
+        "adapter_config.json), loaded when first asked for; needs max_adapters",
+    )
     metrics_port: int = Field(
         9400, ge=0, le=65535, description="Prometheus metrics (vLLM's and the neuron's); 0: none"
     )
@@ -180,10 +195,24 @@ class NeuronSettings(LogSettings, TraceSettings):
         description="sim engine: requests it runs at once, the rest waiting in its queue in "
         "scheduling_policy's order (0: no limit)",
     )
+    sim_adapter_load_s: float = Field(
+        0.0, ge=0, description="sim engine: how long loading a LoRA adapter takes (s)"
+    )
     sim_generation: Generation | None = Field(
         None,
         description="sim engine: the GPU generation it stands in for (no detection)",
     )
+
+    @model_validator(mode="after")
+    def _adapters_need_room(self) -> NeuronSettings:
+        for text in self.adapters:
+            parse_adapter(text)
+        if self.adapters and not self.max_adapters:
+            raise ValueError("adapters need max_adapters (how many the engine holds at once)")
+        return self
+
+    def adapter_sources(self) -> tuple[AdapterSource, ...]:
+        return tuple(parse_adapter(text) for text in self.adapters)
 
     @model_validator(mode="after")
     def _tls_complete(self) -> NeuronSettings:

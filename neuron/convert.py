@@ -230,4 +230,5 @@ def model_info(model: ServedModel) -> pb.ModelInfo:
         auto_tool_choice=model.auto_tool_choice,
         supports_dimensions=model.supports_dimensions,
         default_max_tokens=model.default_max_tokens,
+        parent=model.parent or "",
     )

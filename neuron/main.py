@@ -50,6 +50,9 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
                 task=settings.task,
                 max_running=settings.sim_max_running,
                 by_priority=settings.scheduling_policy == "priority",
+                max_adapters=settings.max_adapters,
+                adapters=settings.adapter_sources(),
+                adapter_load_s=settings.sim_adapter_load_s,
                 prefix_cache=PrefixCacheOptions(
                     capacity_blocks=settings.sim_prefix_cache_blocks,
                     block_tokens=settings.sim_block_tokens,
@@ -88,6 +91,9 @@ def vllm_options(settings: NeuronSettings, model: ResolvedModel) -> VllmOptions:
         otlp_traces_endpoint=settings.otlp_endpoint,
         otlp_protocol=settings.otlp_protocol,
         scheduling_policy=settings.scheduling_policy,
+        max_loras=settings.max_adapters,
+        max_lora_rank=settings.max_lora_rank,
+        adapters=settings.adapter_sources(),
     )
 
 

@@ -4,9 +4,10 @@ place, and the HTTP endpoint that exports them beside vLLM's engine metrics
 vllm:kv_cache_usage_perc, vllm:time_to_first_token_seconds, ...).
 
 Labels: method (a gRPC method name), code (a gRPC status name), model (the
-served model, or "unknown"). Which replica, model and GPU generation a series
-comes from is added by Prometheus from service discovery (cortex's
-/sd/neurons), so the engine's metrics carry them too.
+served model, or "unknown"), adapter (a LoRA adapter of the neuron's
+catalogue). Which replica, model and GPU generation a series comes from is
+added by Prometheus from service discovery (cortex's /sd/neurons), so the
+engine's metrics carry them too.
 """
 
 from __future__ import annotations
@@ -38,6 +39,26 @@ GRPC_DURATION = Histogram(
 def record_call(method: str, model: str, code: str, seconds: float) -> None:
     GRPC_REQUESTS.labels(method, model, code).inc()
     GRPC_DURATION.labels(method).observe(seconds)
+
+
+ADAPTER_LOADS = Counter(
+    "neuraxis_neuron_adapter_loads",
+    "LoRA adapters loaded onto the engine (on demand or by LoadAdapter).",
+    ["adapter"],
+)
+ADAPTER_EVICTIONS = Counter(
+    "neuraxis_neuron_adapter_evictions",
+    "LoRA adapters taken off the engine (to make room, or by UnloadAdapter).",
+    ["adapter"],
+)
+
+
+def record_adapter_load(adapter: str) -> None:
+    ADAPTER_LOADS.labels(adapter).inc()
+
+
+def record_adapter_eviction(adapter: str) -> None:
+    ADAPTER_EVICTIONS.labels(adapter).inc()
 
 
 class _MetricsHandler(BaseHTTPRequestHandler):

@@ -14,14 +14,15 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from axon import tracing
+from axon.adapters import AdapterSource
 from axon.errors import (
     ERROR_METADATA_KEY,
     PARAM_METADATA_KEY,
@@ -262,6 +263,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
             ready=ready,
             metrics_port=self._metrics_port,
             max_concurrency=self._engine.max_concurrency() if ready else 0,
+            adapters=self._engine.held_adapters() if ready else [],
         )
 
     async def Load(  # noqa: N802
@@ -269,8 +271,45 @@ class NeuronServicer(pb_grpc.NeuronServicer):
     ) -> pb.LoadResponse:
         load = self._engine.load()
         return pb.LoadResponse(
-            running=load.running, waiting=load.waiting, kv_cache_usage=load.kv_cache_usage
+            running=load.running,
+            waiting=load.waiting,
+            kv_cache_usage=load.kv_cache_usage,
+            adapters=self._engine.held_adapters(),
         )
+
+    async def LoadAdapter(  # noqa: N802
+        self, request: pb.LoadAdapterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LoadAdapterResponse:
+        source = AdapterSource(request.id, request.source)
+        await self._adapter_call(context, "load", request.id, self._engine.load_adapter(source))
+        return pb.LoadAdapterResponse()
+
+    async def UnloadAdapter(  # noqa: N802
+        self, request: pb.UnloadAdapterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UnloadAdapterResponse:
+        unload = self._engine.unload_adapter(request.id)
+        await self._adapter_call(context, "unload", request.id, unload)
+        return pb.UnloadAdapterResponse()
+
+    async def _adapter_call(
+        self,
+        context: grpc.aio.ServicerContext,
+        what: str,
+        adapter_id: str,
+        work: Coroutine[Any, Any, None],
+    ) -> None:
+        """An adapter's load or unload, its errors as gRPC statuses."""
+        try:
+            if not self.ready:
+                work.close()
+                raise UnavailableError("the neuron is still loading its model")
+            await work
+        except NeuraxisError as e:
+            await _abort(context, e)
+        except Exception:
+            log.exception("adapter %s failed: %s", what, adapter_id)
+            await _abort(context, InternalError(f"the adapter's {what} failed in the neuron"))
+        log.info("adapter %s: %s", what, adapter_id)
 
 
 def _usage_attributes(output: Output) -> tracing.Attributes:

@@ -386,7 +386,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("id", "max_context_length", "task", "created", "auto_tool_choice", "supports_dimensions", "default_max_tokens")
+    __slots__ = ("id", "max_context_length", "task", "created", "auto_tool_choice", "supports_dimensions", "default_max_tokens", "parent")
     ID_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -394,6 +394,7 @@ class ModelInfo(_message.Message):
     AUTO_TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
     id: str
     max_context_length: int
     task: ModelTask
@@ -401,34 +402,61 @@ class ModelInfo(_message.Message):
     auto_tool_choice: bool
     supports_dimensions: bool
     default_max_tokens: int
-    def __init__(self, id: _Optional[str] = ..., max_context_length: _Optional[int] = ..., task: _Optional[_Union[ModelTask, str]] = ..., created: _Optional[int] = ..., auto_tool_choice: _Optional[bool] = ..., supports_dimensions: _Optional[bool] = ..., default_max_tokens: _Optional[int] = ...) -> None: ...
+    parent: str
+    def __init__(self, id: _Optional[str] = ..., max_context_length: _Optional[int] = ..., task: _Optional[_Union[ModelTask, str]] = ..., created: _Optional[int] = ..., auto_tool_choice: _Optional[bool] = ..., supports_dimensions: _Optional[bool] = ..., default_max_tokens: _Optional[int] = ..., parent: _Optional[str] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("models", "engine", "generation", "ready", "metrics_port", "max_concurrency")
+    __slots__ = ("models", "engine", "generation", "ready", "metrics_port", "max_concurrency", "adapters")
     MODELS_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
     engine: str
     generation: GpuGeneration
     ready: bool
     metrics_port: int
     max_concurrency: int
-    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ..., engine: _Optional[str] = ..., generation: _Optional[_Union[GpuGeneration, str]] = ..., ready: _Optional[bool] = ..., metrics_port: _Optional[int] = ..., max_concurrency: _Optional[int] = ...) -> None: ...
+    adapters: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ..., engine: _Optional[str] = ..., generation: _Optional[_Union[GpuGeneration, str]] = ..., ready: _Optional[bool] = ..., metrics_port: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., adapters: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class LoadResponse(_message.Message):
-    __slots__ = ("running", "waiting", "kv_cache_usage")
+    __slots__ = ("running", "waiting", "kv_cache_usage", "adapters")
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     running: int
     waiting: int
     kv_cache_usage: float
-    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ...) -> None: ...
+    adapters: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., adapters: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LoadAdapterRequest(_message.Message):
+    __slots__ = ("id", "source")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    source: str
+    def __init__(self, id: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class LoadAdapterResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UnloadAdapterRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class UnloadAdapterResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

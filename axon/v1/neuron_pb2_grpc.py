@@ -64,6 +64,16 @@ class NeuronStub:
                 request_serializer=axon_dot_v1_dot_neuron__pb2.DetokenizeRequest.SerializeToString,
                 response_deserializer=axon_dot_v1_dot_neuron__pb2.DetokenizeResponse.FromString,
                 _registered_method=True)
+        self.LoadAdapter = channel.unary_unary(
+                '/neuraxis.v1.Neuron/LoadAdapter',
+                request_serializer=axon_dot_v1_dot_neuron__pb2.LoadAdapterRequest.SerializeToString,
+                response_deserializer=axon_dot_v1_dot_neuron__pb2.LoadAdapterResponse.FromString,
+                _registered_method=True)
+        self.UnloadAdapter = channel.unary_unary(
+                '/neuraxis.v1.Neuron/UnloadAdapter',
+                request_serializer=axon_dot_v1_dot_neuron__pb2.UnloadAdapterRequest.SerializeToString,
+                response_deserializer=axon_dot_v1_dot_neuron__pb2.UnloadAdapterResponse.FromString,
+                _registered_method=True)
 
 
 class NeuronServicer:
@@ -113,6 +123,21 @@ class NeuronServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoadAdapter(self, request, context):
+        """A LoRA adapter served from now on, loaded onto the engine now (the least
+        recently used idle adapter makes room); and one served no more, taken
+        off the engine once its requests have ended.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnloadAdapter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NeuronServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -145,6 +170,16 @@ def add_NeuronServicer_to_server(servicer, server):
                     servicer.Detokenize,
                     request_deserializer=axon_dot_v1_dot_neuron__pb2.DetokenizeRequest.FromString,
                     response_serializer=axon_dot_v1_dot_neuron__pb2.DetokenizeResponse.SerializeToString,
+            ),
+            'LoadAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadAdapter,
+                    request_deserializer=axon_dot_v1_dot_neuron__pb2.LoadAdapterRequest.FromString,
+                    response_serializer=axon_dot_v1_dot_neuron__pb2.LoadAdapterResponse.SerializeToString,
+            ),
+            'UnloadAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnloadAdapter,
+                    request_deserializer=axon_dot_v1_dot_neuron__pb2.UnloadAdapterRequest.FromString,
+                    response_serializer=axon_dot_v1_dot_neuron__pb2.UnloadAdapterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -309,6 +344,60 @@ class Neuron:
             '/neuraxis.v1.Neuron/Detokenize',
             axon_dot_v1_dot_neuron__pb2.DetokenizeRequest.SerializeToString,
             axon_dot_v1_dot_neuron__pb2.DetokenizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/neuraxis.v1.Neuron/LoadAdapter',
+            axon_dot_v1_dot_neuron__pb2.LoadAdapterRequest.SerializeToString,
+            axon_dot_v1_dot_neuron__pb2.LoadAdapterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnloadAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/neuraxis.v1.Neuron/UnloadAdapter',
+            axon_dot_v1_dot_neuron__pb2.UnloadAdapterRequest.SerializeToString,
+            axon_dot_v1_dot_neuron__pb2.UnloadAdapterResponse.FromString,
             options,
             channel_credentials,
             insecure,

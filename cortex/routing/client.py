@@ -151,6 +151,16 @@ class NeuronClient:
             self._stub.Detokenize(request, timeout=timeout, metadata=metadata or None)
         )
 
+    async def load_adapter(self, adapter_id: str, source: str, timeout: float) -> None:
+        """Have the neuron serve the LoRA adapter at `source` as `adapter_id`,
+        loaded now."""
+        request = pb.LoadAdapterRequest(id=adapter_id, source=source)
+        await self._unary(self._stub.LoadAdapter(request, timeout=timeout))
+
+    async def unload_adapter(self, adapter_id: str, timeout: float) -> None:
+        request = pb.UnloadAdapterRequest(id=adapter_id)
+        await self._unary(self._stub.UnloadAdapter(request, timeout=timeout))
+
     async def _unary(self, call: Awaitable[R]) -> R:
         """A unary call's answer, or its failure as the typed error."""
         try:

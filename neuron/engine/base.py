@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from axon.adapters import AdapterSource
 from axon.errors import ContextLengthExceededError, InvalidRequestError
 from axon.priority import DEFAULT_CLASS, PriorityClass
 from axon.tasks import ModelTask
@@ -236,6 +237,9 @@ class ServedModel:
     # The most a request that sets no max_tokens generates (0: the context
     # its prompt leaves); check_context applies it.
     default_max_tokens: int = 0
+    # A LoRA adapter's base model; None for a model of its own. A request
+    # names an adapter by its id, as it names a model.
+    parent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -279,6 +283,20 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def load(self) -> EngineLoad: ...
 
+    def held_adapters(self) -> list[str]:
+        """The LoRA adapters on the engine now (models() lists every one it
+        may serve, `parent` set); an engine without LoRA holds none."""
+        return []
+
+    async def load_adapter(self, source: AdapterSource) -> None:
+        """Serve `source` from now on, loaded onto the engine now (the least
+        recently used idle adapter makes room)."""
+        raise no_adapters()
+
+    async def unload_adapter(self, adapter_id: str) -> None:
+        """Serve `adapter_id` no more: off the engine once its requests end."""
+        raise no_adapters()
+
     def max_concurrency(self) -> int:
         """The most requests the engine runs at once (its batch size), which
         cortex takes as this replica's default concurrency cap; 0: unknown."""
@@ -319,6 +337,12 @@ def check_context(model: ServedModel, prompt_tokens: int, max_tokens: int | None
         return max_tokens
     remaining = limit - prompt_tokens
     return min(model.default_max_tokens, remaining) if model.default_max_tokens else remaining
+
+
+def no_adapters() -> InvalidRequestError:
+    return InvalidRequestError(
+        "This neuron serves no LoRA adapters (its model has no max_adapters).", param="model"
+    )
 
 
 def wrong_task(model_id: str, task: ModelTask) -> InvalidRequestError:

@@ -9,20 +9,28 @@ With a `prefix_cache` capacity it also models vLLM's prefix cache and a
 prefill proportional to the uncached prompt (`sim_cache.py`): prompt tokens
 are then characters / chars_per_token, usage reports the cached ones, and
 Load reports the requests queued for prefill as waiting.
+
+With `max_adapters` it serves LoRA adapters as vLLM does (adapters.py: a
+bounded set loaded on demand, the least recently used idle one evicted),
+each load taking `adapter_load_s`; an adapter's words are prefixed with its
+id ("ada:tok0 ada:tok1 ..."), so that a test can tell who answered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from axon.adapters import AdapterSource
 from axon.errors import EngineDiedError, InternalError, InvalidRequestError, ModelNotFoundError
 from axon.process import interrupted_by_stop_signals
 from axon.tasks import ModelTask
 from neuron import tracing
+from neuron.engine.adapters import Adapter, Adapters
 from neuron.engine.base import (
     ChoiceDelta,
     EmbedRequest,
@@ -39,6 +47,7 @@ from neuron.engine.base import (
     TopLogprob,
     Usage,
     check_context,
+    no_adapters,
     wrong_task,
 )
 from neuron.engine.sim_cache import PrefillModel, PrefixCacheOptions
@@ -79,6 +88,11 @@ class SimOptions:
     # `by_priority`, by class first (vLLM's scheduling_policy = "priority").
     max_running: int = 0
     by_priority: bool = False
+    # LoRA adapters held at once (0: none served), the ones it may serve,
+    # and how long loading one takes.
+    max_adapters: int = 0
+    adapters: tuple[AdapterSource, ...] = ()
+    adapter_load_s: float = 0.0
 
 
 class SimEngine(Engine):
@@ -96,6 +110,9 @@ class SimEngine(Engine):
             created=int(time.time()),
             default_max_tokens=options.default_max_tokens,
         )
+        self._adapters = (
+            Adapters(self, options.max_adapters, options.adapters) if options.max_adapters else None
+        )
 
     @property
     def description(self) -> str:
@@ -108,7 +125,37 @@ class SimEngine(Engine):
                 time.sleep(self._options.load_s)  # holding the loop is the point
 
     def models(self) -> list[ServedModel]:
-        return [self._model]
+        if self._adapters is None:
+            return [self._model]
+        return [self._model, *self._adapters.models(self._model)]
+
+    def held_adapters(self) -> list[str]:
+        return self._adapters.held() if self._adapters is not None else []
+
+    async def load_adapter(self, source: AdapterSource) -> None:
+        if self._adapters is None:
+            raise no_adapters()
+        await self._adapters.add(source)
+
+    async def unload_adapter(self, adapter_id: str) -> None:
+        if self._adapters is None:
+            raise no_adapters()
+        await self._adapters.remove(adapter_id)
+
+    async def attach(self, adapter: Adapter) -> None:
+        await asyncio.sleep(self._options.adapter_load_s)
+
+    async def detach(self, adapter: Adapter) -> None:
+        return None
+
+    def _adapter_of(self, model: str) -> str | None:
+        """The adapter `model` names (None: the base model), or
+        ModelNotFoundError."""
+        if model == self._model.id:
+            return None
+        if self._adapters is not None and self._adapters.known(model):
+            return model
+        raise ModelNotFoundError(f"The model '{model}' does not exist on this neuron.")
 
     def load(self) -> EngineLoad:
         waiting = self.prefill.waiting  # counted in _running too: the engine has them
@@ -129,8 +176,12 @@ class SimEngine(Engine):
             raise EngineDiedError(f"the neuron's engine has died: {self._death}")
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
-        if request.model != self._model.id:
-            raise ModelNotFoundError(f"The model '{request.model}' does not exist on this neuron.")
+        if self._adapter_of(request.model) is not None:
+            raise InvalidRequestError(
+                f"The model '{request.model}' is a LoRA adapter: adapters generate, "
+                "and cannot embed.",
+                param="model",
+            )
         if self._model.task is not ModelTask.EMBED:
             raise wrong_task(request.model, ModelTask.GENERATE)
         self._check_alive()
@@ -144,8 +195,7 @@ class SimEngine(Engine):
         return EmbedResult(embeddings=vectors, prompt_tokens=tokens)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[Output]:
-        if request.model != self._model.id:
-            raise ModelNotFoundError(f"The model '{request.model}' does not exist on this neuron.")
+        adapter = self._adapter_of(request.model)
         if self._model.task is not ModelTask.GENERATE:
             raise wrong_task(request.model, ModelTask.EMBED)
         self._check_alive()
@@ -161,12 +211,22 @@ class SimEngine(Engine):
         if request.sampling.max_tokens is None:
             max_tokens = min(max_tokens, opts.default_tokens)
         n = request.sampling.n
-        async with self._slots.slot(request.priority):
-            async for output in self._run(request, prompt_tokens, max_tokens, n, text_in):
+        async with contextlib.AsyncExitStack() as stack:
+            if adapter is not None and self._adapters is not None:
+                await stack.enter_async_context(self._adapters.using(adapter))
+            await stack.enter_async_context(self._slots.slot(request.priority))
+            words = _Words(f"{adapter}:" if adapter else "")
+            async for output in self._run(request, prompt_tokens, max_tokens, n, text_in, words):
                 yield output
 
     async def _run(
-        self, request: EngineRequest, prompt_tokens: int, max_tokens: int, n: int, text_in: str
+        self,
+        request: EngineRequest,
+        prompt_tokens: int,
+        max_tokens: int,
+        n: int,
+        text_in: str,
+        words: _Words,
     ) -> AsyncIterator[Output]:
         opts = self._options
         self._running += 1
@@ -183,7 +243,7 @@ class SimEngine(Engine):
                 self._tokens += 1
                 if self._tokens == opts.die_after_tokens:
                     self.die(f"the simulated engine died after {self._tokens} tokens")
-                text = f"tok{i}" if i == 0 else f" tok{i}"
+                text = words.word(i)
                 last = i == max_tokens - 1
                 finish = FinishReason.LENGTH if last else None
                 logprobs = _logprobs(text, request.sampling.logprobs)
@@ -216,11 +276,20 @@ class SimEngine(Engine):
         return b"".join(_sim_token(t).encode("latin-1") for t in tokens).decode(errors="replace")
 
     def _check_model(self, model: str) -> None:
-        if model != self._model.id:
-            raise ModelNotFoundError(f"The model '{model}' does not exist on this neuron.")
+        self._adapter_of(model)  # an adapter tokenizes as its base
 
     async def shutdown(self) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class _Words:
+    """The words the sim generates: tok0 tok1 ..., an adapter's prefixed."""
+
+    prefix: str
+
+    def word(self, i: int) -> str:
+        return f"{self.prefix}tok{i}" if i == 0 else f" {self.prefix}tok{i}"
 
 
 # The sim's tokenizer: a token per UTF-8 byte of the text (ids 0-255), and a

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from axon.adapters import AdapterSource
 from axon.generations import PROFILES, Generation, check_model_options
 from axon.tasks import ModelTask
 from axon.tracing import OtlpProtocol, http_traces_url
@@ -65,6 +66,11 @@ class VllmOptions:
     otlp_protocol: OtlpProtocol = "grpc"
     # vLLM's queue order: "priority" runs the requests of higher classes first.
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    # LoRA: adapters held at once (0: LoRA off), their highest rank, and
+    # the adapters the engine may serve (loaded on demand, engine.py).
+    max_loras: int = 0
+    max_lora_rank: int = 16
+    adapters: tuple[AdapterSource, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,12 @@ def engine_launch(options: VllmOptions, generation: Generation) -> EngineLaunch:
         kwargs["otlp_traces_endpoint"] = endpoint
     if options.scheduling_policy != "fcfs":
         kwargs["scheduling_policy"] = options.scheduling_policy
+    if options.max_loras:
+        # The adapters come later, one add_lora each (engine.py), not as
+        # vLLM's lora_modules: this neuron decides which are held.
+        kwargs.update(
+            enable_lora=True, max_loras=options.max_loras, max_lora_rank=options.max_lora_rank
+        )
     return EngineLaunch(kwargs=kwargs, env=_env(options, generation))
 
 

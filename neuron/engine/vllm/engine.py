@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn, TypeVar
 
+from axon.adapters import AdapterSource
 from axon.errors import (
     InternalError,
     InvalidRequestError,
@@ -41,6 +42,7 @@ from axon.process import (
 )
 from axon.tasks import ModelTask
 from neuron import tracing
+from neuron.engine.adapters import Adapter, Adapters
 from neuron.engine.base import (
     ChoiceDelta,
     EmbedRequest,
@@ -56,6 +58,7 @@ from neuron.engine.base import (
     ToolChoiceMode,
     Usage,
     check_context,
+    no_adapters,
     wrong_task,
 )
 from neuron.engine.vllm import prompt
@@ -110,6 +113,10 @@ class VllmEngine(Engine):
         self._reasoning_class: Any = None
         self._stats = SchedulerStatsSink()
         self._prepare_pool: ThreadPoolExecutor | None = None
+        # LoRA adapters (adapters.py), loaded with add_lora when first asked for.
+        self._adapters = (
+            Adapters(self, options.max_loras, options.adapters) if options.max_loras else None
+        )
 
     @property
     def description(self) -> str:
@@ -171,7 +178,37 @@ class VllmEngine(Engine):
         )
 
     def models(self) -> list[ServedModel]:
-        return [self._model] if self._model else []
+        if self._model is None:
+            return []
+        adapters = self._adapters.models(self._model) if self._adapters is not None else []
+        return [self._model, *adapters]
+
+    def held_adapters(self) -> list[str]:
+        return self._adapters.held() if self._adapters is not None else []
+
+    async def load_adapter(self, source: AdapterSource) -> None:
+        if self._adapters is None:
+            raise no_adapters()
+        await self._adapters.add(source)
+
+    async def unload_adapter(self, adapter_id: str) -> None:
+        if self._adapters is None:
+            raise no_adapters()
+        await self._adapters.remove(adapter_id)
+
+    async def attach(self, adapter: Adapter) -> None:
+        try:
+            await self._llm.add_lora(_lora_request(adapter))
+        except Exception as e:
+            # vLLM's refusal (a rank above max_lora_rank, missing weights)
+            # in its words: the adapter's source is the operator's to fix.
+            log.warning("adapter %s failed to load: %s", adapter.id, e)
+            raise InvalidRequestError(
+                f"The adapter '{adapter.id}' failed to load on this neuron: {e}", param="model"
+            ) from None
+
+    async def detach(self, adapter: Adapter) -> None:
+        await self._llm.remove_lora(adapter.number)
 
     def load(self) -> EngineLoad:
         # vLLM's scheduler reports its counts after every step, including the
@@ -203,9 +240,20 @@ class VllmEngine(Engine):
         return await loop.run_in_executor(self._prepare_pool, functools.partial(work, *args))
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[Output]:
+        model = self._served(request.model, ModelTask.GENERATE)
+        if model.id == request.model or self._adapters is None:
+            async for output in self._generate(request, model, None):
+                yield output
+            return
+        async with self._adapters.using(request.model) as adapter:
+            async for output in self._generate(request, model, adapter):
+                yield output
+
+    async def _generate(
+        self, request: EngineRequest, model: ServedModel, adapter: Adapter | None
+    ) -> AsyncIterator[Output]:
         from vllm.v1.engine.exceptions import EngineDeadError
 
-        model = self._served(request.model, ModelTask.GENERATE)
         completion_tokens = 0
         try:
             with tracing.phase("prepare"):
@@ -223,6 +271,8 @@ class VllmEngine(Engine):
             # vLLM refuses a priority unless it schedules by priority.
             if self._by_priority:
                 traced["priority"] = engine_priority(request.priority)
+            if adapter is not None:
+                traced["lora_request"] = _lora_request(adapter)
             stream = self._llm.generate(
                 {"prompt_token_ids": prompt_ids}, params, request_id=request.request_id, **traced
             )
@@ -269,6 +319,12 @@ class VllmEngine(Engine):
         from vllm.v1.engine.exceptions import EngineDeadError
 
         model = self._served(request.model, ModelTask.EMBED)
+        if model.id != request.model:
+            raise InvalidRequestError(
+                f"The model '{request.model}' is a LoRA adapter: adapters generate, "
+                "and cannot embed.",
+                param="model",
+            )
         if request.dimensions is not None and not model.supports_dimensions:
             raise InvalidRequestError(
                 f"The model '{model.id}' does not support the 'dimensions' parameter.",
@@ -373,10 +429,12 @@ class VllmEngine(Engine):
             ) from None
 
     def _served(self, model_id: str, task: ModelTask | None = None) -> ServedModel:
-        """The served model `model_id`, able to do `task` (None: any)."""
+        """The served model `model_id` (an adapter's: its base), able to do
+        `task` (None: any)."""
         if self._model is None:
             raise UnavailableError("the engine is still loading")
-        if model_id != self._model.id:
+        adapter = self._adapters is not None and self._adapters.known(model_id)
+        if model_id != self._model.id and not adapter:
             raise ModelNotFoundError(f"The model '{model_id}' does not exist on this neuron.")
         if not self.healthy():
             raise _dead()
@@ -419,6 +477,12 @@ class VllmEngine(Engine):
             return message.reasoning or "", message.content or ""
 
         return split
+
+
+def _lora_request(adapter: Adapter) -> Any:
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(adapter.id, adapter.number, adapter.source)
 
 
 def _dead() -> UnavailableError:

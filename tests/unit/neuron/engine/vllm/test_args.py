@@ -233,3 +233,12 @@ def test_priority_scheduling_only_when_the_model_asks_for_it() -> None:
     assert "scheduling_policy" not in default
     ordered = engine_launch(options(scheduling_policy="priority"), Generation.ADA).kwargs
     assert ordered["scheduling_policy"] == "priority"
+
+
+def test_lora_only_when_the_model_holds_adapters() -> None:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    assert "enable_lora" not in engine_launch(options(), CPU).kwargs
+    lora = engine_launch(options(max_loras=2, max_lora_rank=8), CPU).kwargs
+    args = AsyncEngineArgs(**lora)
+    assert (args.enable_lora, args.max_loras, args.max_lora_rank) == (True, 2, 8)

@@ -1,0 +1,163 @@
+"""An engine's LoRA adapters: the ones it may serve (its catalogue, from the
+neuron's settings and LoadAdapter calls) and the bounded set it holds on the
+engine (residency.py), loaded on demand.
+
+A request for an adapter that is not held loads it, evicting the least
+recently used adapter with nothing in flight; concurrent requests for it
+wait for that one load. When every adapter held has requests in flight the
+request waits until one is released: an eviction never breaks a request.
+How a load or an eviction is done is the engine's (`AdapterBackend`: vLLM's
+add_lora / remove_lora, or the sim's timed pretence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from axon.adapters import AdapterSource
+from axon.errors import ModelNotFoundError
+from neuron import metrics
+from neuron.engine.base import ServedModel
+from neuron.engine.residency import Residency
+
+log = logging.getLogger("neuraxis.neuron")
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """An adapter of the catalogue, with the engine's number for it (vLLM's
+    lora_int_id: positive, never reused for another adapter)."""
+
+    id: str
+    source: str
+    number: int
+
+
+class AdapterBackend(Protocol):
+    async def attach(self, adapter: Adapter) -> None:
+        """Load `adapter` onto the engine."""
+
+    async def detach(self, adapter: Adapter) -> None:
+        """Take `adapter` off the engine (no request of its is in flight)."""
+
+
+class Adapters:
+    def __init__(
+        self, backend: AdapterBackend, capacity: int, catalogue: tuple[AdapterSource, ...] = ()
+    ) -> None:
+        self._backend = backend
+        self._residency = Residency(capacity)
+        self._catalogue: dict[str, Adapter] = {}
+        self._numbers = 0
+        self._loads: dict[str, asyncio.Task[None]] = {}
+        # One load at a time: making room and taking it are one step (two
+        # loads making room at once took the same free slot).
+        self._loading = asyncio.Lock()
+        self._released = asyncio.Condition()
+        for source in catalogue:
+            self.offer(source)
+
+    def offer(self, source: AdapterSource) -> Adapter:
+        """Add `source` to the catalogue (or change where an id loads from,
+        for its next load)."""
+        known = self._catalogue.get(source.id)
+        if known is not None and known.source == source.source:
+            return known
+        self._numbers += 1
+        adapter = Adapter(source.id, source.source, self._numbers)
+        self._catalogue[source.id] = adapter
+        return adapter
+
+    def catalogue(self) -> list[Adapter]:
+        return list(self._catalogue.values())
+
+    def held(self) -> list[str]:
+        """The adapters on the engine now, least recently used first."""
+        return self._residency.held()
+
+    def known(self, adapter_id: str) -> bool:
+        return adapter_id in self._catalogue
+
+    def models(self, base: ServedModel) -> list[ServedModel]:
+        """Each adapter of the catalogue as a model of `base`'s."""
+        return [replace(base, id=a, parent=base.id) for a in self._catalogue]
+
+    @contextlib.asynccontextmanager
+    async def using(self, adapter_id: str) -> AsyncIterator[Adapter]:
+        """Hold `adapter_id` on the engine for one request (loading it if it
+        is not held), released when the request ends."""
+        adapter = self._catalogue.get(adapter_id)
+        if adapter is None:
+            raise ModelNotFoundError(f"The model '{adapter_id}' does not exist on this neuron.")
+        await self.ensure(adapter)
+        self._residency.acquire(adapter.id)
+        try:
+            yield adapter
+        finally:
+            self._residency.release(adapter.id)
+            async with self._released:
+                self._released.notify_all()
+
+    async def ensure(self, adapter: Adapter) -> None:
+        """`adapter` held on the engine: loaded now, or by the load already
+        under way for it."""
+        while not self._residency.holds(adapter.id):
+            task = self._loads.get(adapter.id)
+            if task is None:
+                task = asyncio.create_task(self._load(adapter))
+                self._loads[adapter.id] = task
+                task.add_done_callback(lambda _: self._loads.pop(adapter.id, None))
+            # Shielded: a request that gives up does not cancel the load the
+            # others wait for.
+            await asyncio.shield(task)
+
+    async def _load(self, adapter: Adapter) -> None:
+        async with self._loading:
+            await self._make_room()
+            await self._backend.attach(adapter)
+            self._residency.admit(adapter.id)
+        metrics.record_adapter_load(adapter.id)
+        log.info("adapter %s loaded from %s", adapter.id, adapter.source)
+
+    async def _make_room(self) -> None:
+        while self._residency.full():
+            victim = self._residency.victim()
+            if victim is None:
+                # Every adapter held is in use: wait for a request to end.
+                async with self._released:
+                    await self._released.wait()
+                continue
+            await self._evict(victim)
+
+    async def _evict(self, adapter_id: str) -> None:
+        # Out of the set first: a request arriving meanwhile loads it again
+        # rather than using what is being removed.
+        self._residency.evict(adapter_id)
+        await self._backend.detach(self._catalogue[adapter_id])
+        metrics.record_adapter_eviction(adapter_id)
+        log.info("adapter %s evicted", adapter_id)
+
+    async def add(self, source: AdapterSource) -> None:
+        """LoadAdapter: into the catalogue and onto the engine."""
+        await self.ensure(self.offer(source))
+
+    async def remove(self, adapter_id: str) -> None:
+        """UnloadAdapter: off the engine once its requests have ended, and
+        out of the catalogue."""
+        adapter = self._catalogue.pop(adapter_id, None)
+        if adapter is None:
+            raise ModelNotFoundError(f"The model '{adapter_id}' does not exist on this neuron.")
+        load = self._loads.get(adapter_id)
+        if load is not None:
+            await asyncio.shield(load)
+        async with self._released:
+            await self._released.wait_for(lambda: self._residency.in_flight(adapter_id) == 0)
+        if self._residency.holds(adapter_id):
+            self._residency.evict(adapter_id)
+            await self._backend.detach(adapter)
+            metrics.record_adapter_eviction(adapter_id)
