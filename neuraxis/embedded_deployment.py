@@ -71,12 +71,18 @@ def spec_toml(spec: DeploymentSpec) -> str:
     for model in spec.models:
         data = model.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
         data.setdefault("replicas", model.replicas)  # 1 is the default; say it
-        tables = {k: data.pop(k) for k in ("engine", "autoscale") if isinstance(data.get(k), dict)}
+        tables = {
+            k: data.pop(k) for k in ("engine", "autoscale", "lora") if isinstance(data.get(k), dict)
+        }
+        adapters = data.pop("adapters", [])
         out.append("[[models]]")
         out += [f"{key} = {_value(value)}" for key, value in data.items()]
         for name, table in tables.items():
             out.append(f"[models.{name}]")
             out += [f"{key} = {_value(value)}" for key, value in table.items()]
+        for adapter in adapters:
+            out.append("[[models.adapters]]")
+            out += [f"{key} = {_value(value)}" for key, value in adapter.items()]
         out.append("")
     return "\n".join(out)
 

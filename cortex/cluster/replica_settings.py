@@ -11,6 +11,7 @@ the host and ports (replica.py).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from axon.generations import PROFILES, Generation
@@ -51,6 +52,12 @@ def replica_settings(model: ModelSpec, generation: Generation) -> NeuronSettings
         value = getattr(engine, name)
         if value:
             fields[name] = value
+    if model.lora is not None:
+        fields.update(
+            max_adapters=model.lora.max_adapters_per_replica,
+            max_lora_rank=model.lora.max_rank,
+            adapters=[f"{a.id}={a.source}" for a in model.adapters],
+        )
     if model.revision and engine.kind == "vllm":
         fields["revision"] = model.revision
     # Validated as a model, not built as settings: the controller's own
@@ -69,4 +76,6 @@ def settings_env(settings: NeuronSettings) -> dict[str, str]:
 def _env_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list):
+        return json.dumps(value)  # how pydantic-settings reads a list
     return str(value)

@@ -19,8 +19,17 @@ A TOML file on the cortex side, one `[[models]]` table per model:
     [models.autoscale]             # replicas follow the load (cortex/cluster/autoscale.py)
     min_replicas = 0               # 0: scale to zero when idle, wake on a request
     max_replicas = 4
+    [models.lora]                  # LoRA adapters of this model
+    max_adapters_per_replica = 4   # held on one replica's engine at once (max_loras)
+    max_rank = 16                  # the highest rank an adapter may have
+    [[models.adapters]]            # one table per adapter: a model to clients
+    id = "support-bot"             # the id clients ask for (its parent: this model)
+    source = "/var/lib/neuraxis/adapters/support-bot"  # PEFT's directory, on
+                                   # every eligible host or shared storage
 
-An invalid spec is refused at start with the line and the reason. Whether a
+An invalid spec is refused at start with the line and the reason; so is an
+adapter whose directory has no adapter_config.json, a rank above max_rank or
+another base model (axon/adapters.py), checked where the spec is read. Whether a
 generation can run a model's engine options is decided at placement
 (cortex/cluster/placement.py), where the nodes are known.
 """
@@ -34,6 +43,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from axon.adapters import AdapterSourceError, check_adapter
 from axon.generations import GPU_GENERATIONS, Generation
 from cortex.routing.factory import PolicyName
 
@@ -110,6 +120,29 @@ class AutoscaleSpec(BaseModel):
         return max(self.scale_down_after_s, DEFAULT_SCALE_TO_ZERO_S)
 
 
+class LoraSpec(BaseModel):
+    """A model's `[models.lora]` table: how its replicas hold adapters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # vLLM's max_loras: adapters on one replica's engine at once; a request
+    # for another loads it there, evicting the least recently used idle one.
+    max_adapters_per_replica: int = Field(1, ge=1)
+    # vLLM's max_lora_rank: an adapter of a higher rank is refused.
+    max_rank: int = Field(16, ge=1)
+
+
+class AdapterSpec(BaseModel):
+    """One `[[models.adapters]]` entry: a LoRA adapter of the model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    # A directory in PEFT's format (adapter_config.json and the weights) on
+    # every host that may run the model, or on shared storage.
+    source: str = Field(min_length=1)
+
+
 # With min_replicas = 0 and no scale_to_zero_after_s: the idle time before
 # the last replica goes (a replica's load can take minutes: not too eager).
 DEFAULT_SCALE_TO_ZERO_S = 900.0
@@ -136,6 +169,17 @@ class ModelSpec(BaseModel):
     # None: `replicas` stays as given. With the table, `replicas` (if given)
     # is the count the model starts at, within min..max.
     autoscale: AutoscaleSpec | None = None
+    # None: no LoRA. With the table, `adapters` are served on this model.
+    lora: LoraSpec | None = None
+    adapters: list[AdapterSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _adapters_need_lora(self) -> ModelSpec:
+        if self.adapters and self.lora is None:
+            raise _KeyedError("adapters", "adapters need a [models.lora] table")
+        if self.lora is not None and self.task == "embed":
+            raise _KeyedError("lora", "LoRA adapters are for generating models, not embed")
+        return self
 
     @model_validator(mode="after")
     def _scaled(self) -> ModelSpec:
@@ -190,13 +234,18 @@ class DeploymentSpec(BaseModel):
     def _unique(self) -> DeploymentSpec:
         seen: set[str] = set()
         for model in self.models:
-            if model.id in seen:
-                raise ValueError(f"model id '{model.id}' appears twice")
-            seen.add(model.id)
+            for model_id in [model.id, *(a.id for a in model.adapters)]:
+                if model_id in seen:
+                    raise ValueError(f"model id '{model_id}' appears twice")
+                seen.add(model_id)
         return self
 
     def model(self, model_id: str) -> ModelSpec | None:
         return next((m for m in self.models if m.id == model_id), None)
+
+    def adapters(self) -> dict[str, str]:
+        """Each adapter's id and its base model's."""
+        return {a.id: m.id for m in self.models for a in m.adapters}
 
     def routing(self) -> dict[str, PolicyName]:
         """The models that name a routing policy, and the policy."""
@@ -221,7 +270,7 @@ def parse_spec(text: str, source: str) -> DeploymentSpec:
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{source}: {e}") from None
     try:
-        return DeploymentSpec.model_validate(data)
+        spec = DeploymentSpec.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         loc = tuple(err["loc"])
@@ -233,6 +282,25 @@ def parse_spec(text: str, source: str) -> DeploymentSpec:
         at = f" line {line}" if line else ""
         message = str(err["msg"]).removeprefix("Value error, ")
         raise SpecError(f"{source}:{at}: {where}: {message}") from None
+    check_adapters(spec, text, source)
+    return spec
+
+
+def check_adapters(spec: DeploymentSpec, text: str, source: str) -> None:
+    """Refuse, with its line and the reason, an adapter its model's engine
+    could not load: no adapter_config.json, a rank above max_rank, another
+    base model. The sim engine reads no adapter: its are not checked."""
+    for m, model in enumerate(spec.models):
+        if model.lora is None or model.engine.kind == "sim":
+            continue
+        for a, adapter in enumerate(model.adapters):
+            try:
+                check_adapter(adapter.source, model.lora.max_rank, (model.source, model.id))
+            except AdapterSourceError as e:
+                loc = ("models", m, "adapters", a, "source")
+                line = line_of(text, loc)
+                at = f" line {line}" if line else ""
+                raise SpecError(f"{source}:{at}: models.{m}.adapters.{a}: {e}") from None
 
 
 def line_of(text: str, loc: tuple[Any, ...]) -> int | None:
@@ -246,16 +314,27 @@ def line_of(text: str, loc: tuple[Any, ...]) -> int | None:
         return None
     start = headers[loc[1]]
     end = headers[loc[1] + 1] if loc[1] + 1 < len(headers) else len(lines)
+    if len(loc) >= 4 and loc[2] == "adapters" and isinstance(loc[3], int):
+        # Within the model: its n-th `[[models.adapters]]` table.
+        entries = [i for i in range(start, end) if _ADAPTERS.match(lines[i])]
+        if loc[3] < len(entries):
+            start = entries[loc[3]]
+            end = next((i for i in range(start + 1, end) if _TABLE.match(lines[i])), end)
     keys = [p for p in loc[2:] if isinstance(p, str)]
     for key in reversed(keys):
-        # `key = ...`, or the header of its sub-table (`[models.autoscale]`).
+        # `key = ...`, or the header of its sub-table (`[models.autoscale]`,
+        # `[[models.adapters]]`).
         pattern = re.compile(
-            rf"\s*(?:{re.escape(key)}\s*=|\[\s*models\s*\.\s*{re.escape(key)}\s*\])"
+            rf"\s*(?:{re.escape(key)}\s*=|\[\[?\s*models\s*\.\s*{re.escape(key)}\s*\]\]?)"
         )
         for i in range(start, end):
             if pattern.match(lines[i]):
                 return i + 1
     return start + 1
+
+
+_ADAPTERS = re.compile(r"\s*\[\[\s*models\s*\.\s*adapters\s*\]\]")
+_TABLE = re.compile(r"\s*\[")
 
 
 def spec_to_dict(spec: DeploymentSpec) -> dict[str, Any]:
