@@ -90,6 +90,12 @@ POLICY_DECISIONS = Counter(
     "over the load bound), fallback (nothing to prefer), balanced (a load-only policy).",
     ["model", "replica", "policy", "decision"],
 )
+ADAPTER_ROUTED = Counter(
+    "neuraxis_adapter_requests",
+    "Requests for a LoRA adapter (model: the adapter's id) dispatched to a replica, by "
+    "whether that replica held the adapter (hit: true) or had to load it (false).",
+    ["model", "hit"],
+)
 RETRIES = Counter(
     "neuraxis_retries",
     "Requests retried elsewhere after a replica failed before the first token.",
@@ -286,6 +292,12 @@ def record_routed(model: str, replica: str) -> None:
 def record_decision(model: str, replica: str, policy: str, decision: str) -> None:
     """A request dispatched to a replica, with the policy's kind of decision."""
     POLICY_DECISIONS.labels(model, replica, policy, decision).inc()
+
+
+@_when_enabled
+def record_adapter_route(model: str, hit: bool) -> None:
+    """A request for an adapter dispatched to a replica that held it, or not."""
+    ADAPTER_ROUTED.labels(model, "true" if hit else "false").inc()
 
 
 def touch_decisions(model: str, replica: str, policy: str, decisions: Sequence[str]) -> None:

@@ -264,6 +264,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
             metrics_port=self._metrics_port,
             max_concurrency=self._engine.max_concurrency() if ready else 0,
             adapters=self._engine.held_adapters() if ready else [],
+            max_adapters=self._engine.max_adapters(),
         )
 
     async def Load(  # noqa: N802

@@ -406,7 +406,7 @@ class ModelInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., max_context_length: _Optional[int] = ..., task: _Optional[_Union[ModelTask, str]] = ..., created: _Optional[int] = ..., auto_tool_choice: _Optional[bool] = ..., supports_dimensions: _Optional[bool] = ..., default_max_tokens: _Optional[int] = ..., parent: _Optional[str] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("models", "engine", "generation", "ready", "metrics_port", "max_concurrency", "adapters")
+    __slots__ = ("models", "engine", "generation", "ready", "metrics_port", "max_concurrency", "adapters", "max_adapters")
     MODELS_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -414,6 +414,7 @@ class InfoResponse(_message.Message):
     METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
     engine: str
     generation: GpuGeneration
@@ -421,7 +422,8 @@ class InfoResponse(_message.Message):
     metrics_port: int
     max_concurrency: int
     adapters: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ..., engine: _Optional[str] = ..., generation: _Optional[_Union[GpuGeneration, str]] = ..., ready: _Optional[bool] = ..., metrics_port: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., adapters: _Optional[_Iterable[str]] = ...) -> None: ...
+    max_adapters: int
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ..., engine: _Optional[str] = ..., generation: _Optional[_Union[GpuGeneration, str]] = ..., ready: _Optional[bool] = ..., metrics_port: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., adapters: _Optional[_Iterable[str]] = ..., max_adapters: _Optional[int] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
     __slots__ = ()

@@ -1,7 +1,9 @@
 """GET /v1/models and /v1/models/{id}: what is servable right now (for the
 caller's key: a model outside its list is not there), a model scaled to
 zero included: it is served after a wake, and its card says "sleeping" or
-"waking" (what it serves and its context are known once a replica is up)."""
+"waking" (what it serves and its context are known once a replica is up).
+A LoRA adapter is a model with a `parent`, its base model's id, as its
+neurons report it."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ def _card(info: pb.ModelInfo) -> ModelCard:
         created=info.created,
         max_context_length=info.max_context_length,
         endpoints=ENDPOINTS.get(info.task, []),
+        parent=info.parent or None,
     )
 
 

@@ -40,6 +40,7 @@ from axon.errors import (
 from axon.grpc_limits import check_size
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
+from cortex.routing.adapter_affinity import AdapterAffinity
 from cortex.routing.admission import AdmissionControl, Claim, set_class
 from cortex.routing.client import Metadata, NeuronConnection
 from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
@@ -82,6 +83,7 @@ class Attempts:
         ejection: OutlierEjection,
         budget: RetryBudget,
         max_retries: int,
+        adapter_affinity: AdapterAffinity | None = None,
     ) -> None:
         self._roster = roster
         self._admission = admission
@@ -91,6 +93,7 @@ class Attempts:
         self._ejection = ejection
         self._budget = budget
         self._max_retries = max_retries
+        self._adapter_affinity = adapter_affinity or AdapterAffinity()
 
     def generate(
         self, request: pb.GenerateRequest, hints: RouteHints | None
@@ -229,8 +232,13 @@ class Attempts:
         prefix: tuple[int, ...] = ()
         hasher = self._policy_for(request.model).prefix_hasher
         if hasher is not None and isinstance(request, pb.GenerateRequest):
-            # Hashed once per request; retries carry the same prefix.
-            prefix = hasher.blocks(request, salt=hints.prompt_cache_key)
+            # Hashed once per request; retries carry the same prefix. An
+            # adapter's prefixes are its own: another adapter's (or the base
+            # model's) cached prefix of the same prompt is of no use to it.
+            salt = hints.prompt_cache_key
+            if self._roster.is_adapter(request.model):
+                salt = f"{request.model}\x1f{salt or ''}"
+            prefix = hasher.blocks(request, salt=salt)
         route = self._route(request, hints, attempt=0, prefix=prefix)
         state, decision = self._choose(route, [])
         return _Dispatch(state, route, decision)
@@ -278,6 +286,12 @@ class Attempts:
         ready = [s for s in ready if self._roster.below_cap(s)] or ready
         # Ejected neurons only when nothing else is left (never all out).
         eligible = [s for s in ready if not self._ejection.ejected(s.address)] or ready
+        if eligible and self._roster.is_adapter(model):
+            # Replicas that hold the adapter, within the load bound, first.
+            narrowed = self._adapter_affinity.narrow(
+                [s.candidate() for s in eligible], [s.holding(model) for s in eligible], route.now
+            )
+            eligible = [eligible[i] for i in narrowed]
         if eligible:
             candidates = [s.candidate() for s in eligible]
             choice = self._policy_for(model).choose(candidates, route)
@@ -301,6 +315,14 @@ class Attempts:
         policy = self._policy_for(chosen.route.model)
         metrics.record_routed(model, state.address)
         metrics.record_decision(model, state.address, policy.name, chosen.decision)
+        adapter = chosen.route.model
+        if state.is_adapter(adapter):
+            metrics.record_adapter_route(model, state.holding(adapter).holds)
+            state.adapter_requests[adapter] += 1
+            # Held from now on, as far as this cortex knows, until the
+            # neuron's next Load report says otherwise: the next request
+            # follows this one instead of loading it elsewhere.
+            state.adapters |= {adapter}
         policy.on_dispatch(state.candidate(), chosen.route)
 
     async def _done(self, chosen: _Dispatch, outcome: Outcome) -> None:
@@ -308,6 +330,8 @@ class Attempts:
         # chosen: its count, not the next one's, goes down.
         state = chosen.state
         state.outstanding -= 1
+        if state.adapter_requests[chosen.route.model] > 0:
+            state.adapter_requests[chosen.route.model] -= 1
         self._policy_for(chosen.route.model).on_complete(state.address, chosen.route, outcome)
         if outcome is Outcome.OK:
             self._ejection.success(state.address)

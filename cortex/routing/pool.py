@@ -18,12 +18,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
+from cortex.routing.adapter_affinity import AdapterAffinity
 from cortex.routing.admission import AdmissionControl, AdmissionOptions, Sleep
 from cortex.routing.attempts import Attempts
 from cortex.routing.client import NeuronClient, NeuronConnection
 from cortex.routing.deadlines import Deadlines
 from cortex.routing.ejection import EjectionOptions, OutlierEjection
-from cortex.routing.factory import PolicyTable
+from cortex.routing.factory import PolicyOptions, PolicyTable
 from cortex.routing.policy import RouteHints, RoutingPolicy
 from cortex.routing.pool_settings import PoolSettings
 from cortex.routing.retry_budget import RetryBudget, RetryBudgetOptions
@@ -59,8 +60,11 @@ class NeuronPool:
         if isinstance(policy, RoutingPolicy):
             shared = policy
             self._policy_for: Callable[[str], RoutingPolicy] = lambda _model: shared
+            options = PolicyOptions()
         else:
-            self._policy_for = (policy or PolicyTable()).for_model
+            table = policy or PolicyTable()
+            self._policy_for = table.for_model
+            options = table.options
         settings = settings or PoolSettings()
         admission_options = admission or AdmissionOptions()
         self._roster = Roster(
@@ -98,6 +102,7 @@ class NeuronPool:
             ejection=OutlierEjection(ejection or EjectionOptions(), clock),
             budget=RetryBudget(retry_budget),
             max_retries=settings.max_retries,
+            adapter_affinity=AdapterAffinity(options.epsilon, options.load_max_age_s),
         )
 
     def _refreshed(self) -> None:

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from axon.errors import DeadlineExceededError, NeuraxisError
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
+from cortex.routing.adapter_affinity import Holding
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.client import NeuronConnection
 from cortex.routing.deadlines import Watchdog
@@ -55,10 +57,25 @@ class NeuronState:
     last_heard: float = float("-inf")
     # Info polls in a row that missed their deadline.
     missed_polls: int = 0
+    # The LoRA adapters its engine holds (Info and Load say), how many it
+    # holds at once, and this cortex's requests in flight per adapter (an
+    # adapter with a request in flight is held, or being loaded for it).
+    adapters: frozenset[str] = frozenset()
+    max_adapters: int = 0
+    adapter_requests: Counter[str] = field(default_factory=Counter)
 
     @property
     def address(self) -> str:
         return self.client.address
+
+    def is_adapter(self, model: str) -> bool:
+        info = self.models.get(model)
+        return info is not None and bool(info.parent)
+
+    def holding(self, adapter: str) -> Holding:
+        """Whether it holds `adapter`, and has room for one more."""
+        held = self.adapters | {a for a, n in self.adapter_requests.items() if n > 0}
+        return Holding(holds=adapter in held, room=len(held) < self.max_adapters)
 
     def candidate(self) -> Candidate:
         """What a routing policy sees of this neuron."""
@@ -143,6 +160,10 @@ class Roster:
                     out.setdefault(model_id, info)
         return out
 
+    def is_adapter(self, model: str) -> bool:
+        """Whether `model` is a LoRA adapter, as its neurons report it."""
+        return any(s.is_adapter(model) for s in self.states)
+
     def known(self, model: str) -> bool:
         """Expected, or served by some neuron (ready or not)."""
         return model in self.expected or any(model in s.models for s in self.states)
@@ -225,6 +246,7 @@ class Roster:
             kv_cache_usage=kv,
             own=state.outstanding,
         )
+        state.adapters = frozenset(response.adapters)
 
     async def _refresh_one(self, state: NeuronState) -> None:
         try:
@@ -262,6 +284,8 @@ class Roster:
             _abandon(state)
             return
         state.models = {m.id: m for m in info.models}
+        state.adapters = frozenset(info.adapters)
+        state.max_adapters = info.max_adapters
         for model in state.models:
             metrics.touch_replica(model, state.address)
             policy = self._policy_for(model)

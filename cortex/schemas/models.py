@@ -18,6 +18,9 @@ class ModelCard(BaseModel):
     # Only for a model scaled to zero (a neuraxis extension): "sleeping", or
     # "waking" while a request wakes it; its requests are served after the wake.
     state: Literal["sleeping", "waking"] | None = Field(None, exclude_if=lambda v: v is None)
+    # A LoRA adapter's base model (as vLLM's server says it); absent for a
+    # model of its own.
+    parent: str | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class ModelList(BaseModel):

@@ -73,6 +73,10 @@ class Adapters:
         self._catalogue[source.id] = adapter
         return adapter
 
+    @property
+    def capacity(self) -> int:
+        return self._residency.capacity
+
     def catalogue(self) -> list[Adapter]:
         return list(self._catalogue.values())
 

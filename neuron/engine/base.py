@@ -288,6 +288,10 @@ class Engine(abc.ABC):
         may serve, `parent` set); an engine without LoRA holds none."""
         return []
 
+    def max_adapters(self) -> int:
+        """How many adapters the engine holds at once (0: no LoRA)."""
+        return 0
+
     async def load_adapter(self, source: AdapterSource) -> None:
         """Serve `source` from now on, loaded onto the engine now (the least
         recently used idle adapter makes room)."""

@@ -132,6 +132,9 @@ class SimEngine(Engine):
     def held_adapters(self) -> list[str]:
         return self._adapters.held() if self._adapters is not None else []
 
+    def max_adapters(self) -> int:
+        return self._adapters.capacity if self._adapters is not None else 0
+
     async def load_adapter(self, source: AdapterSource) -> None:
         if self._adapters is None:
             raise no_adapters()

@@ -36,7 +36,7 @@ async def test_adapters_are_models_with_their_parent() -> None:
     async with sim_neuron_client(_engine()) as client:
         info = await client.info(timeout=5)
     assert [(m.id, m.parent) for m in info.models] == [("m", ""), ("a1", "m"), ("a2", "m")]
-    assert list(info.adapters) == []  # none held before a request
+    assert list(info.adapters) == [] and info.max_adapters == 1  # none held yet
 
 
 async def test_each_adapter_answers_its_own_way_and_one_is_held_at_a_time() -> None:
