@@ -1,0 +1,44 @@
+"""The neuron's LoRA settings: adapters as ID=DIR, needing max_adapters, and
+the engine built with them."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from axon.generations import Generation
+from axon.neuron_settings import NeuronSettings
+from axon.tasks import ModelTask
+from neuron.main import ResolvedModel, build_engine, vllm_options
+
+
+def test_the_sim_engine_serves_the_settings_adapters() -> None:
+    settings = NeuronSettings.model_validate(
+        {"engine": "sim", "served_id": "m", "max_adapters": 2, "adapters": ["a=/x/a", "b=/x/b"]}
+    )
+    engine = build_engine(settings, Generation.CPU)
+    assert [(m.id, m.parent) for m in engine.models()] == [("m", None), ("a", "m"), ("b", "m")]
+    assert engine.max_adapters() == 2
+
+
+def test_vllm_gets_max_loras_and_the_adapters() -> None:
+    settings = NeuronSettings.model_validate(
+        {"max_adapters": 1, "max_lora_rank": 8, "adapters": ["a=/x/a"]}
+    )
+    options = vllm_options(settings, ResolvedModel("/m", "m", ModelTask.GENERATE, None))
+    assert (options.max_loras, options.max_lora_rank) == (1, 8)
+    assert [a.spelled() for a in options.adapters] == ["a=/x/a"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"adapters": ["a=/x/a"]}, "adapters need max_adapters"),
+        ({"max_adapters": 1, "adapters": ["/x/a"]}, "is not ID=DIR"),
+    ],
+)
+def test_adapters_are_refused_when_they_cannot_be_served(
+    fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message):
+        NeuronSettings.model_validate(fields)
