@@ -2,7 +2,8 @@
 one adapter at a time (`--max-adapters 1`): adapters listed as models with
 their parent, each answering its own way, an unknown one 404, a key scoped
 to one adapter kept off another, requests following the replica that holds
-their adapter, and concurrent first requests waiting for one load."""
+their adapter, concurrent first requests waiting for one load, a Responses
+chain on an adapter, and an adapter asked to embed (400)."""
 
 from __future__ import annotations
 
@@ -116,3 +117,31 @@ async def test_concurrent_first_requests_wait_for_one_load(lora: LoraStack) -> N
     answers = await asyncio.gather(*(_chat(lora, "a2") for _ in range(3)))
     assert [_text(a) for a in answers] == ["a2:tok0 a2:tok1"] * 3
     assert lora.loads("a2") - before == 1
+
+
+async def test_a_responses_chain_on_an_adapter(lora: LoraStack) -> None:
+    headers = {"Authorization": f"Bearer {lora.key}"}
+    url = f"{lora.gateway.base_url}/v1/responses"
+    async with httpx.AsyncClient(timeout=30, headers=headers) as client:
+        first = await client.post(url, json={"model": "a3", "input": "hi", "max_output_tokens": 2})
+        assert first.status_code == 200, first.text
+        body = {
+            "model": "a3",
+            "input": "and then?",
+            "max_output_tokens": 2,
+            "previous_response_id": first.json()["id"],
+        }
+        second = await client.post(url, json=body)
+    assert second.status_code == 200, second.text
+    assert second.json()["model"] == "a3"
+    assert second.json()["output"][0]["content"][0]["text"] == "a3:tok0 a3:tok1"
+
+
+async def test_an_adapter_cannot_embed(lora: LoraStack) -> None:
+    headers = {"Authorization": f"Bearer {lora.key}"}
+    async with httpx.AsyncClient(timeout=30, headers=headers) as client:
+        response = await client.post(
+            f"{lora.gateway.base_url}/v1/embeddings", json={"model": "a1", "input": "hi"}
+        )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "model"
