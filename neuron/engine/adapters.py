@@ -22,7 +22,7 @@ from typing import Protocol
 from axon.adapters import AdapterSource
 from axon.errors import ModelNotFoundError
 from neuron import metrics
-from neuron.engine.base import ServedModel
+from neuron.engine.base import ServedModel, no_adapters
 from neuron.engine.residency import Residency
 
 log = logging.getLogger("neuraxis.neuron")
@@ -165,3 +165,26 @@ class Adapters:
             self._residency.evict(adapter_id)
             await self._backend.detach(adapter)
             metrics.record_adapter_eviction(adapter_id)
+
+
+class ServesAdapters:
+    """The engine interface's adapter methods over an engine's `Adapters`
+    (None: no LoRA), for engines to inherit before `Engine`."""
+
+    _adapters: Adapters | None = None
+
+    def held_adapters(self) -> list[str]:
+        return self._adapters.held() if self._adapters is not None else []
+
+    def max_adapters(self) -> int:
+        return self._adapters.capacity if self._adapters is not None else 0
+
+    async def load_adapter(self, source: AdapterSource) -> None:
+        if self._adapters is None:
+            raise no_adapters()
+        await self._adapters.add(source)
+
+    async def unload_adapter(self, adapter_id: str) -> None:
+        if self._adapters is None:
+            raise no_adapters()
+        await self._adapters.remove(adapter_id)

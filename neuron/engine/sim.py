@@ -30,7 +30,7 @@ from axon.errors import EngineDiedError, InternalError, InvalidRequestError, Mod
 from axon.process import interrupted_by_stop_signals
 from axon.tasks import ModelTask
 from neuron import tracing
-from neuron.engine.adapters import Adapter, Adapters
+from neuron.engine.adapters import Adapter, Adapters, ServesAdapters
 from neuron.engine.base import (
     ChoiceDelta,
     EmbedRequest,
@@ -47,7 +47,6 @@ from neuron.engine.base import (
     TopLogprob,
     Usage,
     check_context,
-    no_adapters,
     wrong_task,
 )
 from neuron.engine.sim_cache import PrefillModel, PrefixCacheOptions
@@ -95,7 +94,7 @@ class SimOptions:
     adapter_load_s: float = 0.0
 
 
-class SimEngine(Engine):
+class SimEngine(ServesAdapters, Engine):
     def __init__(self, options: SimOptions) -> None:
         self._options = options
         self._running = 0
@@ -128,22 +127,6 @@ class SimEngine(Engine):
         if self._adapters is None:
             return [self._model]
         return [self._model, *self._adapters.models(self._model)]
-
-    def held_adapters(self) -> list[str]:
-        return self._adapters.held() if self._adapters is not None else []
-
-    def max_adapters(self) -> int:
-        return self._adapters.capacity if self._adapters is not None else 0
-
-    async def load_adapter(self, source: AdapterSource) -> None:
-        if self._adapters is None:
-            raise no_adapters()
-        await self._adapters.add(source)
-
-    async def unload_adapter(self, adapter_id: str) -> None:
-        if self._adapters is None:
-            raise no_adapters()
-        await self._adapters.remove(adapter_id)
 
     async def attach(self, adapter: Adapter) -> None:
         await asyncio.sleep(self._options.adapter_load_s)

@@ -24,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn, TypeVar
 
-from axon.adapters import AdapterSource
 from axon.errors import (
     InternalError,
     InvalidRequestError,
@@ -42,7 +41,7 @@ from axon.process import (
 )
 from axon.tasks import ModelTask
 from neuron import tracing
-from neuron.engine.adapters import Adapter, Adapters
+from neuron.engine.adapters import Adapter, Adapters, ServesAdapters
 from neuron.engine.base import (
     ChoiceDelta,
     EmbedRequest,
@@ -58,7 +57,6 @@ from neuron.engine.base import (
     ToolChoiceMode,
     Usage,
     check_context,
-    no_adapters,
     wrong_task,
 )
 from neuron.engine.vllm import prompt
@@ -82,7 +80,7 @@ ENGINE_CORE_DIED = "vLLM's engine core process stopped"
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 
 
-class VllmEngine(Engine):
+class VllmEngine(ServesAdapters, Engine):
     def __init__(
         self,
         options: VllmOptions,
@@ -182,22 +180,6 @@ class VllmEngine(Engine):
             return []
         adapters = self._adapters.models(self._model) if self._adapters is not None else []
         return [self._model, *adapters]
-
-    def held_adapters(self) -> list[str]:
-        return self._adapters.held() if self._adapters is not None else []
-
-    def max_adapters(self) -> int:
-        return self._adapters.capacity if self._adapters is not None else 0
-
-    async def load_adapter(self, source: AdapterSource) -> None:
-        if self._adapters is None:
-            raise no_adapters()
-        await self._adapters.add(source)
-
-    async def unload_adapter(self, adapter_id: str) -> None:
-        if self._adapters is None:
-            raise no_adapters()
-        await self._adapters.remove(adapter_id)
 
     async def attach(self, adapter: Adapter) -> None:
         try:
