@@ -12,6 +12,7 @@ from typing import Any
 import uvloop
 
 from axon import tracing
+from axon.adapters import AdapterSourceError, check_adapter
 from axon.generations import (
     EXIT_WRONG_GPU,
     Generation,
@@ -63,8 +64,10 @@ def build_engine(settings: NeuronSettings, generation: Generation) -> Engine:
         )
     from neuron.engine.vllm.engine import VllmEngine
 
+    model = resolve_model(settings)
+    check_adapters(settings, model)
     return VllmEngine(
-        vllm_options(settings, resolve_model(settings)),
+        vllm_options(settings, model),
         generation,
         prepare_threads=settings.prepare_threads,
         default_max_tokens=settings.default_max_tokens,
@@ -133,6 +136,18 @@ def resolve_model(settings: NeuronSettings, prepare_bundled: bool = True) -> Res
         served_id = settings.served_id or settings.model
         return ResolvedModel(settings.model, served_id, task, None, settings.revision)
     raise SystemExit(f"neuron: model {unknown_source(settings.model, BUNDLED_MODELS)}")
+
+
+def check_adapters(settings: NeuronSettings, model: ResolvedModel) -> None:
+    """An adapter vLLM could not load (no adapter_config.json, a rank above
+    max_lora_rank, another base model) stops the neuron here, naming it."""
+    for adapter in settings.adapter_sources():
+        try:
+            check_adapter(
+                adapter.source, settings.max_lora_rank, (str(model.path), model.served_id)
+            )
+        except AdapterSourceError as e:
+            raise SystemExit(f"neuron: adapter '{adapter.id}': {e}") from None
 
 
 def check_hub_cache(model: HubModel) -> None:

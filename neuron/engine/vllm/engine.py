@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn, TypeVar
 
+from axon.adapters import AdapterSource, AdapterSourceError, check_adapter
 from axon.errors import (
     InternalError,
     InvalidRequestError,
@@ -180,6 +181,17 @@ class VllmEngine(ServesAdapters, Engine):
             return []
         adapters = self._adapters.models(self._model) if self._adapters is not None else []
         return [self._model, *adapters]
+
+    async def load_adapter(self, source: AdapterSource) -> None:
+        # Refused before the engine is touched, in the words the spec uses.
+        try:
+            check_adapter(source.source, self._options.max_lora_rank, self._base_names())
+        except AdapterSourceError as e:
+            raise InvalidRequestError(f"The adapter '{source.id}': {e}", param="source") from None
+        await super().load_adapter(source)
+
+    def _base_names(self) -> tuple[str, ...]:
+        return (str(self._options.model_path), self._options.served_id)
 
     async def attach(self, adapter: Adapter) -> None:
         try:

@@ -3,13 +3,15 @@ the engine built with them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from axon.generations import Generation
 from axon.neuron_settings import NeuronSettings
 from axon.tasks import ModelTask
-from neuron.main import ResolvedModel, build_engine, vllm_options
+from neuron.main import ResolvedModel, build_engine, check_adapters, vllm_options
 
 
 def test_the_sim_engine_serves_the_settings_adapters() -> None:
@@ -42,3 +44,12 @@ def test_adapters_are_refused_when_they_cannot_be_served(
 ) -> None:
     with pytest.raises(ValidationError, match=message):
         NeuronSettings.model_validate(fields)
+
+
+def test_a_neuron_with_an_adapter_vllm_could_not_load_stops_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "adapter_config.json").write_text('{"r": 32, "base_model_name_or_path": "m"}')
+    settings = NeuronSettings.model_validate(
+        {"max_adapters": 1, "max_lora_rank": 16, "adapters": [f"big={tmp_path}"]}
+    )
+    with pytest.raises(SystemExit, match=r"adapter 'big': .* rank 32 is above max_rank 16"):
+        check_adapters(settings, ResolvedModel("/models/m", "m", ModelTask.GENERATE, None))
