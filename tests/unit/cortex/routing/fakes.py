@@ -51,6 +51,8 @@ class FakeNeuron:
         self.waiting = 0  # what its engine reports as queued (other senders' work)
         self.kv_cache_usage: float | None = None  # None: not reported (as the sim engine)
         self.max_concurrency = 0  # the engine's batch size as Info reports it (0: unknown)
+        self.adapters: list[str] = []  # the LoRA adapters its engine holds (Info and Load)
+        self.max_adapters = 0
         self.closed = False
 
     async def info(self, timeout: float) -> pb.InfoResponse:
@@ -63,6 +65,8 @@ class FakeNeuron:
             engine="fake",
             ready=self.ready,
             max_concurrency=self.max_concurrency,
+            adapters=self.adapters,
+            max_adapters=self.max_adapters,
         )
 
     async def embed(
@@ -78,7 +82,10 @@ class FakeNeuron:
         if not self.reachable:
             raise UnavailableError(f"neuron {self.address} is unreachable")
         return pb.LoadResponse(
-            running=self.streams_open, waiting=self.waiting, kv_cache_usage=self.kv_cache_usage
+            running=self.streams_open,
+            waiting=self.waiting,
+            kv_cache_usage=self.kv_cache_usage,
+            adapters=self.adapters,
         )
 
     async def tokenize(
