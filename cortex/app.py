@@ -97,6 +97,7 @@ def make_pool(
         pool.wakes.wakeable = frozenset(
             m.id for m in spec.models if m.autoscale and m.autoscale.min_replicas == 0
         )
+        pool.set_adapters(spec.adapters())
     return pool
 
 

@@ -160,6 +160,12 @@ class NeuronPool:
             return [] if served or self.wakes.wakeable else ["(any model)"]
         return [m for m in self._roster.expected if m not in served and not self.wakes.sleeping(m)]
 
+    def set_adapters(self, parents: dict[str, str]) -> None:
+        """The deployment spec's adapters, each with its base model's id: a
+        request for one wakes its base when that is scaled to zero, and
+        counts as its base's while it waits."""
+        self._roster.parents = dict(parents)
+
     def sleeping_models(self) -> dict[str, bool]:
         """Models scaled to zero (no ready replica), each with whether a
         request is waking it now."""
@@ -173,6 +179,10 @@ class NeuronPool:
         for model in {*self._roster.expected, *self.wakes.wakeable}:
             if depth := self._admission.depth(model):
                 counts[model] = counts.get(model, 0) + depth
+        # An adapter's queue is its base model's load (the base scales).
+        for adapter, base in self._roster.parents.items():
+            if depth := self._admission.depth(adapter):
+                counts[base] = counts.get(base, 0) + depth
         return counts
 
     def kv_usage(self) -> dict[str, float]:
@@ -224,15 +234,17 @@ class NeuronPool:
         """The neuron's stream for `request`. An attempt that fails before its
         first message is retried on another neuron; after it, the error goes
         to the caller (part of the answer has already gone out). A model
-        scaled to zero is woken first (wake.py)."""
-        if self.wakes.sleeping(request.model):
-            return self._woken(request, hints)
+        scaled to zero (an adapter's base) is woken first (wake.py)."""
+        base = self._roster.parents.get(request.model, request.model)
+        if self.wakes.sleeping(base):
+            return self._woken(request, base, hints)
         return self._attempts.generate(request, hints)
 
     async def _woken(
-        self, request: pb.GenerateRequest, hints: RouteHints | None
+        self, request: pb.GenerateRequest, base: str, hints: RouteHints | None
     ) -> AsyncIterator[pb.GenerateResponse]:
-        await self.wakes.wait(request.model, self.model_label(request.model))
+        """`request` once `base` (its model, or an adapter's base) is awake."""
+        await self.wakes.wait(base, self.model_label(base))
         async for message in self._attempts.generate(request, hints):
             yield message
 

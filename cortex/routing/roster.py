@@ -99,6 +99,9 @@ class Roster:
         may have come); `policy_for` names each model's policy in metrics."""
         self.states = [NeuronState(c) for c in clients]
         self.expected = list(expected_models)
+        # The deployment spec's adapters and their base models (cluster
+        # mode): known, and their base's, even while no replica reports them.
+        self.parents: dict[str, str] = {}
         self._client_factory = client_factory
         self._policy_for = policy_for
         self._clock = clock
@@ -165,8 +168,12 @@ class Roster:
         return any(s.is_adapter(model) for s in self.states)
 
     def known(self, model: str) -> bool:
-        """Expected, or served by some neuron (ready or not)."""
-        return model in self.expected or any(model in s.models for s in self.states)
+        """Expected, the spec's adapter, or served by some neuron (ready or not)."""
+        return (
+            model in self.expected
+            or model in self.parents
+            or any(model in s.models for s in self.states)
+        )
 
     def model_label(self, model: str) -> str:
         """`model` as a metrics label: a known model's id, else "unknown" (a

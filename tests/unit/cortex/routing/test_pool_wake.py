@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from axon.errors import ModelOverloadedError, UnavailableError
+from axon.v1 import neuron_pb2 as pb
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.pool import NeuronPool
 from cortex.routing.wake import ColdStart, cold_start
@@ -105,3 +106,17 @@ async def test_the_pool_reports_caps_kv_usage_and_waiting_per_model() -> None:
     assert pool.caps() == {"m": 16}
     assert pool.kv_usage() == {"m": 0.75}
     assert pool.waiting() == {}
+
+
+async def test_a_request_for_an_adapter_wakes_its_base_and_waits_as_its_base() -> None:
+    time, fleet = ManualClock(), Fleet()
+    pool, pokes = _asleep(time, fleet)
+    pool.set_adapters({"a": "m"})
+    served = asyncio.ensure_future(texts(pool.generate(request("a"))))
+    await until(lambda: pool.waiting() == {"m": 1})
+    assert pokes == [1]
+    replica = fleet("replica-1:1")
+    replica.models.append(pb.ModelInfo(id="a", parent="m", max_context_length=100))
+    await pool.update(["replica-1:1"])
+    assert await served == ["hi", "!"]
+    assert replica.generate_requests[0].model == "a"
