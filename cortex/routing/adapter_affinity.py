@@ -16,7 +16,8 @@ there). So before the routing policy chooses, the candidates are narrowed:
 
 The policy (prefix affinity, least outstanding...) then chooses among
 them as it would among any candidates. Pure: the roster says who holds
-what (each neuron's Load report, and this cortex's own dispatches since),
+what (each neuron's Load report, and this cortex's own dispatches since,
+`dispatched`: the neuron's least-recently-used order, played forward),
 attempts.py applies the result.
 """
 
@@ -57,3 +58,20 @@ class AdapterAffinity:
             return holders
         roomy = [i for i in within if holding[i].room]
         return roomy or within
+
+
+def dispatched(
+    held: tuple[str, ...], adapter: str, capacity: int, busy: frozenset[str]
+) -> tuple[str, ...]:
+    """What a replica holds (least recently used first) once a request for
+    `adapter` is sent to it, as its engine will have it: the adapter moved
+    to the end, and the least recently used adapters not in `busy` (with
+    requests in flight) evicted past `capacity`. Between two Load reports
+    this keeps cortex from counting an evicted adapter as held."""
+    order = [a for a in held if a != adapter] + [adapter]
+    while len(order) > capacity:
+        idle = next((a for a in order[:-1] if a not in busy), None)
+        if idle is None:
+            break  # the engine waits for one to end; it evicts nothing yet
+        order.remove(idle)
+    return tuple(order)

@@ -40,7 +40,7 @@ from axon.errors import (
 from axon.grpc_limits import check_size
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
-from cortex.routing.adapter_affinity import AdapterAffinity
+from cortex.routing.adapter_affinity import AdapterAffinity, dispatched
 from cortex.routing.admission import AdmissionControl, Claim, set_class
 from cortex.routing.client import Metadata, NeuronConnection
 from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
@@ -93,7 +93,8 @@ class Attempts:
         self._ejection = ejection
         self._budget = budget
         self._max_retries = max_retries
-        self._adapter_affinity = adapter_affinity or AdapterAffinity()
+        # None: adapter-blind (an adapter's requests routed as any model's).
+        self._adapter_affinity = adapter_affinity
 
     def generate(
         self, request: pb.GenerateRequest, hints: RouteHints | None
@@ -236,7 +237,7 @@ class Attempts:
             # adapter's prefixes are its own: another adapter's (or the base
             # model's) cached prefix of the same prompt is of no use to it.
             salt = hints.prompt_cache_key
-            if self._roster.is_adapter(request.model):
+            if self._adapter_affinity is not None and self._roster.is_adapter(request.model):
                 salt = f"{request.model}\x1f{salt or ''}"
             prefix = hasher.blocks(request, salt=salt)
         route = self._route(request, hints, attempt=0, prefix=prefix)
@@ -286,9 +287,10 @@ class Attempts:
         ready = [s for s in ready if self._roster.below_cap(s)] or ready
         # Ejected neurons only when nothing else is left (never all out).
         eligible = [s for s in ready if not self._ejection.ejected(s.address)] or ready
-        if eligible and self._roster.is_adapter(model):
+        affinity = self._adapter_affinity
+        if eligible and affinity is not None and self._roster.is_adapter(model):
             # Replicas that hold the adapter, within the load bound, first.
-            narrowed = self._adapter_affinity.narrow(
+            narrowed = affinity.narrow(
                 [s.candidate() for s in eligible], [s.holding(model) for s in eligible], route.now
             )
             eligible = [eligible[i] for i in narrowed]
@@ -318,11 +320,12 @@ class Attempts:
         adapter = chosen.route.model
         if state.is_adapter(adapter):
             metrics.record_adapter_route(model, state.holding(adapter).holds)
+            # Held from now on (and what it evicts gone), as far as this
+            # cortex knows, until the neuron's next Load report: the next
+            # request follows this one instead of loading it elsewhere.
+            busy = state.busy_adapters()
+            state.adapters = dispatched(state.adapters, adapter, state.max_adapters, busy)
             state.adapter_requests[adapter] += 1
-            # Held from now on, as far as this cortex knows, until the
-            # neuron's next Load report says otherwise: the next request
-            # follows this one instead of loading it elsewhere.
-            state.adapters |= {adapter}
         policy.on_dispatch(state.candidate(), chosen.route)
 
     async def _done(self, chosen: _Dispatch, outcome: Outcome) -> None:

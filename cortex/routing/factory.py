@@ -71,6 +71,12 @@ class PolicyOptions(SettingsGroup):
     seed: int | None = Field(
         None, description="power_of_two: a fixed seed for its random draws (reproducible runs)"
     )
+    adapter_affinity: bool = Field(
+        True,
+        description="a LoRA adapter's request goes to a replica that holds the adapter when "
+        "one is within the load bound (epsilon), else to one with a free adapter slot; false: "
+        "adapter-blind, routed as its base model's (for comparison: make bench-lora)",
+    )
 
 
 class RoutingSettings(PolicyOptions):

@@ -102,7 +102,9 @@ class NeuronPool:
             ejection=OutlierEjection(ejection or EjectionOptions(), clock),
             budget=RetryBudget(retry_budget),
             max_retries=settings.max_retries,
-            adapter_affinity=AdapterAffinity(options.epsilon, options.load_max_age_s),
+            adapter_affinity=AdapterAffinity(options.epsilon, options.load_max_age_s)
+            if options.adapter_affinity
+            else None,
         )
 
     def _refreshed(self) -> None:

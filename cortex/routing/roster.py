@@ -60,7 +60,7 @@ class NeuronState:
     # The LoRA adapters its engine holds (Info and Load say), how many it
     # holds at once, and this cortex's requests in flight per adapter (an
     # adapter with a request in flight is held, or being loaded for it).
-    adapters: frozenset[str] = frozenset()
+    adapters: tuple[str, ...] = ()  # least recently used first
     max_adapters: int = 0
     adapter_requests: Counter[str] = field(default_factory=Counter)
 
@@ -74,8 +74,12 @@ class NeuronState:
 
     def holding(self, adapter: str) -> Holding:
         """Whether it holds `adapter`, and has room for one more."""
-        held = self.adapters | {a for a, n in self.adapter_requests.items() if n > 0}
+        held = {*self.adapters, *self.busy_adapters()}
         return Holding(holds=adapter in held, room=len(held) < self.max_adapters)
+
+    def busy_adapters(self) -> frozenset[str]:
+        """The adapters this cortex has requests in flight on, here."""
+        return frozenset(a for a, n in self.adapter_requests.items() if n > 0)
 
     def candidate(self) -> Candidate:
         """What a routing policy sees of this neuron."""
@@ -253,7 +257,7 @@ class Roster:
             kv_cache_usage=kv,
             own=state.outstanding,
         )
-        state.adapters = frozenset(response.adapters)
+        state.adapters = tuple(response.adapters)
 
     async def _refresh_one(self, state: NeuronState) -> None:
         try:
@@ -291,7 +295,7 @@ class Roster:
             _abandon(state)
             return
         state.models = {m.id: m for m in info.models}
-        state.adapters = frozenset(info.adapters)
+        state.adapters = tuple(info.adapters)
         state.max_adapters = info.max_adapters
         for model in state.models:
             metrics.touch_replica(model, state.address)

@@ -184,3 +184,10 @@ def test_soak_runs(tmp_path: Path) -> None:
     out = _smoke("bench.soak", "--out", str(tmp_path / "soak.json"))
     tables = ("| failed before first token |", "| cut without terminal event | 0 |")
     _check_writes(out, tables, tmp_path, ("soak.md",))
+
+
+def test_lora_benchmark_runs(tmp_path: Path) -> None:
+    # Its own sim neurons (two per mode) and a cortex per mode.
+    out = _smoke("bench.lora", "--out", str(tmp_path / "lora.json"))
+    tables = ("| routing | requests | adapter loads / 100 req |", "| adapter-blind |")
+    _check_writes(out, tables, tmp_path, ("lora.md", "lora.json"))

@@ -3,7 +3,7 @@ the load bound; else replicas with a free adapter slot; else any within it."""
 
 from __future__ import annotations
 
-from cortex.routing.adapter_affinity import AdapterAffinity, Holding
+from cortex.routing.adapter_affinity import AdapterAffinity, Holding, dispatched
 from cortex.routing.policy import Candidate
 
 HOLDS = Holding(holds=True, room=False)
@@ -42,3 +42,11 @@ def test_a_hot_adapter_spreads_past_its_holder_over_the_bound() -> None:
 def test_a_replica_over_the_bound_is_never_offered() -> None:
     # Bound with epsilon 0: ceil((8 + 1) / 2) = 5; the replica at 8 is over it.
     assert _narrow([8, 0], [ROOM, FULL], epsilon=0.0) == [1]
+
+
+def test_a_dispatch_plays_the_engines_lru_forward() -> None:
+    assert dispatched(("a", "b"), "c", 2, frozenset()) == ("b", "c")  # a evicted
+    assert dispatched(("a", "b"), "a", 2, frozenset()) == ("b", "a")  # a used last
+    assert dispatched(("a", "b"), "c", 2, frozenset({"a"})) == ("a", "c")  # a busy: b goes
+    # Every one busy: the engine waits, evicting nothing yet.
+    assert dispatched(("a", "b"), "c", 2, frozenset({"a", "b"})) == ("a", "b", "c")
