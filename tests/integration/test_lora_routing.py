@@ -110,6 +110,13 @@ async def test_requests_follow_the_replica_holding_their_adapter(lora: LoraStack
         assert _text(await _chat(lora, "a1")) == "a1:tok0 a1:tok1"
     assert lora.loads("a1") - loads <= 1  # loaded once at most (held since the test above)
     assert lora.hits("a1", "true") - hits >= 5
+    # Per adapter: its requests and tokens under its own id.
+    admin = lora.gateway.admin_url
+    assert cortex_metric(admin, "neuraxis_output_tokens_total", api="chat", model="a1") >= 12
+    requests = cortex_metric(
+        admin, "neuraxis_requests_total", api="chat", model="a1", outcome="success"
+    )
+    assert requests >= 6
 
 
 async def test_concurrent_first_requests_wait_for_one_load(lora: LoraStack) -> None:
