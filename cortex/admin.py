@@ -1,5 +1,6 @@
-"""The admin listener: `/metrics`, `/sd/neurons` and `/v1/usage` (the usage
-ledger, every tenant's) on a socket of their own (`admin_host`:`admin_port`,
+"""The admin listener: `/metrics`, `/sd/neurons`, `/v1/usage` (the usage
+ledger, every tenant's) and `/v1/adapters` (the LoRA adapters and where
+they are held) on a socket of their own (`admin_host`:`admin_port`,
 loopback by default), so that the API port, which API clients and whatever
 fronts them reach, serves `/v1/...`, `/healthz` and `/readyz` only (and the
 schema at `/openapi.json`). Metrics, the neurons' addresses and the tenants'
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from cortex.api import observability, usage
+from cortex.api import adapters, observability, usage
 from cortex.api.errors import install_error_handlers
 from cortex.api.gateway import Neurons, gateway_of_app
 from cortex.http.listeners import Listeners
@@ -38,6 +39,7 @@ def create_admin_app(neurons: Neurons, tenants: TenantStore | None = None) -> Fa
     install_error_handlers(app, NoRecorder())
     app.include_router(observability.router_for(neurons))
     app.include_router(usage.router_for(tenants))
+    app.include_router(adapters.router_for(neurons))
     return app
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from harness.gateway import Sim, SimGateway, sim_gateway
 from harness.keys import new_key
+from harness.polling import wait_until
 from harness.procs import cortex_metric
 
 BASE = "sim-base"
@@ -124,6 +125,16 @@ async def test_concurrent_first_requests_wait_for_one_load(lora: LoraStack) -> N
     answers = await asyncio.gather(*(_chat(lora, "a2") for _ in range(3)))
     assert [_text(a) for a in answers] == ["a2:tok0 a2:tok1"] * 3
     assert lora.loads("a2") - before == 1
+    # The admin listener lists the adapters and who holds them (Info polls).
+    holders = {n.address for n in lora.gateway.neurons}
+
+    def listed() -> dict[str, list[str]]:
+        data = httpx.get(f"{lora.gateway.admin_url}/v1/adapters").json()["data"]
+        assert {(a["id"], a["parent"]) for a in data} == {(a, BASE) for a in ADAPTERS}
+        return {a["id"]: a["held_by"] for a in data}
+
+    assert wait_until(lambda: len(listed()["a2"]) == 1, timeout_s=10)
+    assert set(listed()["a2"]) <= holders
 
 
 async def test_a_responses_chain_on_an_adapter(lora: LoraStack) -> None:

@@ -55,7 +55,7 @@ async def test_requests_go_to_the_app_of_the_port_they_came_in_on(tmp_path: Path
     listeners = Listeners(api, _admin(), ADMIN_PORT)
     async with _client(listeners, 8080) as on_api, _client(listeners, ADMIN_PORT) as on_admin:
         assert (await on_api.get("/healthz")).json() == {"status": "ok"}
-        for path in ("/metrics", "/sd/neurons"):
+        for path in ("/metrics", "/sd/neurons", "/v1/adapters"):
             response = await on_api.get(path)
             assert response.status_code == 404
             assert response.json()["error"]["message"] == f"Unknown path {path}"
@@ -84,7 +84,7 @@ def test_the_api_schema_leaves_the_admin_routes_out(tmp_path: Path) -> None:
     api = create_app(CortexSettings(store=StoreSettings(state_dir=tmp_path)), pool=OneNeuron([]))
     paths = set(api.openapi()["paths"])
     assert "/healthz" in paths and "/v1/chat/completions" in paths
-    assert not paths & {"/metrics", "/sd/neurons"}
+    assert not paths & {"/metrics", "/sd/neurons", "/v1/adapters"}
 
 
 def test_the_admin_listener_is_loopback_on_9180_by_default() -> None:
