@@ -16,7 +16,10 @@ stream, each wait for a message bounded by the first-token and idle
 deadlines (`deadlines.py`) and cut short when the health poll finds the
 neuron gone; an embed (tokenize, detokenize) attempt is one call. For a
 policy that routes on the prompt's prefix the request is hashed once
-(`prefix.py`) and every attempt carries it.
+(`prefix.py`) and every attempt carries it. A request for a LoRA adapter
+is offered to the policy only on the replicas `adapter_affinity.py` picks
+(those holding it within the load bound first), its prefix salted with the
+adapter's id.
 """
 
 from __future__ import annotations
