@@ -1,6 +1,6 @@
 """The admin listener: `/metrics`, `/sd/neurons`, `/v1/usage` (the usage
-ledger, every tenant's) and `/v1/adapters` (the LoRA adapters and where
-they are held) on a socket of their own (`admin_host`:`admin_port`,
+ledger, every tenant's) and `/v1/adapters` (the LoRA adapters, where they
+are held, one added or removed at run time) on a socket of their own (`admin_host`:`admin_port`,
 loopback by default), so that the API port, which API clients and whatever
 fronts them reach, serves `/v1/...`, `/healthz` and `/readyz` only (and the
 schema at `/openapi.json`). Metrics, the neurons' addresses and the tenants'

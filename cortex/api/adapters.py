@@ -1,29 +1,51 @@
-"""GET /v1/adapters on the admin listener: the LoRA adapters the neurons
-serve, each with its base model and the replicas whose engines hold it, as
-each neuron last said in its Info (issue 28's `neuraxis adapters list`;
-adding and removing adapters at run time is not here yet)."""
+"""The admin listener's /v1/adapters: the LoRA adapters the neurons serve
+(GET: each with its base model and the replicas whose engines hold it, as
+each neuron last said in its Info), one added on every ready replica of its
+base model (POST, our body or vLLM's /v1/load_lora_adapter one), one
+removed (DELETE /v1/adapters/{id}).
+
+Adding here reaches the replicas running now: in cluster mode a replica the
+controller starts later serves the spec's adapters only (issue 28's
+`neuraxis adapters add` through the controller is not built yet).
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
+from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api.gateway import Neurons
+from cortex.schemas.adapters import AdapterCard, AdapterChange, AdapterList, AddAdapter
 
 
 def router_for(neurons: Neurons) -> APIRouter:
     router = APIRouter()
 
     @router.get("/v1/adapters")
-    async def list_adapters() -> dict[str, Any]:
-        return {"object": "list", "data": adapter_listing(neurons.neurons())}
+    async def list_adapters() -> AdapterList:
+        return AdapterList(data=adapter_listing(neurons.neurons()))
+
+    @router.post("/v1/adapters")
+    async def add_adapter(body: AddAdapter) -> AdapterChange:
+        adapter_id, source = body.id or body.lora_name, body.source or body.lora_path
+        if adapter_id is None or source is None:
+            raise InvalidRequestError(
+                "Give the adapter's id and source (or vLLM's lora_name and lora_path).",
+                param="id" if adapter_id is None else "source",
+            )
+        model = body.model or only_base(neurons.neurons())
+        replicas = await neurons.add_adapter(model, adapter_id, source)
+        return AdapterChange(id=adapter_id, parent=model, replicas=replicas)
+
+    @router.delete("/v1/adapters/{adapter_id}")
+    async def remove_adapter(adapter_id: str) -> AdapterChange:
+        return AdapterChange(id=adapter_id, replicas=await neurons.remove_adapter(adapter_id))
 
     return router
 
 
-def adapter_listing(neurons: list[tuple[str, pb.InfoResponse | None]]) -> list[dict[str, Any]]:
+def adapter_listing(neurons: list[tuple[str, pb.InfoResponse | None]]) -> list[AdapterCard]:
     """Each adapter a neuron serves (by id, sorted): its parent and the
     replicas holding it on their engines now."""
     parents: dict[str, str] = {}
@@ -38,6 +60,24 @@ def adapter_listing(neurons: list[tuple[str, pb.InfoResponse | None]]) -> list[d
         for adapter in info.adapters:
             held_by.setdefault(adapter, []).append(address)
     return [
-        {"id": a, "object": "adapter", "parent": parents[a], "held_by": sorted(held_by[a])}
-        for a in sorted(parents)
+        AdapterCard(id=a, parent=parents[a], held_by=sorted(held_by[a])) for a in sorted(parents)
     ]
+
+
+def only_base(neurons: list[tuple[str, pb.InfoResponse | None]]) -> str:
+    """The one model whose replicas hold adapters (a body without `model`,
+    as vLLM's, which serves one model); else a 400 asking for it."""
+    bases: set[str] = {
+        m.id
+        for _, info in neurons
+        if info is not None and info.ready and info.max_adapters
+        for m in info.models
+        if not m.parent
+    }
+    if len(bases) != 1:
+        names = ", ".join(sorted(bases)) or "none"
+        raise InvalidRequestError(
+            f"Name the adapter's base model ('model'); models with adapters: {names}.",
+            param="model",
+        )
+    return bases.pop()

@@ -65,6 +65,12 @@ class Neurons(Protocol):
     def neurons(self) -> list[tuple[str, pb.InfoResponse | None]]:
         """Each neuron's address and what it last said of itself (None: nothing yet)."""
 
+    async def add_adapter(self, model: str, adapter_id: str, source: str) -> list[str]:
+        """A LoRA adapter served on every ready replica of `model` from now on."""
+
+    async def remove_adapter(self, adapter_id: str) -> list[str]:
+        """A LoRA adapter served no more."""
+
 
 @dataclass
 class Runs:

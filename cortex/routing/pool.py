@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
-from axon.errors import InvalidRequestError
+from axon.errors import InvalidRequestError, ModelNotFoundError
 from axon.v1 import neuron_pb2 as pb
 from cortex.routing.adapter_affinity import AdapterAffinity
 from cortex.routing.admission import AdmissionControl, AdmissionOptions, Sleep
@@ -31,6 +31,9 @@ from cortex.routing.retry_budget import RetryBudget, RetryBudgetOptions
 from cortex.routing.roster import ClientFactory, Roster
 from cortex.routing.tenant_policy import TenantPolicies
 from cortex.routing.wake import Wakes
+
+# How long a replica may take to load an adapter (vLLM reads its weights).
+ADAPTER_LOAD_TIMEOUT_S = 120.0
 
 
 class NeuronPool:
@@ -162,6 +165,33 @@ class NeuronPool:
             return [] if served or self.wakes.wakeable else ["(any model)"]
         return [m for m in self._roster.expected if m not in served and not self.wakes.sleeping(m)]
 
+    async def add_adapter(self, model: str, adapter_id: str, source: str) -> list[str]:
+        """Serve the LoRA adapter at `source` as `adapter_id` on every ready
+        replica of `model`, loaded there now; the replicas' addresses. The
+        first replica is asked alone: a source it refuses (no
+        adapter_config.json, a rank too high, another base model) is refused
+        before any other replica is asked."""
+        if self._roster.known(adapter_id):
+            raise InvalidRequestError(f"'{adapter_id}' is already a model's id.", param="id")
+        replicas = [s for s in self._roster.ready(model) if not s.is_adapter(model)]
+        if not replicas:
+            raise ModelNotFoundError(f"No ready replica serves the model '{model}'.")
+        first, *rest = replicas
+        await first.client.load_adapter(adapter_id, source, ADAPTER_LOAD_TIMEOUT_S)
+        await _each(s.client.load_adapter(adapter_id, source, ADAPTER_LOAD_TIMEOUT_S) for s in rest)
+        await self._roster.refresh()  # their Info lists it now
+        return [s.address for s in replicas]
+
+    async def remove_adapter(self, adapter_id: str) -> list[str]:
+        """Serve `adapter_id` no more: off every replica once its requests
+        there have ended; the replicas' addresses."""
+        replicas = [s for s in self._roster.states if s.ready and s.is_adapter(adapter_id)]
+        if not replicas:
+            raise ModelNotFoundError(f"The model '{adapter_id}' does not exist.")
+        await _each(s.client.unload_adapter(adapter_id, ADAPTER_LOAD_TIMEOUT_S) for s in replicas)
+        await self._roster.refresh()
+        return [s.address for s in replicas]
+
     def set_adapters(self, parents: dict[str, str]) -> None:
         """The deployment spec's adapters, each with its base model's id: a
         request for one wakes its base when that is scaled to zero, and
@@ -261,3 +291,11 @@ class NeuronPool:
 
     async def detokenize(self, request: pb.DetokenizeRequest) -> pb.DetokenizeResponse:
         return await self._attempts.detokenize(request)
+
+
+async def _each(calls: Iterable[Awaitable[None]]) -> None:
+    """Every call, at once; the first failure raised once all have ended."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result

@@ -163,3 +163,25 @@ async def test_an_adapter_cannot_embed(lora: LoraStack) -> None:
         )
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "model"
+
+
+async def test_an_adapter_added_and_removed_at_run_time(lora: LoraStack) -> None:
+    admin = lora.gateway.admin_url
+    async with httpx.AsyncClient(timeout=30) as client:
+        added = await client.post(
+            f"{admin}/v1/adapters", json={"model": BASE, "id": "a4", "source": "/adapters/a4"}
+        )
+        assert added.status_code == 200, added.text
+        assert sorted(added.json()["replicas"]) == sorted(n.address for n in lora.gateway.neurons)
+        assert _text(await _chat(lora, "a4")) == "a4:tok0 a4:tok1"
+        # vLLM's body: the base is the one model with adapters.
+        vllm = await client.post(
+            f"{admin}/v1/adapters", json={"lora_name": "a5", "lora_path": "/adapters/a5"}
+        )
+        assert vllm.status_code == 200 and vllm.json()["parent"] == BASE, vllm.text
+        again = await client.post(f"{admin}/v1/adapters", json={"id": "a5", "source": "/x"})
+        assert again.status_code == 400 and again.json()["error"]["param"] == "id"
+        for adapter in ("a4", "a5"):
+            assert (await client.delete(f"{admin}/v1/adapters/{adapter}")).status_code == 200
+    gone = await _chat(lora, "a4")
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "model_not_found"

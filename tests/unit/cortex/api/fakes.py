@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from starlette.requests import Request
 from starlette.types import Receive, Scope
 
-from axon.errors import NeuraxisError
+from axon.errors import ModelNotFoundError, NeuraxisError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api.caps import RequestCaps
 from cortex.api.gateway import Gateway, Neurons, Runs
@@ -69,6 +69,12 @@ class ScriptedPool:
 
     def neurons(self) -> list[tuple[str, pb.InfoResponse | None]]:
         return []
+
+    async def add_adapter(self, model: str, adapter_id: str, source: str) -> list[str]:
+        raise ModelNotFoundError(f"No ready replica serves the model '{model}'.")
+
+    async def remove_adapter(self, adapter_id: str) -> list[str]:
+        raise ModelNotFoundError(f"The model '{adapter_id}' does not exist.")
 
     async def generate(
         self, request: pb.GenerateRequest, hints: RouteHints | None = None

@@ -53,6 +53,7 @@ class FakeNeuron:
         self.max_concurrency = 0  # the engine's batch size as Info reports it (0: unknown)
         self.adapters: list[str] = []  # the LoRA adapters its engine holds (Info and Load)
         self.max_adapters = 0
+        self.adapter_error: NeuraxisError | None = None  # LoadAdapter refuses with it
         self.closed = False
 
     async def info(self, timeout: float) -> pb.InfoResponse:
@@ -104,6 +105,19 @@ class FakeNeuron:
 
     async def serving(self, timeout: float) -> bool:
         return self.reachable and self.ready
+
+    async def load_adapter(self, adapter_id: str, source: str, timeout: float) -> None:
+        """Serves the adapter from now on (on its first model), unless told
+        to refuse it (`adapter_error`), as a neuron refuses a bad source."""
+        if self.adapter_error is not None:
+            raise self.adapter_error
+        parent = self.models[0].id
+        self.models.append(pb.ModelInfo(id=adapter_id, parent=parent, max_context_length=100))
+        self.adapters.append(adapter_id)
+
+    async def unload_adapter(self, adapter_id: str, timeout: float) -> None:
+        self.models = [m for m in self.models if m.id != adapter_id]
+        self.adapters = [a for a in self.adapters if a != adapter_id]
 
     async def generate(
         self, request: pb.GenerateRequest, timeout: float, metadata: Metadata = ()

@@ -1,11 +1,15 @@
-"""The pool's routing of a request for a LoRA adapter, with in-memory
-neurons: the replica holding it first, else one with room (which then
-holds it for the next request), and prefix hashes of its own."""
+"""The pool and LoRA adapters, with in-memory neurons: a request routed to
+the replica holding its adapter, else one with room (which then holds it
+for the next request), with prefix hashes of its own; an adapter added on
+every replica (a source the first refuses reaching no other) and removed."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
 from cortex.routing.prefix import PrefixHasher
 from tests.unit.cortex.routing import pools
@@ -58,3 +62,17 @@ async def test_an_adapters_prefix_hashes_are_its_own() -> None:
         await pools.texts(pool.generate(request))
     prefixes = [route.prefix for route in policy.routes]
     assert len(set(prefixes)) == 3 and all(prefixes)
+
+
+async def test_a_source_the_first_replica_refuses_reaches_no_other() -> None:
+    first, second = _neuron("n1:1", []), _neuron("n2:1", [])
+    first.adapter_error = InvalidRequestError("no adapter_config.json", param="source")
+    pool = await pools.polled(pools.fake_pool([first, second], policy=pools.Recorder()))
+    with pytest.raises(InvalidRequestError, match="adapter_config"):
+        await pool.add_adapter("m", "c", "/adapters/c")
+    assert [m.id for m in second.models] == ["m", "a", "b"]  # never asked
+    first.adapter_error = None
+    assert await pool.add_adapter("m", "c", "/adapters/c") == ["n1:1", "n2:1"]
+    assert "c" in pool.served_models()
+    assert await pool.remove_adapter("c") == ["n1:1", "n2:1"]
+    assert "c" not in pool.served_models()

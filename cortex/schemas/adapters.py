@@ -1,0 +1,41 @@
+"""Wire types of the admin listener's /v1/adapters."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class AddAdapter(BaseModel):
+    """POST /v1/adapters: ours (`model`, `id`, `source`) or vLLM's
+    /v1/load_lora_adapter body (`lora_name`, `lora_path`), for tools that
+    speak it; without `model`, the one base model whose replicas hold
+    adapters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, min_length=1)
+    id: str | None = Field(None, min_length=1)
+    source: str | None = Field(None, min_length=1)
+    lora_name: str | None = Field(None, min_length=1)
+    lora_path: str | None = Field(None, min_length=1)
+
+
+class AdapterCard(BaseModel):
+    id: str
+    object: str = "adapter"
+    parent: str
+    # The replicas whose engines hold it now (as they last reported).
+    held_by: list[str]
+
+
+class AdapterList(BaseModel):
+    object: str = "list"
+    data: list[AdapterCard]
+
+
+class AdapterChange(BaseModel):
+    """What POST and DELETE did: the adapter and the replicas told."""
+
+    id: str
+    parent: str | None = None
+    replicas: list[str]
