@@ -148,11 +148,14 @@ class Attempts:
         claim = self._admission.claim(request, hints.tenant if hints is not None else "")
         if isinstance(request, pb.GenerateRequest):
             set_class(request, claim.cls)  # the class the engine should see
-        label = self._roster.model_label(request.model)
         # Time queued for a slot is bounded by the queue timeout, not the deadlines.
         with tracing.span("neuraxis.admission", _admission_attributes(request, claim)):
             wait = hints.waited if hints is not None else None
-            admitted = await self._admission.admit(request.model, label, claim, wait)
+            # An adapter queues as its base: they share the replicas' slots,
+            # and one queue per model keeps its fair order and its count.
+            base = self._roster.base_of(request.model)
+            label = self._roster.model_label(base)
+            admitted = await self._admission.admit(base, label, claim, wait)
         spent = Spent(request)
         deadline = RequestDeadline(self._deadlines, self._clock)
         with self._budget.ticket() as ticket, self._admission.settling(admitted, spent):

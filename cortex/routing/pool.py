@@ -211,11 +211,7 @@ class NeuronPool:
         for model in {*self._roster.expected, *self.wakes.wakeable}:
             if depth := self._admission.depth(model):
                 counts[model] = counts.get(model, 0) + depth
-        # An adapter's queue is its base model's load (the base scales).
-        for adapter, base in self._roster.parents.items():
-            if depth := self._admission.depth(adapter):
-                counts[base] = counts.get(base, 0) + depth
-        return counts
+        return counts  # an adapter's requests queue as its base's (attempts.py)
 
     def kv_usage(self) -> dict[str, float]:
         """The fullest KV cache (0..1) among each model's ready replicas, as

@@ -171,6 +171,15 @@ class Roster:
         """Whether `model` is a LoRA adapter, as its neurons report it."""
         return any(s.is_adapter(model) for s in self.states)
 
+    def base_of(self, model: str) -> str:
+        """The base model of an adapter (as its neurons or the spec say), else
+        `model` itself: an adapter's requests take its base's replica slots."""
+        for state in self.states:
+            info = state.models.get(model)
+            if info is not None and info.parent:
+                return info.parent
+        return self.parents.get(model, model)
+
     def known(self, model: str) -> bool:
         """Expected, the spec's adapter, or served by some neuron (ready or not)."""
         return (

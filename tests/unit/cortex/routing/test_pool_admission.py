@@ -206,3 +206,24 @@ async def test_an_embedding_request_is_admitted_the_same_way() -> None:
     hold.set()
     await texts(busy)
     assert (await pool.embed(pb.EmbedRequest(request_id="e", model="m"))).embeddings
+
+
+async def test_an_adapters_request_queues_as_its_base_for_the_same_slots() -> None:
+    # One slot on the replica, taken by the base model: the adapter's request
+    # waits in the base's queue (not a queue of its own that would see the
+    # slot free too) and runs once the base's request ends.
+    neuron = FakeNeuron("adm-pool-adapter:1")
+    neuron.models.append(pb.ModelInfo(id="a", parent="m", max_context_length=100))
+    hold = _held(neuron)
+    pool = _pool([neuron], ManualClock(), cap=1)
+    await pool.refresh()
+    first = pool.generate(_request(1))
+    await anext(first)
+    adapter = pb.GenerateRequest(request_id="req-a", model="a")
+    second = asyncio.ensure_future(anext(pool.generate(adapter)))
+    await until(lambda: pool.queued("m") == 1)
+    assert neuron.streams_open == 1 and not second.done()
+    neuron.script = [text("adapted"), DONE]
+    hold.set()
+    await texts(first)
+    await second
