@@ -24,6 +24,7 @@ COMMON_FILES = {
     "/usr/lib/firewalld/services/neuraxis-ray.xml",
     "/var/lib/neuraxis",
     "/var/lib/neuraxis/models",
+    "/var/lib/neuraxis/adapters",
     "/var/cache/neuraxis",
     "/run/neuraxis",
     "/opt/neuraxis",
@@ -146,6 +147,8 @@ def test_state_directories_belong_to_neuraxis(packages: Packages) -> None:
     assert attributes["/etc/neuraxis"][:3] == ("drwxr-x---", "root", "neuraxis")
     for path in ("/var/lib/neuraxis", "/var/lib/neuraxis/models", "/var/cache/neuraxis"):
         assert attributes[path][:3] == ("drwxr-x---", "neuraxis", "neuraxis"), path
+    # Adapters are the operator's to copy in; the neurons only read them.
+    assert attributes["/var/lib/neuraxis/adapters"][:3] == ("drwxr-x---", "root", "neuraxis")
     assert attributes["/usr/bin/neuraxis"][0] == "-rwxr-xr-x"
     cortex = file_attributes(packages.cortex)
     for path in ("/var/lib/neuraxis-cortex", "/var/cache/neuraxis-cortex"):
