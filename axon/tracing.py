@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -39,6 +39,9 @@ else:
 OtlpProtocol = Literal["grpc", "http/protobuf"]
 # gRPC metadata keys are lower case; W3C's header names are too.
 TRACEPARENT = "traceparent"
+# The W3C trace context: all a carrier (headers, metadata) holds that we read.
+_CONTEXT_KEYS = frozenset({TRACEPARENT, "tracestate"})
+_CONTEXT_HEADERS = frozenset(key.encode() for key in _CONTEXT_KEYS)
 
 log = logging.getLogger("neuraxis.tracing")
 
@@ -72,6 +75,7 @@ _provider: TracerProvider | None = None
 # imported at each call).
 _api: Any = None
 _propagate: Any = None
+_context: Any = None
 
 
 def enabled() -> bool:
@@ -109,8 +113,8 @@ def install(service: str, sample_ratio: float, processor: SpanProcessor) -> None
     """Trace through `processor` (tests hand an in-memory one). The provider
     stays ours, not OpenTelemetry's global one: vLLM, in the neuron's
     process, sets that to its own."""
-    global _tracer, _provider, _api, _propagate
-    from opentelemetry import propagate, trace
+    global _tracer, _provider, _api, _propagate, _context
+    from opentelemetry import context, propagate, trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
@@ -123,7 +127,7 @@ def install(service: str, sample_ratio: float, processor: SpanProcessor) -> None
     _provider.add_span_processor(processor)
     # W3C trace context only: what clients, vLLM and the neuron speak.
     propagate.set_global_textmap(TraceContextTextMapPropagator())
-    _api, _propagate = trace, propagate
+    _api, _propagate, _context = trace, propagate, context
     _tracer = _provider.get_tracer("neuraxis")
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, TraceIdFilter) for f in handler.filters):
@@ -175,6 +179,54 @@ def extract(carrier: Mapping[str, str]) -> Context | None:
         return None
     context: Context = _propagate.extract(carrier)
     return context
+
+
+def carrier_of_headers(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The W3C trace context among an ASGI request's headers (empty: none);
+    the other headers are not decoded."""
+    return {k.decode(): v.decode("latin-1") for k, v in headers if k in _CONTEXT_HEADERS}
+
+
+def carrier_of_metadata(metadata: Iterable[tuple[str, str | bytes]]) -> dict[str, str]:
+    """The W3C trace context in a gRPC call's metadata (empty: none)."""
+    return {k: str(v) for k, v in metadata if k in _CONTEXT_KEYS}
+
+
+def sampled_out(carrier: Mapping[str, str]) -> bool:
+    """Whether the caller's `traceparent` says its trace is not recorded:
+    the parent-based sampler then records nothing here either, so the
+    callee can skip its spans without asking it. Read from the header's
+    flags (W3C: `00-<trace id>-<span id>-<flags>`, bit 0 sampled); a
+    malformed one is left to the SDK."""
+    value = carrier.get(TRACEPARENT)
+    if value is None or len(value) != 55 or value[52] != "-":
+        return False
+    try:
+        return not int(value[53:], 16) & 1
+    except ValueError:
+        return False
+
+
+def server_span(name: str, carrier: Mapping[str, str]) -> Span:
+    """A SERVER span continuing the trace context in `carrier` (empty: a new
+    trace, sampled at the ratio), neither current nor ended yet. A trace
+    sampled out gets a non-recording span: only the decision, which the
+    request's children and callees read once it is current (`attach`)."""
+    assert _tracer is not None, "tracing is off"
+    parent = _propagate.extract(carrier) if carrier else None
+    span: Span = _tracer.start_span(name, context=parent, kind=_api.SpanKind.SERVER)
+    return span
+
+
+def attach(span: Span) -> object:
+    """Make `span` current until `detach` with the token returned: what
+    `span()` does, without its context managers (the path every request
+    takes, sampled or not)."""
+    return _context.attach(_api.set_span_in_context(span))
+
+
+def detach(token: object) -> None:
+    _context.detach(token)
 
 
 def metadata_for(span: Span | None) -> tuple[tuple[str, str], ...]:

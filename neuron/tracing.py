@@ -88,11 +88,16 @@ def traced(
 ) -> contextlib.AbstractContextManager[CallTrace | None]:
     """`call` for a gRPC call of `method` (Generate, Embed, Tokenize,
     Detokenize), continuing the trace of the cortex attempt that sent it in
-    its metadata; nothing made when tracing is off."""
+    its metadata; nothing made when tracing is off or that trace is not
+    recorded."""
     if not tracing.enabled():
         return _UNTRACED
-    metadata = {str(k): str(v) for k, v in context.invocation_metadata() or ()}
-    return call(method, metadata, _attributes(request))
+    carrier = tracing.carrier_of_metadata(context.invocation_metadata() or ())
+    if tracing.sampled_out(carrier):
+        # cortex sampled the trace out (99 calls of 100 at ratio 0.01): the
+        # parent-based sampler would record nothing, so nothing is made.
+        return _UNTRACED
+    return call(method, carrier, _attributes(request))
 
 
 def _attributes(request: Traced) -> tracing.Attributes:

@@ -4,6 +4,7 @@ import logging
 import subprocess
 import sys
 
+import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -89,3 +90,50 @@ def test_with_tracing_off_the_services_never_import_opentelemetry() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_the_trace_context_is_picked_from_headers_and_metadata() -> None:
+    traceparent = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+    headers = [
+        (b"host", b"cortex"),
+        (b"traceparent", traceparent.encode()),
+        (b"tracestate", b"a=1"),
+    ]
+    assert tracing.carrier_of_headers(headers) == {"traceparent": traceparent, "tracestate": "a=1"}
+    assert tracing.carrier_of_headers([(b"host", b"cortex")]) == {}
+    metadata = [("user-agent", "grpc"), ("traceparent", traceparent)]
+    assert tracing.carrier_of_metadata(metadata) == {"traceparent": traceparent}
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "sampled_out"),
+    [
+        ("00-" + "1" * 32 + "-" + "2" * 16 + "-00", True),
+        ("00-" + "1" * 32 + "-" + "2" * 16 + "-02", True),  # a flag other than sampled
+        ("00-" + "1" * 32 + "-" + "2" * 16 + "-01", False),
+        ("00-" + "1" * 32 + "-" + "2" * 16 + "-03", False),
+        ("00-" + "1" * 32 + "-" + "2" * 16 + "-zz", False),  # malformed: the SDK decides
+        ("00-" + "1" * 31 + "-" + "2" * 16 + "-00", False),
+        (None, False),  # no caller's trace: the ratio decides
+    ],
+)
+def test_a_callers_traceparent_says_whether_its_trace_is_sampled_out(
+    traceparent: str | None, sampled_out: bool
+) -> None:
+    carrier = {} if traceparent is None else {"traceparent": traceparent}
+    assert tracing.sampled_out(carrier) is sampled_out
+
+
+def test_a_callers_unsampled_trace_gives_a_span_that_records_nothing(
+    spans: InMemorySpanExporter,
+) -> None:
+    """What `sampled_out` reads from the flags is what the sampler decides."""
+    for flags, recorded in (("00", False), ("01", True)):
+        carrier = {"traceparent": f"00-{'1' * 32}-{'2' * 16}-{flags}"}
+        span = tracing.server_span("request", carrier)
+        assert span.is_recording() is recorded is not tracing.sampled_out(carrier)
+        token = tracing.attach(span)
+        assert tracing.current_trace_id() == ("1" * 32 if recorded else None)
+        tracing.detach(token)
+        span.end()
+    assert [s.name for s in spans.get_finished_spans()] == ["request"]
