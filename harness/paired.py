@@ -49,6 +49,26 @@ class Paired:
 
         return statistics.median(p50(one[mode]) - p50(one[baseline]) for one in self.rounds) * 1000
 
+    def paired_ratios(self, mode: str, baseline: str) -> dict[str, float]:
+        """The median over rounds of the mode's TTFT p50 and output tokens/s
+        over the baseline's in the same round (each the mean of its runs)."""
+
+        def ratio(figure: Callable[[Run], float], one: dict[str, list[Run]]) -> float:
+            return statistics.mean(map(figure, one[mode])) / statistics.mean(
+                map(figure, one[baseline])
+            )
+
+        def p50(run: Run) -> float:
+            return statistics.median(run.ttfts)
+
+        def tokens_per_s(run: Run) -> float:
+            return run.tokens_per_s
+
+        return {
+            "ttft_p50": statistics.median(ratio(p50, one) for one in self.rounds),
+            "tokens_per_s": statistics.median(ratio(tokens_per_s, one) for one in self.rounds),
+        }
+
 
 def paired_rounds(
     modes: Sequence[str],
