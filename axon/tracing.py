@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterable, Iterator, Mapping
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -76,6 +77,10 @@ _provider: TracerProvider | None = None
 _api: Any = None
 _propagate: Any = None
 _context: Any = None
+# True while a request sampled out is served (`attach`): its spans and trace
+# id are known to be none without asking OpenTelemetry's context, which
+# costs a few calls and an ABC instance check a time.
+_SAMPLED_OUT: ContextVar[bool] = ContextVar("neuraxis_sampled_out", default=False)
 
 
 def enabled() -> bool:
@@ -165,7 +170,7 @@ def shutdown() -> None:
 
 def current_trace_id() -> str | None:
     """The current span's trace id in hex, when one is being recorded."""
-    if _tracer is None:
+    if _tracer is None or _SAMPLED_OUT.get():
         return None
     context = _api.get_current_span().get_span_context()
     if not context.is_valid or not context.trace_flags.sampled:
@@ -218,14 +223,22 @@ def server_span(name: str, carrier: Mapping[str, str]) -> Span:
     return span
 
 
-def attach(span: Span) -> object:
-    """Make `span` current until `detach` with the token returned: what
-    `span()` does, without its context managers (the path every request
-    takes, sampled or not)."""
-    return _context.attach(_api.set_span_in_context(span))
+Attached = tuple[object, Token[bool]]
 
 
-def detach(token: object) -> None:
+def attach(span: Span) -> Attached:
+    """Make `span` current until `detach` with what this returns: what
+    `span()` does, without its context managers (the path of a request
+    sampled out). Within, nothing more is recorded: the spans made and
+    the trace ids read are those of `span`'s trace."""
+    return _context.attach(_api.set_span_in_context(span)), _SAMPLED_OUT.set(
+        not span.is_recording()
+    )
+
+
+def detach(attached: Attached) -> None:
+    token, sampled_out = attached
+    _SAMPLED_OUT.reset(sampled_out)
     _context.detach(token)
 
 
@@ -247,6 +260,8 @@ def metadata_for(span: Span | None) -> tuple[tuple[str, str], ...]:
 def _sampled_out() -> bool:
     """Whether the current trace was sampled out: its spans would record
     nothing, so none is made (a sampled-out request costs a span, not six)."""
+    if _SAMPLED_OUT.get():
+        return True
     current = _api.get_current_span()
     return bool(current.get_span_context().is_valid and not current.is_recording())
 

@@ -109,7 +109,8 @@ def gateways_for(modes: list[str], logs: Path) -> Iterator[Stack]:
         neurons = stack.enter_context(sim_neurons(logs, "tracing", sims))
         started = {}
         for mode, neuron in zip(modes, neurons, strict=True):
-            log = logs / f"tracing-cortex-{re.sub(r'[^a-z0-9.]+', '-', mode)}.log"
+            name = re.sub(r"[^a-z0-9.]+", "-", mode.lower()).strip("-")
+            log = logs / f"tracing-cortex-{name}.log"
             started[mode] = cortex(log, [neuron.address], *flags[mode])
             stack.callback(started[mode].proc.stop)
         for running in started.values():
