@@ -250,11 +250,16 @@ def metadata_for(span: Span | None) -> tuple[tuple[str, str], ...]:
         return ()
     if span is None:
         span = _api.get_current_span()
-        if not span.get_span_context().is_valid:
-            return ()
-    carrier: dict[str, str] = {}
-    _propagate.inject(carrier, context=_api.set_span_in_context(span))
-    return tuple(carrier.items())
+    context = span.get_span_context()
+    if not context.is_valid:
+        return ()
+    # W3C trace context, written here as the propagator would (the one we
+    # install speaks nothing else), without its context round trip: every
+    # attempt sends it, sampled or not.
+    traceparent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    if not context.trace_state:
+        return ((TRACEPARENT, traceparent),)
+    return (TRACEPARENT, traceparent), ("tracestate", context.trace_state.to_header())
 
 
 def _sampled_out() -> bool:

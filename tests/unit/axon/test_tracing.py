@@ -137,3 +137,19 @@ def test_a_callers_unsampled_trace_gives_a_span_that_records_nothing(
         tracing.detach(token)
         span.end()
     assert [s.name for s in spans.get_finished_spans()] == ["request"]
+
+
+def test_the_metadata_is_what_the_w3c_propagator_writes(spans: InMemorySpanExporter) -> None:
+    from opentelemetry import propagate, trace
+
+    client = f"00-{'1' * 32}-{'2' * 16}-01"
+    for carrier in ({"traceparent": client}, {"traceparent": client, "tracestate": "a=1,b=2"}):
+        with tracing.span("request", parent=tracing.extract(carrier)) as request:
+            attempt = tracing.start("attempt")
+            for span in (attempt, None):
+                written: dict[str, str] = {}
+                current = trace.set_span_in_context(span or trace.get_current_span())
+                propagate.inject(written, context=current)
+                assert dict(tracing.metadata_for(span)) == written
+            tracing.end(attempt)
+        assert request is not None
