@@ -8,14 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from starlette.types import Message, Receive, Scope, Send
 
 from axon import tracing
 from cortex.http.tracing import TraceRequests
-from tests.unit.traced import spans
+from tests.unit.traced import spans, traced_at
 
 __all__ = ["spans"]
 
@@ -25,10 +24,8 @@ CLIENT_TRACE, CLIENT_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b
 @pytest.fixture
 def sampled_out() -> Iterator[InMemorySpanExporter]:
     """Tracing on, every new trace sampled out."""
-    exporter = InMemorySpanExporter()
-    tracing.install("neuraxis-test", 0.0, SimpleSpanProcessor(exporter))
-    yield exporter
-    tracing.shutdown()
+    with traced_at(0.0) as exporter:
+        yield exporter
 
 
 class App:
