@@ -197,3 +197,24 @@ def test_a_tokenize_call_is_traced_into_the_neuron(traced: tuple[SimGateway, Rec
     [admission] = [s for s in spans if s.name == "neuraxis.admission"]
     assert admission.attributes["neuraxis.priority"] == "default"
     assert "neuraxis.tenant" in admission.attributes
+
+
+def test_a_trace_sampled_out_leaves_no_span_on_either_side(
+    traced: tuple[SimGateway, Receiver],
+) -> None:
+    """A client's traceparent that says not sampled is followed by cortex
+    and, through the attempt's metadata, by the neuron: neither exports a
+    span of it. A sampled request sent after it shows the exports are in."""
+    gateway, receiver = traced
+    unsampled, sampled = secrets.token_hex(16), secrets.token_hex(16)
+    for trace_id, flags in ((unsampled, "00"), (sampled, "01")):
+        traceparent = f"00-{trace_id}-{secrets.token_hex(8)}-{flags}"
+        assert _streamed_chat(gateway.base_url, traceparent) == "tok0 tok1 tok2 tok3"
+
+    def arrived() -> bool:
+        names = {s.name for s in trace_of(receiver.spans(), sampled)}
+        return {f"POST {CHAT}", "neuron.decode"} <= names
+
+    # Each process exports its spans in the order they ended.
+    assert wait_until(arrived, timeout_s=60), "the sampled request's spans did not arrive"
+    assert trace_of(receiver.spans(), unsampled) == []
