@@ -330,7 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--max-tokens", type=int, default=32)
     cli.add_argument("--concurrency", type=int, default=16)
     cli.add_argument(
-        "--aa", action="store_true", help=f"add a second arm with tracing off ({AA!r})"
+        "--aa",
+        action="store_true",
+        help=f"add a second arm with tracing off ({AA!r}); four modes: rounds in fours "
+        "(harness/paired.py's balanced order)",
     )
     args = cli.parse_args(argv)
     modes = [mode for mode in MODES if mode != AA or args.aa]

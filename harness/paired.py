@@ -1,7 +1,11 @@
 """Modes measured in paired rounds (cortex with and without auth, tracing,
 metrics; two request paths): each round runs every mode twice, A B B A, the
 next round rotated (B A A B; with three modes B C A A C B, ...), so that the
-drift of a shared machine falls on every mode alike. Besides the runs, each
+drift of a shared machine falls on every mode alike. From four modes on, the
+rounds follow Williams' design (A B D C C D B A, then B C A D D A C B, ...):
+over as many rounds as modes, every mode runs right after every other one
+equally often, so the aftermath of a heavy mode's run falls on all the
+others alike (plain rotation put the same two after it every round). Besides the runs, each
 mode's CPU seconds where the caller says how to read them, and the paired
 difference of two modes within each round, less exposed to that drift than
 the pooled figures."""
@@ -82,8 +86,7 @@ def paired_rounds(
     used so far: its share is counted around each of its runs."""
     paired = Paired(cpu_s=dict.fromkeys(modes, 0.0))
     for r in range(rounds):
-        shift = r % len(modes)
-        order = [*modes[shift:], *modes[:shift]]
+        order = _order(modes, r)
         runs: dict[str, list[Run]] = {mode: [] for mode in modes}
         for mode in order + order[::-1]:
             before = cpu_s(mode) if cpu_s is not None else 0.0
@@ -99,3 +102,17 @@ def paired_rounds(
             )
         paired.rounds.append(runs)
     return paired
+
+
+def _order(modes: Sequence[str], r: int) -> list[str]:
+    """Round `r`'s first half: Williams' row 0, 1, n-1, 2, n-2, ... shifted
+    by `r` (up to three modes, the plain rotation)."""
+    n = len(modes)
+    row = [0]
+    low, high = 1, n - 1
+    while low <= high:
+        row.append(low)
+        if low != high:
+            row.append(high)
+        low, high = low + 1, high - 1
+    return [modes[(i + r) % n] for i in row]

@@ -3,6 +3,9 @@ each run, and the per-round difference with a baseline."""
 
 from __future__ import annotations
 
+from collections import Counter
+from itertools import pairwise
+
 from harness.paired import paired_rounds
 from harness.workload import Run
 
@@ -47,3 +50,17 @@ def test_the_paired_difference_is_the_median_over_rounds() -> None:
     assert round(paired.added_ttft_ms("on", "off"), 6) == 20.0
     assert len(paired.ttfts("on")) == 18
     assert paired.medians("off") == {"ttft_p50_ms": 200.0, "tokens_per_s": 15.0}
+
+
+def test_from_four_modes_each_runs_after_every_other_equally_often() -> None:
+    order: list[str] = []
+
+    def measure(mode: str) -> Run:
+        order.append(mode)
+        return Run([0.1], 10, 1.0)
+
+    paired_rounds(["a", "b", "c", "d"], 4, measure, "test")
+    assert "".join(order[:8]) == "abdccdba"
+    rounds = ["".join(order[i : i + 8]) for i in range(0, 32, 8)]
+    after = Counter(pair for one in rounds for pair in pairwise(one))
+    assert {after[(x, y)] for x in "abcd" for y in "abcd" if x != y} == {2}
