@@ -1,5 +1,6 @@
-"""Paired rounds: the A B B A order rotated each round, the CPU read around
-each run, and the per-round difference with a baseline."""
+"""Paired rounds: the A B B A order rotated each round (balanced from four
+modes), the CPU read around each run, and the per-round difference with a
+baseline."""
 
 from __future__ import annotations
 
