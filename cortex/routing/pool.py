@@ -81,7 +81,12 @@ class NeuronPool:
             settings=settings,
         )
         self._admission = AdmissionControl(
-            admission_options, self._roster.free_slots, clock, sleep, tenants
+            admission_options,
+            self._roster.free_slots,
+            clock,
+            sleep,
+            tenants,
+            replicas=lambda model: len(self._roster.ready(model)),
         )
         # Models scaled to zero (cluster mode sets `wakes.wakeable` and the
         # timeout from the deployment spec and the controller).
