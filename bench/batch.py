@@ -9,8 +9,10 @@ serves about 1 / prefill_s prompts a second), one cortex in front of it.
 Two phases, one after the other: the interactive load alone (closed loop,
 `--concurrency` streamed chats), then the same load while the batch runs
 (uploaded with the Files API, created with the Batch API, run by cortex's
-batch runner with `batches.max_in_flight` lines at a time). The batch is
-then waited for: lines per second from in_progress to its end.
+batch runner with `batches.max_in_flight` lines at a time, in the batch
+class: admission lets it trickle beside the interactive load, which is in
+the default class). The batch is then waited for: lines per second beside
+the load, alone after it, and from in_progress to its end.
 
     make bench-batch
     python -m bench.batch --lines 5000 --seconds 20
