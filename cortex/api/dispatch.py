@@ -203,17 +203,26 @@ def in_surface_terms(
     return type(error)(message, param=spelling)
 
 
-async def unary(request: Request, model: str, call: Callable[[], Awaitable[T]]) -> T:
+async def unary(request: Request, model: str, call: Callable[[RouteHints], Awaitable[T]]) -> T:
     """One call that generates nothing (/tokenize, /detokenize) on a replica
     of `model`, tracked, counted toward the key's rpm and max_concurrent; a
-    client that leaves cancels it."""
+    client that leaves cancels it. `call` gets the request's hints: its
+    tenant (for its place in the admission queue) and where to tell how
+    long it waited there (its ledger row's queue seconds)."""
     check_model(request, model)
     admission = await admit_request(request)
     tracker = _tracker(request, model)
     with _counted(tracker, admission):
-        answer = await cancel_on_disconnect(request, call())
+        answer = await cancel_on_disconnect(request, call(_hints(request)))
     tracker.part_done(0, 0)
     return answer
+
+
+def _hints(request: Request) -> RouteHints:
+    """The hints of a request without affinity keys: its tenant, and where
+    admission tells how long it waited."""
+    context = context_of(request)
+    return RouteHints(tenant=context.principal.tenant, waited=context.waited)
 
 
 @contextmanager
@@ -245,9 +254,7 @@ async def embed(request: Request, internal: pb.EmbedRequest) -> pb.EmbedResponse
     admission = await _admit(request, estimate_embed(internal), 1)
     tracker = _tracker(request, internal.model)
     with _counted(tracker, admission):
-        context = context_of(request)
-        hints = RouteHints(tenant=context.principal.tenant, waited=context.waited)
-        embedded = gateway_of(request).neurons.embed(internal, hints)
+        embedded = gateway_of(request).neurons.embed(internal, _hints(request))
         response = await cancel_on_disconnect(request, embedded)
         if admission is not None:
             admission.part_ended(response.prompt_tokens)

@@ -54,7 +54,9 @@ def from_tokenize_response(answer: pb.TokenizeResponse, strs: bool) -> TokenizeR
 async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
     internal = to_tokenize_request(body, dispatch.claim(request, TOKENIZE))
     neurons = gateway_of(request).neurons
-    answer = await dispatch.unary(request, body.model, lambda: neurons.tokenize(internal))
+    answer = await dispatch.unary(
+        request, body.model, lambda hints: neurons.tokenize(internal, hints)
+    )
     return from_tokenize_response(answer, body.return_token_strs)
 
 
@@ -63,5 +65,7 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeRes
     request_id = dispatch.claim(request, DETOKENIZE)
     internal = pb.DetokenizeRequest(request_id=request_id, model=body.model, tokens=body.tokens)
     neurons = gateway_of(request).neurons
-    answer = await dispatch.unary(request, body.model, lambda: neurons.detokenize(internal))
+    answer = await dispatch.unary(
+        request, body.model, lambda hints: neurons.detokenize(internal, hints)
+    )
     return DetokenizeResponse(prompt=answer.prompt)

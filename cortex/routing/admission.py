@@ -15,6 +15,12 @@ Retry-After, code `model_overloaded`) instead of piling up in the engines'
 own queues until a deadline answers 504. A waiter that is cancelled (its
 client left) leaves the queue at once.
 
+With fair queuing the batch class gets what the classes above it leave
+(`class_slots.py`): it may not take a model's last `batch_reserved_slots`
+per replica, and while requests of a higher class run or wait on the model
+it runs at most `batch_trickle_slots` per replica; a batch request held
+back by either waits in the queue like one that found no slot.
+
 With fair queuing the queue is bounded per tenant too (`tenant_queue_share`
 times its weight): a tenant past its bound is refused, never another
 tenant's waiter. When the queue is full in total, a request of a higher
@@ -27,10 +33,13 @@ capped by its tenant's `max_priority`, and it is charged its estimated
 tokens when it gets a slot, corrected by `settle` when it ends
 (`request_cost.py`).
 
-Newcomers never overtake waiters: a request that finds anyone queued queues
-behind them (its place among them is the queue's order). A slot handed to a
-waiter is counted as taken (`_granted`) until the waiter resumes and the
-pool dispatches it, so that two wake-ups cannot hand out one slot twice.
+Newcomers never overtake waiters that would go before them: a request that
+finds one of its class or a higher one queued queues behind them (its
+place among them is the queue's order); one that finds only lower-class
+waiters (held back by the batch rules) goes ahead of them to a free slot.
+A slot handed to a waiter is counted as taken (`_granted`) until the
+waiter resumes and the pool dispatches it, so that two wake-ups cannot
+hand out one slot twice.
 
 What is free is the pool's to say (`FreeSlots`: it knows the replicas, their
 caps and their outstanding requests); when no cap applies (admission off, a
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -54,6 +64,7 @@ from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.routing.admission_options import AdmissionOptions
 from cortex.routing.admission_wait import AdmissionWait
+from cortex.routing.class_slots import BATCH, ModelSlots, may_take
 from cortex.routing.fair_queue import FairQueue, FifoQueue
 from cortex.routing.request_cost import Costed, OutputMeans, Spent, choices, estimate
 from cortex.routing.tenant_policy import TenantPolicies
@@ -63,6 +74,8 @@ __all__ = ["AdmissionControl", "AdmissionOptions", "Claim", "FreeSlots", "Sleep"
 # The model's free slots over its ready replicas, or None: no cap applies.
 FreeSlots = Callable[[str], "int | None"]
 Sleep = Callable[[float], Awaitable[None]]
+# The model's ready replicas (the batch rules are per replica).
+Replicas = Callable[[str], int]
 
 # A refused client is told to retry after this: a slot frees when some
 # request ends, which cannot be known in advance.
@@ -138,9 +151,11 @@ class AdmissionControl:
         clock: Callable[[], float],
         sleep: Sleep = asyncio.sleep,
         tenants: TenantPolicies | None = None,
+        replicas: Replicas | None = None,
     ) -> None:
         """`tenants`: the tenants' weights and classes (default: the
-        settings' static `tenants` table)."""
+        settings' static `tenants` table); `replicas`: how many ready
+        replicas a model has (default: one)."""
         self._options = options
         self._free = free_slots
         self._clock = clock
@@ -151,6 +166,9 @@ class AdmissionControl:
         self._granted: dict[str, int] = {}
         self._labels: dict[str, str] = {}
         self._means = OutputMeans()
+        self._replicas = replicas or (lambda _model: 1)
+        # Requests admitted and not settled, per model and class.
+        self._running: dict[str, Counter[PriorityClass]] = {}
 
     def depth(self, model: str) -> int:
         """Requests waiting for `model` now."""
@@ -190,9 +208,10 @@ class AdmissionControl:
             queue = self._queues[model] = (
                 FairQueue[_Waiter]() if self._options.fair_queuing else FifoQueue[_Waiter]()
             )
-        if not queue and self._has_slot(model):
+        if not queue.ahead_of(claim.rank) and self._may_take(model, queue, claim.cls):
             metrics.record_admission_wait(label, 0.0)
             queue.charge(_Waiter(claim))
+            self._count(model, claim.cls, 1)
             return Ticket(model, claim, charged=True)
         self._make_room(model, label, queue, claim)
         await self._wait(model, label, queue, _Waiter(claim), wait)
@@ -212,10 +231,14 @@ class AdmissionControl:
         claim = ticket.claim
         if isinstance(spent.request, pb.GenerateRequest) and spent.reported:
             self._means.learn(ticket.model, spent.output / choices(spent.request))
+        if not ticket.charged:
+            return
+        self._count(ticket.model, claim.cls, -1)
         queue = self._queues.get(ticket.model)
-        if ticket.charged and queue is not None:
+        if queue is not None:
             queue.correct(claim.tenant, claim.weight, spent.total - claim.cost)
             queue.ended(claim.tenant)
+        self.wake(ticket.model)  # one fewer of its class: a batch waiter may go
 
     def _make_room(self, model: str, label: str, queue: _Queue, claim: Claim) -> None:
         """Refuse the request if its tenant is past its share or the queue is
@@ -291,15 +314,32 @@ class AdmissionControl:
             metrics.set_admission_queue_depth(self._labels.get(model, model), len(queue))
         if waiter.was_granted():
             self._granted[model] -= 1
+            self._count(model, waiter.claim.cls, -1)
             if queue is not None:
                 queue.ended(waiter.tenant)  # granted, never dispatched: never settled
             self.wake(model)
         elif not waiter.granted.done():
             waiter.granted.cancel()
 
-    def _has_slot(self, model: str) -> bool:
+    def _may_take(self, model: str, queue: _Queue, cls: PriorityClass) -> bool:
+        """Whether a request of class `cls` may take a slot of `model` now:
+        one is free, and with fair queuing the batch rules allow it."""
         free = self._free(model)
-        return free is None or free > self._granted.get(model, 0)
+        if free is not None:
+            free -= self._granted.get(model, 0)
+        if not self._options.fair_queuing:
+            return free is None or free > 0
+        running = self._running.get(model, Counter())
+        slots = ModelSlots(
+            free=free,
+            replicas=self._replicas(model),
+            batch_running=running[BATCH],
+            others_busy=running.total() > running[BATCH] or queue.ahead_of(rank(BATCH) - 1),
+        )
+        return may_take(cls, slots, self._options.batch_rules())
+
+    def _count(self, model: str, cls: PriorityClass, change: int) -> None:
+        self._running.setdefault(model, Counter())[cls] += change
 
     def wake(self, model: str | None = None) -> None:
         """Hand the free slots of `model` (of every model with waiters if
@@ -310,10 +350,11 @@ class AdmissionControl:
             queue = self._queues.get(name)
             if not queue:
                 continue
-            while queue and self._has_slot(name):
+            while queue and self._may_take(name, queue, queue.peek().claim.cls):
                 waiter = queue.pop()
                 waiter.granted.set_result(None)
                 self._granted[name] = self._granted.get(name, 0) + 1
+                self._count(name, waiter.claim.cls, 1)
             metrics.set_admission_queue_depth(self._labels.get(name, name), len(queue))
 
 

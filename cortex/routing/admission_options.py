@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from axon.priority import DEFAULT_CLASS, PriorityClass
 from axon.settings import SettingsGroup
+from cortex.routing.class_slots import BatchRules
 from cortex.routing.tenant_policy import FixedTenantPolicies, TenantPolicy
 
 # The tenant of every request when auth is off: the only tenant there is,
@@ -65,6 +66,18 @@ class AdmissionOptions(SettingsGroup):
         "of weight 1 may fill, times its weight (at most all of it); past it that tenant's "
         "requests get 503 model_overloaded, and the rest stays free for the other tenants",
     )
+    batch_reserved_slots: NonNegativeInt = Field(
+        1,
+        description="with fair queuing, slots per ready replica of a model that batch-class "
+        "requests may not take: kept for the classes above, so that one arriving at replicas "
+        "full of batch work is dispatched at once (one batch request may always run)",
+    )
+    batch_trickle_slots: PositiveInt = Field(
+        1,
+        description="with fair queuing, batch-class requests per ready replica of a model "
+        "while requests of a higher class run or wait on it (each adds to their latency in "
+        "the engine); with none there, batch fills the slots less batch_reserved_slots",
+    )
     tenants: dict[str, StaticTenant] = Field(
         default_factory=dict,
         description="tenants' weights and highest priority classes, by tenant name, where no "
@@ -88,6 +101,9 @@ class AdmissionOptions(SettingsGroup):
         if not self.fair_queuing or tenant == ANONYMOUS_TENANT:
             return self.queue_size
         return math.ceil(self.queue_size * min(1.0, self.tenant_queue_share * weight))
+
+    def batch_rules(self) -> BatchRules:
+        return BatchRules(self.batch_reserved_slots, self.batch_trickle_slots)
 
     def static_policies(self) -> FixedTenantPolicies:
         """The policies of `tenants`."""

@@ -113,12 +113,16 @@ class Attempts:
         """The embeddings of `request`, through `run`."""
         return await self._unary(request, hints, lambda c, t, m: c.embed(request, t, m))
 
-    async def tokenize(self, request: pb.TokenizeRequest) -> pb.TokenizeResponse:
+    async def tokenize(
+        self, request: pb.TokenizeRequest, hints: RouteHints | None = None
+    ) -> pb.TokenizeResponse:
         """`request`'s token ids from a replica of its model, through `run`."""
-        return await self._unary(request, None, lambda c, t, m: c.tokenize(request, t, m))
+        return await self._unary(request, hints, lambda c, t, m: c.tokenize(request, t, m))
 
-    async def detokenize(self, request: pb.DetokenizeRequest) -> pb.DetokenizeResponse:
-        return await self._unary(request, None, lambda c, t, m: c.detokenize(request, t, m))
+    async def detokenize(
+        self, request: pb.DetokenizeRequest, hints: RouteHints | None = None
+    ) -> pb.DetokenizeResponse:
+        return await self._unary(request, hints, lambda c, t, m: c.detokenize(request, t, m))
 
     async def _unary(
         self,

@@ -11,8 +11,9 @@ the tags kept per tenant rather than per request:
   has a virtual time V, the smallest F among the active tenants;
 - a tenant that becomes active is moved up to V if it was behind: time it
   spent idle is not owed to it;
-- a slot goes to the waiting tenant with the smallest F (ties: whose
-  request came first), or at once to a request that finds nobody waiting;
+- a slot goes to the waiting tenant with the smallest F (ties: the one
+  with fewer requests running, then whose request came first), or at once
+  to a request that finds nobody waiting;
   either moves F on by cost / weight, where cost is
   the request's tokens (its prompt plus its expected output,
   `request_cost.py`);
@@ -27,8 +28,11 @@ the tags kept per tenant rather than per request:
 
 So backlogged tenants get tokens in proportion to their weights, and a
 tenant that was idle starts at V, level with the backlogged tenant next in
-line: it waits for about one request per backlogged tenant, not for their
-backlogs. Within a tenant requests keep their order.
+line, and wins the tie with it (it has nothing running): its request
+takes the next slot that frees, not one after the backlogs (ties broken
+by arrival made it wait for one more request of the backlogged tenant,
+two slots to free: the quiet tenant of `make bench-fairness`). Within a
+tenant requests keep their order.
 
 Priority classes come first: a waiting request of a higher class is always
 taken before any of a lower one; within a class, the fair order. Each
@@ -118,18 +122,26 @@ class FairQueue(Generic[Q]):
         self._per_tenant[item.tenant] = self.waiting(item.tenant) + 1
         self._len += 1
 
+    def peek(self) -> Q:
+        """The request `pop` would return."""
+        rank, tenant = self._next()
+        return self._ranks[rank][tenant].waiting[0][1]
+
     def pop(self) -> Q:
         """The request that gets the next slot, charged to its tenant."""
-        rank = min(self._ranks)
-        lanes = self._ranks[rank]
-        tenant = min(lanes, key=lambda t: (self._finish[t], lanes[t].waiting[0][0]))
-        _, item = lanes[tenant].waiting[0]
+        rank, tenant = self._next()
+        _, item = self._ranks[rank][tenant].waiting[0]
         self._take(rank, tenant, 0)
         self._finish[tenant] += item.cost / item.weight
         self._follow()
         if len(self._finish) > _FORGET_PAST:
             self._forget()
         return item
+
+    def ahead_of(self, rank: int) -> bool:
+        """Whether a waiting request goes before a newcomer of class `rank`
+        (one of its class or a higher one waits)."""
+        return min(self._ranks, default=rank + 1) <= rank
 
     def charge(self, item: Q) -> None:
         """`item` gets a slot at once (nobody waits): its tenant's virtual
@@ -196,6 +208,21 @@ class FairQueue(Generic[Q]):
         if self._active:
             self._vtime = min(self._finish[t] for t in self._active)
 
+    def _next(self) -> tuple[int, str]:
+        """The class and tenant of the next request: the highest class
+        waiting, then the smallest F; at equal F the tenant with fewer
+        requests running (a tenant just back from idle, level with a
+        backlogged one at V, takes the next slot rather than the one
+        after it), then whose request came first."""
+        rank = min(self._ranks)
+        lanes = self._ranks[rank]
+
+        def order(tenant: str) -> tuple[float, int, int]:
+            running = self._active[tenant] - self._per_tenant[tenant]
+            return self._finish[tenant], running, lanes[tenant].waiting[0][0]
+
+        return rank, min(lanes, key=order)
+
     def _take(self, rank: int, tenant: str, index: int) -> None:
         lanes = self._ranks[rank]
         waiting = lanes[tenant].waiting
@@ -231,6 +258,12 @@ class FifoQueue(Generic[Q]):
     def push(self, item: Q) -> None:
         self._waiting.append(item)
         self._per_tenant[item.tenant] = self.waiting(item.tenant) + 1
+
+    def peek(self) -> Q:
+        return self._waiting[0]
+
+    def ahead_of(self, rank: int) -> bool:
+        return bool(self._waiting)  # nobody overtakes in arrival order
 
     def pop(self) -> Q:
         item = self._waiting.popleft()

@@ -81,7 +81,12 @@ class NeuronPool:
             settings=settings,
         )
         self._admission = AdmissionControl(
-            admission_options, self._roster.free_slots, clock, sleep, tenants
+            admission_options,
+            self._roster.free_slots,
+            clock,
+            sleep,
+            tenants,
+            replicas=lambda model: len(self._roster.ready(model)),
         )
         # Models scaled to zero (cluster mode sets `wakes.wakeable` and the
         # timeout from the deployment spec and the controller).
@@ -282,11 +287,15 @@ class NeuronPool:
         await self.wakes.wait(request.model, self.model_label(request.model))
         return await self._attempts.embed(request, hints)
 
-    async def tokenize(self, request: pb.TokenizeRequest) -> pb.TokenizeResponse:
-        return await self._attempts.tokenize(request)
+    async def tokenize(
+        self, request: pb.TokenizeRequest, hints: RouteHints | None = None
+    ) -> pb.TokenizeResponse:
+        return await self._attempts.tokenize(request, hints)
 
-    async def detokenize(self, request: pb.DetokenizeRequest) -> pb.DetokenizeResponse:
-        return await self._attempts.detokenize(request)
+    async def detokenize(
+        self, request: pb.DetokenizeRequest, hints: RouteHints | None = None
+    ) -> pb.DetokenizeResponse:
+        return await self._attempts.detokenize(request, hints)
 
 
 async def _each(calls: Iterable[Awaitable[None]]) -> None:

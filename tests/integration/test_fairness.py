@@ -72,6 +72,11 @@ def stack(logs_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     args += ["--replica-max-concurrency", str(CAP), "--admission-queue-size", str(QUEUE)]
     args += ["--admission-queue-timeout-s", "120", "--admission-tenant-queue-share", "0.5"]
     args += ["--admission-tenants", json.dumps(TENANTS)]
+    # No slot kept from batch for the classes above: the queue's order and
+    # its refusals are what these tests watch, and with the reserve (one of
+    # CAP's two slots) an interactive request would not queue at all
+    # (tests/unit/cortex/routing/test_admission_classes.py has the reserve).
+    args += ["--admission-batch-reserved-slots", "0"]
     neuron = ["--sim-ttft-s", "0.01", "--sim-itl-s", "0.01"]
     with sim_gateway(logs_dir, "fairness", *args, served_id=MODEL, neuron_flags=neuron) as gw:
         yield Stack(gw.base_url, gw.admin_url, keys)

@@ -92,14 +92,20 @@ class ScriptedPool:
         await self.release.wait()
         return pb.EmbedResponse(prompt_tokens=1)
 
-    async def tokenize(self, request: pb.TokenizeRequest) -> pb.TokenizeResponse:
+    async def tokenize(
+        self, request: pb.TokenizeRequest, hints: RouteHints | None = None
+    ) -> pb.TokenizeResponse:
         """A token per character of the prompt, or per message."""
         self.tokenized.append(request)
+        self.hints.append(hints)
         count = len(request.prompt) if request.HasField("prompt") else len(request.messages)
         return pb.TokenizeResponse(tokens=range(count), max_model_len=100)
 
-    async def detokenize(self, request: pb.DetokenizeRequest) -> pb.DetokenizeResponse:
+    async def detokenize(
+        self, request: pb.DetokenizeRequest, hints: RouteHints | None = None
+    ) -> pb.DetokenizeResponse:
         self.detokenized.append(request)
+        self.hints.append(hints)
         return pb.DetokenizeResponse(prompt="".join(chr(97 + t % 26) for t in request.tokens))
 
 

@@ -63,6 +63,29 @@ def test_a_light_tenant_waits_for_one_request_per_backlogged_tenant() -> None:
     assert [queue.pop() is quiet for _ in range(3)].index(True) <= 2
 
 
+def test_a_tenant_back_from_idle_takes_the_next_slot_before_a_backlog() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    _fill(queue, "noisy", 10)
+    for _ in range(4):
+        queue.pop()  # four of noisy's run, six wait
+    quiet = Item("quiet")
+    queue.push(quiet)
+    # Level with noisy at V, it has nothing running: it goes first.
+    assert queue.peek() is quiet and queue.pop() is quiet
+    assert queue.pop().tenant == "noisy"
+
+
+def test_peek_is_what_pop_returns_and_ahead_of_counts_classes() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    assert not queue.ahead_of(0)
+    _fill(queue, "a", 2, rank=2)
+    _fill(queue, "b", 1, rank=1)
+    assert queue.ahead_of(1) and queue.ahead_of(2) and not queue.ahead_of(0)
+    for _ in range(3):
+        expected = queue.peek()
+        assert queue.pop() is expected
+
+
 def test_a_tenants_requests_keep_their_order() -> None:
     queue: FairQueue[Item] = FairQueue()
     a = _fill(queue, "a", 5)
@@ -105,10 +128,11 @@ def test_a_newcomer_starts_level_with_a_tenant_whose_charge_was_corrected_down()
     queue.ended("light")
     _fill(queue, "light", 2, cost=9.0)
     _fill(queue, "heavy", 6, cost=9.0, weight=3)
-    # V followed light's corrected F (15), where heavy starts: three heavy
-    # requests for light's one. A V left at the charge (18) started heavy
-    # a request behind, and light went again after two.
-    assert [queue.pop().tenant[0] for _ in range(5)] == ["l", "h", "h", "h", "l"]
+    # V followed light's corrected F (15), where heavy starts (and goes
+    # first: nothing of it runs): three heavy requests for light's one. A V
+    # left at the charge (18) started heavy a request behind, and light
+    # went again after two.
+    assert [queue.pop().tenant[0] for _ in range(5)] == ["h", "l", "h", "h", "l"]
 
 
 def test_an_idle_tenant_is_not_owed_its_idle_time() -> None:
@@ -129,8 +153,8 @@ def test_what_a_tenant_used_while_nobody_waited_still_counts() -> None:
     _fill(queue, "steady", 5)
     burst = _fill(queue, "newcomer", 5)
     # It starts level with steady (whose requests still run): they alternate,
-    # instead of the newcomer going 50 requests ahead.
-    assert [queue.pop() in burst for _ in range(4)] == [False, True, False, True]
+    # the newcomer first, instead of it going 50 requests ahead.
+    assert [queue.pop() in burst for _ in range(4)] == [True, False, True, False]
 
 
 def test_a_tenant_whose_requests_all_run_keeps_its_place() -> None:
