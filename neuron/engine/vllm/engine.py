@@ -22,11 +22,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from axon.adapters import AdapterSource, AdapterSourceError, check_adapter
 from axon.errors import (
-    InternalError,
     InvalidRequestError,
     ModelNotFoundError,
     NeuraxisError,
@@ -62,12 +61,18 @@ from neuron.engine.base import (
 )
 from neuron.engine.vllm import prompt
 from neuron.engine.vllm.args import VllmOptions, engine_launch
-from neuron.engine.vllm.errors import client_error, constraint_param
-from neuron.engine.vllm.grammar_probe import CompileTimeoutError, GrammarProbe, probe_key
+from neuron.engine.vllm.errors import (
+    ENGINE_CORE_DIED,
+    engine_died,
+    failed_by_vllm,
+    raise_translated,
+)
+from neuron.engine.vllm.grammar_check import check_grammar, grammar_probe
+from neuron.engine.vllm.grammar_probe import GrammarProbe
 from neuron.engine.vllm.outputs import SchedulerStatsSink
 from neuron.engine.vllm.outputs import logprobs as vllm_logprobs
 from neuron.engine.vllm.prompt import render_fitting, sampling_params
-from neuron.engine.vllm.shaping import ChoiceShaper, ReasoningSplit
+from neuron.engine.vllm.shaping import ChoiceShaper, reasoning_split
 from neuron.engine.vllm.tool_parsers import auto_tools
 
 _T = TypeVar("_T")
@@ -76,7 +81,6 @@ log = logging.getLogger("neuraxis.neuron")
 
 # What the neuron says when vLLM reports its engine core dead: vLLM itself
 # knows no more than that (EngineDeadError carries no cause).
-ENGINE_CORE_DIED = "vLLM's engine core process stopped"
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 
@@ -163,7 +167,9 @@ class VllmEngine(ServesAdapters, Engine):
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._stats.factory])
         self._llm_built = True  # vLLM's own shutdown ends its processes now
         self._tokenizer = self._llm.get_tokenizer()
-        self._probe = self._grammar_probe()
+        self._probe = grammar_probe(
+            self._grammar_timeout_s, self._options.task, self._llm, self._tokenizer
+        )
         if self._probe is not None:
             self._probe.warm()
         self._model = ServedModel(
@@ -259,7 +265,7 @@ class VllmEngine(ServesAdapters, Engine):
                 )
             max_tokens = check_context(model, len(prompt_ids), request.sampling.max_tokens)
             params = sampling_params(request, max_tokens)
-            await self._check_grammar(request, params)
+            await check_grammar(self._probe, request, params)
             shapers = [self._shaper(i, request) for i in range(request.sampling.n)]
             tracing.submitted()
             # vLLM's own spans join the call's trace (only when tracing).
@@ -277,7 +283,7 @@ class VllmEngine(ServesAdapters, Engine):
                 choices: list[ChoiceDelta] = []
                 for completion in out.outputs:
                     if completion.finish_reason == "error":
-                        raise _failed_by_vllm(request.request_id)
+                        raise failed_by_vllm(request.request_id)
                     completion_tokens += len(completion.token_ids)
                     finish = (
                         _FINISH.get(completion.finish_reason, FinishReason.STOP)
@@ -305,11 +311,11 @@ class VllmEngine(ServesAdapters, Engine):
                 if choices or usage:
                     yield Output(choices=tuple(choices), usage=usage)
         except EngineDeadError:
-            raise _dead() from None
+            raise engine_died() from None
         except NeuraxisError:
             raise
         except Exception as e:
-            _raise_translated(e, request)
+            raise_translated(e, request)
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         from vllm import PoolingParams
@@ -349,9 +355,9 @@ class VllmEngine(ServesAdapters, Engine):
             # All inputs at once, so that the engine batches them.
             results = await asyncio.gather(*(one(i, ids) for i, ids in enumerate(prompts)))
         except EngineDeadError:
-            raise _dead() from None
+            raise engine_died() from None
         except Exception as e:
-            _raise_translated(e, None)
+            raise_translated(e, None)
         # One pooled vector per input (flattened: some poolers keep a batch axis).
         embeddings = [r.outputs.data.flatten().tolist() for r in results if r is not None]
         return EmbedResult(embeddings=embeddings, prompt_tokens=sum(len(p) for p in prompts))
@@ -361,7 +367,7 @@ class VllmEngine(ServesAdapters, Engine):
         try:
             ids = await self._prepare(prompt.tokenize, self._tokenizer, request)
         except Exception as e:
-            _raise_translated(e, None)
+            raise_translated(e, None)
         strs = None
         if request.return_token_strs:
             strs = [str(s) for s in self._tokenizer.convert_ids_to_tokens(ids)]
@@ -392,39 +398,6 @@ class VllmEngine(ServesAdapters, Engine):
             kill_children(older=self._children_before)
         self._children_before = None
 
-    def _grammar_probe(self) -> GrammarProbe | None:
-        """The probe over the model's vocabulary, as vLLM's xgrammar backend
-        reads it; None when off, or when xgrammar cannot read this tokenizer
-        (vLLM then picks another backend itself)."""
-        if self._grammar_timeout_s <= 0 or self._options.task is not ModelTask.GENERATE:
-            return None
-        try:
-            import xgrammar as xgr
-
-            vocab_size = self._llm.model_config.get_vocab_size()
-            info = xgr.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=vocab_size)
-        except Exception:
-            log.warning("grammar probe off: xgrammar cannot read the tokenizer", exc_info=True)
-            return None
-        return GrammarProbe(self._grammar_timeout_s, info.serialize_json())
-
-    async def _check_grammar(self, request: EngineRequest, params: Any) -> None:
-        """Refuse a schema or grammar that takes longer than the bound to
-        compile, before vLLM, which would not stop compiling it."""
-        key = probe_key(params.structured_outputs) if self._probe is not None else None
-        if self._probe is None or key is None:
-            return
-        try:
-            await self._probe.check(*key)
-        except CompileTimeoutError:
-            param = constraint_param(request)
-            raise InvalidRequestError(
-                f"Invalid '{param}': the schema or grammar takes this model server more than "
-                f"{self._probe.timeout_s:g} s to compile; simplify it (fewer properties, "
-                "smaller length and item bounds).",
-                param=param,
-            ) from None
-
     def _served(self, model_id: str, task: ModelTask | None = None) -> ServedModel:
         """The served model `model_id` (an adapter's: its base), able to do
         `task` (None: any)."""
@@ -434,14 +407,14 @@ class VllmEngine(ServesAdapters, Engine):
         if model_id != self._model.id and not adapter:
             raise ModelNotFoundError(f"The model '{model_id}' does not exist on this neuron.")
         if not self.healthy():
-            raise _dead()
+            raise engine_died()
         if task is not None and self._model.task is not task:
             raise wrong_task(model_id, self._model.task)
         return self._model
 
     def _shaper(self, index: int, request: EngineRequest) -> ChoiceShaper:
         mode = request.tool_choice.mode if request.tools else ToolChoiceMode.NONE
-        reasoning = self._reasoning_split()
+        reasoning = reasoning_split(self._reasoning_class, self._tokenizer)
         if mode is ToolChoiceMode.NONE:
             return ChoiceShaper(index, None, "", None, reasoning)
         if mode is ToolChoiceMode.AUTO and self._parser_class is None:
@@ -455,56 +428,11 @@ class VllmEngine(ServesAdapters, Engine):
             auto = auto_tools(self._parser_class, self._tokenizer, request.model, request.tools)
         return ChoiceShaper(index, mode, request.tool_choice.name, auto, reasoning)
 
-    def _reasoning_split(self) -> ReasoningSplit | None:
-        if self._reasoning_class is None:
-            return None
-        parser = self._reasoning_class(self._tokenizer)
-        text: list[str] = []
-        ids: list[int] = []
-
-        def split(delta_text: str, delta_ids: list[int]) -> tuple[str, str]:
-            previous_text, previous_ids = "".join(text), list(ids)
-            text.append(delta_text)
-            ids.extend(delta_ids)
-            message = parser.extract_reasoning_streaming(
-                previous_text, "".join(text), delta_text, previous_ids, list(ids), delta_ids
-            )
-            if message is None:
-                return "", ""
-            return message.reasoning or "", message.content or ""
-
-        return split
-
 
 def _lora_request(adapter: Adapter) -> Any:
     from vllm.lora.request import LoRARequest
 
     return LoRARequest(adapter.id, adapter.number, adapter.source)
-
-
-def _dead() -> UnavailableError:
-    return UnavailableError(f"the neuron's engine has died: {ENGINE_CORE_DIED}")
-
-
-def _failed_by_vllm(request_id: str) -> InternalError:
-    """vLLM's finish reason "error": its request-level internal error (a
-    grammar its engine core failed to compile, a KV-cache load that failed),
-    which its own server always answers with a 500. Its log has the cause."""
-    log.warning(
-        "vLLM finished the request with an error (its log above has the cause)",
-        extra={"request_id": request_id},
-    )
-    return InternalError("vLLM failed the request (finish reason 'error')")
-
-
-def _raise_translated(error: Exception, request: EngineRequest | None) -> NoReturn:
-    """The client's error for what vLLM or the template raised, in our words
-    (errors.py); anything not known to be the request's fault goes on as it
-    is, for the server to log with the request id and answer INTERNAL."""
-    translated = client_error(error, request)
-    if translated is None:
-        raise error
-    raise translated from None
 
 
 def _token_ids(tokenizer: Any, inputs: tuple[str | tuple[int, ...], ...]) -> list[list[int]]:

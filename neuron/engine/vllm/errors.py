@@ -17,12 +17,25 @@ cortex turns into a 500 without the text.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
-from axon.errors import ContextLengthExceededError, InvalidRequestError, NeuraxisError
+from axon.errors import (
+    ContextLengthExceededError,
+    InternalError,
+    InvalidRequestError,
+    NeuraxisError,
+    UnavailableError,
+)
 from neuron.engine.base import EngineRequest, ResponseFormatKind, ToolChoiceMode
+
+log = logging.getLogger("neuraxis.neuron")
+
+# What a dead engine core is called in errors and the health reason.
+ENGINE_CORE_DIED = "vLLM's engine core process stopped"
 
 # The most of a template's own refusal quoted back to the client.
 TEMPLATE_MESSAGE_CHARS = 200
@@ -210,3 +223,28 @@ def _template_error(error: BaseException, request: EngineRequest | None) -> Neur
             param=param,
         )
     return None
+
+
+def engine_died() -> UnavailableError:
+    return UnavailableError(f"the neuron's engine has died: {ENGINE_CORE_DIED}")
+
+
+def failed_by_vllm(request_id: str) -> InternalError:
+    """vLLM's finish reason "error": its request-level internal error (a
+    grammar its engine core failed to compile, a KV-cache load that failed),
+    which its own server always answers with a 500. Its log has the cause."""
+    log.warning(
+        "vLLM finished the request with an error (its log above has the cause)",
+        extra={"request_id": request_id},
+    )
+    return InternalError("vLLM failed the request (finish reason 'error')")
+
+
+def raise_translated(error: Exception, request: EngineRequest | None) -> NoReturn:
+    """The client's error for what vLLM or the template raised, in our words
+    (errors.py); anything not known to be the request's fault goes on as it
+    is, for the server to log with the request id and answer INTERNAL."""
+    translated = client_error(error, request)
+    if translated is None:
+        raise error
+    raise translated from None

@@ -22,6 +22,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from neuron.engine.base import (
     ChoiceDelta,
@@ -252,3 +253,26 @@ def _parse_required(text: str) -> ParsedCalls | None:
         if isinstance(item, dict) and "name" in item
     ]
     return ParsedCalls(content="", calls=calls)
+
+
+def reasoning_split(reasoning_class: Any, tokenizer: Any) -> ReasoningSplit | None:
+    """A split of each streamed delta into (reasoning, content) by the
+    model's reasoning parser (its state kept across deltas); None without one."""
+    if reasoning_class is None:
+        return None
+    parser = reasoning_class(tokenizer)
+    text: list[str] = []
+    ids: list[int] = []
+
+    def split(delta_text: str, delta_ids: list[int]) -> tuple[str, str]:
+        previous_text, previous_ids = "".join(text), list(ids)
+        text.append(delta_text)
+        ids.extend(delta_ids)
+        message = parser.extract_reasoning_streaming(
+            previous_text, "".join(text), delta_text, previous_ids, list(ids), delta_ids
+        )
+        if message is None:
+            return "", ""
+        return message.reasoning or "", message.content or ""
+
+    return split
