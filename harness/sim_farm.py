@@ -37,7 +37,7 @@ from axon.process import stop_process_group
 from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
 from neuron.main import build_engine
-from neuron.server import NeuronServicer
+from neuron.servicer import NeuronServicer
 
 READY_TIMEOUT_S = 60
 

@@ -13,7 +13,8 @@ from axon.tls import TlsFiles
 from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
 from neuron.engine.sim import SimEngine, SimOptions
-from neuron.server import NeuronServicer, server_credentials
+from neuron.server import server_credentials
+from neuron.servicer import NeuronServicer
 
 
 def files(directory: Path, stem: str, ca_dir: Path | None = None) -> TlsFiles:

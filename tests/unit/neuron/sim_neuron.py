@@ -13,7 +13,8 @@ from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
 from cortex.routing.client import NeuronClient
 from neuron.engine.sim import SimEngine
-from neuron.server import NeuronServicer, new_server
+from neuron.server import new_server
+from neuron.servicer import NeuronServicer
 
 
 async def start_sim_neuron(engine: SimEngine) -> tuple[grpc.aio.Server, int]:
