@@ -44,7 +44,7 @@ from axon.grpc_limits import check_size
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.routing.adapter_affinity import AdapterAffinity, dispatched
-from cortex.routing.admission import AdmissionControl, Claim, set_class
+from cortex.routing.admission import AdmissionControl, set_class
 from cortex.routing.client import Metadata, NeuronConnection
 from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
 from cortex.routing.ejection import OutlierEjection
@@ -52,6 +52,7 @@ from cortex.routing.policy import Decision, Outcome, RouteHints, RouteRequest, R
 from cortex.routing.request_cost import Spent
 from cortex.routing.retry_budget import RetryBudget, Ticket
 from cortex.routing.roster import NeuronState, Roster
+from cortex.routing.spans import Request, admission_attributes, attempt_span
 
 log = logging.getLogger("neuraxis.cortex")
 # What a client is told when its neuron went silent mid-request (the address
@@ -59,7 +60,6 @@ log = logging.getLogger("neuraxis.cortex")
 HEALTH_LOST = "The neuron serving this request stopped answering its health checks."
 
 T = TypeVar("T")
-Request = pb.GenerateRequest | pb.EmbedRequest | pb.TokenizeRequest | pb.DetokenizeRequest
 # One attempt on a neuron within the request's deadline, with the trace
 # context the neuron continues: what it yields goes to the caller as it comes.
 Attempt = Callable[[NeuronState, RequestDeadline, Metadata], AsyncIterator[T]]
@@ -153,7 +153,7 @@ class Attempts:
         if isinstance(request, pb.GenerateRequest):
             set_class(request, claim.cls)  # the class the engine should see
         # Time queued for a slot is bounded by the queue timeout, not the deadlines.
-        with tracing.span("neuraxis.admission", _admission_attributes(request, claim)):
+        with tracing.span("neuraxis.admission", admission_attributes(request, claim)):
             wait = hints.waited if hints is not None else None
             # An adapter queues as its base: they share the replicas' slots,
             # and one queue per model keeps its fair order and its count.
@@ -171,7 +171,7 @@ class Attempts:
                 started = False
                 outcome = Outcome.CANCELLED  # unless the attempt ends or fails
                 # Not current: it lives across the stream's yields.
-                span = _attempt_span(request, current, len(tried))
+                span = attempt_span(request, current.state.address, len(tried))
                 failure: NeuraxisError | None = None
                 try:
                     async for item in attempt(current.state, deadline, tracing.metadata_for(span)):
@@ -429,22 +429,6 @@ class Attempts:
             return None
 
 
-def _attempt_span(request: Request, chosen: _Dispatch, attempt: int) -> tracing.Span | None:
-    """The span of one attempt (None: tracing off), a child of the current
-    one (the HTTP request's)."""
-    if not tracing.enabled():
-        return None
-    return tracing.start(
-        "neuraxis.attempt",
-        {
-            "neuraxis.attempt": attempt,
-            "neuraxis.neuron": chosen.state.address,
-            "neuraxis.request_id": request.request_id,
-            "gen_ai.request.model": request.model,
-        },
-    )
-
-
 def _neuron_down(error: NeuraxisError) -> bool:
     """Whether the attempt failed because its neuron is down (unreachable,
     shutting down, or gone silent: the pool's own health verdict), not
@@ -452,17 +436,3 @@ def _neuron_down(error: NeuraxisError) -> bool:
     return isinstance(error, UnavailableError) and not isinstance(
         error, EngineDiedError | ModelOverloadedError
     )
-
-
-def _admission_attributes(request: Request, claim: Claim) -> tracing.Attributes | None:
-    """The admission span's: whose request waits and in which class (its
-    tenant and the class after its tenant's cap), with its estimated cost
-    in the fair queue's tokens; None, and nothing built, when not tracing."""
-    if not tracing.enabled():
-        return None
-    return {
-        "gen_ai.request.model": request.model,
-        "neuraxis.tenant": claim.tenant,
-        "neuraxis.priority": claim.cls,
-        "neuraxis.admission.cost_tokens": claim.cost,
-    }
