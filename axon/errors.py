@@ -244,6 +244,19 @@ def caused_by_request(error: NeuraxisError) -> bool:
     return mapping_for(error).caused_by_request
 
 
+def as_data(error: NeuraxisError) -> dict[str, str | None]:
+    """The error as plain data (its kind, message and param), for a process
+    that hands it to another: the controller's answers over Ray."""
+    return {"kind": error.kind, "message": error.message, "param": error.param}
+
+
+def from_data(data: dict[str, str | None]) -> NeuraxisError:
+    """The error `as_data` wrote, as its class again (an unknown kind:
+    internal)."""
+    cls = _BY_KIND.get(data.get("kind") or "", InternalError)
+    return cls(data.get("message") or "", param=data.get("param"))
+
+
 def from_grpc(grpc_code: str, message: str, kind: str | None, param: str | None) -> NeuraxisError:
     """Rebuild the typed error a neuron raised from its gRPC status."""
     cls = _BY_KIND.get(kind or "") or _BY_GRPC_CODE.get(grpc_code, InternalError)

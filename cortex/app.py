@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from fastapi import FastAPI
 
@@ -27,7 +27,7 @@ from cortex.api.batches import routes as batches
 from cortex.api.batches.line_run import run_line
 from cortex.api.batches.runner import BatchRunner
 from cortex.api.errors import install_error_handlers
-from cortex.api.gateway import Gateway, Neurons, Runs
+from cortex.api.gateway import AdapterControl, Gateway, Neurons, Runs
 from cortex.api.responses import routes as responses
 from cortex.api.responses.run import fail_dead_siblings, fail_orphans
 from cortex.api.responses.upkeep import Upkeep
@@ -57,6 +57,10 @@ from cortex.store.ledger import Ledger
 from cortex.store.quota import StoreQuota
 from cortex.store.sqlite import SqliteResponseStore
 from cortex.store.tenants import open_tenant_store
+
+if TYPE_CHECKING:
+    # Cluster mode's only (it imports Ray): imported when cortex runs so.
+    from cortex.cluster.adapter_control import ControllerAdapterControl
 
 # The GIL's switch interval in cortex (why: the lifespan below).
 SWITCH_INTERVAL_S = 0.001
@@ -138,7 +142,10 @@ def create_app(
     tracing.configure("neuraxis-cortex", settings)
     address = f"{socket.gethostname()}:{settings.port}"
     ledger = Ledger(tenants, settings.tenancy.ledger_flush_s) if settings.tenancy.ledger else None
-    gateway = _gateway(settings, neurons, store, keys, f"{address}/{os.getpid()}", policies, ledger)
+    control = _adapter_control() if spec is not None else None
+    gateway = _gateway(
+        settings, neurons, store, keys, f"{address}/{os.getpid()}", policies, ledger, control
+    )
     runs = gateway.runs
     batch_store = gateway.batches
     assert batch_store is not None
@@ -167,7 +174,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await neurons.start()
         follower = (
-            await _join_cluster(settings, spec, followed, readiness.table)
+            await _join_cluster(settings, spec, followed, readiness.table, control)
             if spec is not None and followed is not None
             else None
         )
@@ -283,6 +290,7 @@ def _gateway(
     instance: str,
     policies: StoreTenantPolicies,
     ledger: Ledger | None,
+    adapters: AdapterControl | None,
 ) -> Gateway:
     authenticator = limiter = None
     if keys is not None:
@@ -308,15 +316,28 @@ def _gateway(
         tenant_tokens=settings.metrics_enabled and settings.metrics_tenant_label,
         batches=_batch_store_for(settings),
         files=settings.files,
+        adapters=adapters,
     )
 
 
+def _adapter_control() -> ControllerAdapterControl:
+    """Cluster mode's adapter changes, through the controller once joined."""
+    from cortex.cluster.adapter_control import ControllerAdapterControl
+
+    return ControllerAdapterControl()
+
+
 async def _join_cluster(
-    settings: CortexSettings, spec: DeploymentSpec, pool: NeuronPool, received: asyncio.Event
+    settings: CortexSettings,
+    spec: DeploymentSpec,
+    pool: NeuronPool,
+    received: asyncio.Event,
+    adapters: ControllerAdapterControl | None,
 ) -> asyncio.Task[None]:
     """Join the Ray cluster, start or find the controller with the spec,
     follow its endpoint table and report to it in the background
-    (`received` is set once the first table has reached the pool)."""
+    (`received` is set once the first table has reached the pool); the
+    admin listener's adapter changes go to that controller from then on."""
     from cortex.cluster.client import Followed, connect, ensure_controller, follow_cluster
     from cortex.cluster.controller import ControllerConfig
     from cortex.cluster.plane import ControlPlane
@@ -331,6 +352,8 @@ async def _join_cluster(
         plaintext=settings.plaintext,
     )
     controller = await asyncio.to_thread(ensure_controller, spec, config)
+    if adapters is not None:
+        adapters.link = controller
     log.info("cluster mode: following the controller at %s", settings.ray.address)
     scaling = ScalingFollower(
         pool, settings.controller.wake_timeout_s, settings.controller.replica_start_timeout_s

@@ -3,8 +3,8 @@
 Each command is one module of neuraxis/commands/ with `add_parser` and
 `run`: up, cortex, head, neuron serve|agent, status, cluster stop|apply,
 config check, model prepare, tls init, keys create|list|revoke, tenants
-set|list|show, usage, node
-cordon|drain|uncordon, doctor. The options of `cortex`, `neuron serve`, `neuron
+set|list|show, usage, node cordon|drain|uncordon, adapters add|remove|list,
+doctor. The options of `cortex`, `neuron serve`, `neuron
 agent`, `head` and `up` are generated from their settings classes
 (neuraxis/options.py): a new setting needs no edit here nor there."""
 
@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from axon.settings import SettingsError
 from cortex.cluster.spec import SpecError
 from neuraxis.commands import (
+    adapters,
     cluster,
     config,
     cortex,
@@ -49,6 +50,7 @@ COMMANDS = (
     tenants,
     usage,
     node,
+    adapters,
     doctor,
 )
 

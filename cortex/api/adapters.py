@@ -1,12 +1,15 @@
 """The admin listener's /v1/adapters: the LoRA adapters the neurons serve
 (GET: each with its base model and the replicas whose engines hold it, as
 each neuron last said in its Info), one added on every ready replica of its
-base model (POST, our body or vLLM's /v1/load_lora_adapter one), one
-removed (DELETE /v1/adapters/{id}).
+base model (POST, our body or vLLM's), one removed (DELETE
+/v1/adapters/{id}); and vLLM's own paths for tools that speak them (POST
+/v1/load_lora_adapter, /v1/unload_lora_adapter).
 
-Adding here reaches the replicas running now: in cluster mode a replica the
-controller starts later serves the spec's adapters only (issue 28's
-`neuraxis adapters add` through the controller is not built yet).
+In cluster mode a change goes through the controller (`AdapterControl`),
+as `neuraxis adapters add | remove` does: it is kept in the controller's
+spec, so the replicas the controller starts later serve it too, and a bad
+source is refused there before any replica is touched. With static neurons
+it goes to the neurons running now, the first alone before the others.
 """
 
 from __future__ import annotations
@@ -15,11 +18,18 @@ from fastapi import APIRouter
 
 from axon.errors import InvalidRequestError
 from axon.v1 import neuron_pb2 as pb
-from cortex.api.gateway import Neurons
-from cortex.schemas.adapters import AdapterCard, AdapterChange, AdapterList, AddAdapter
+from cortex.api.gateway import AdapterControl, Neurons
+from cortex.schemas.adapters import (
+    AdapterCard,
+    AdapterChange,
+    AdapterList,
+    AddAdapter,
+    RemoveAdapter,
+)
 
 
-def router_for(neurons: Neurons) -> APIRouter:
+def router_for(neurons: Neurons, control: AdapterControl | None = None) -> APIRouter:
+    """`control`: the controller's (cluster mode); None: the neurons'."""
     router = APIRouter()
 
     @router.get("/v1/adapters")
@@ -27,6 +37,7 @@ def router_for(neurons: Neurons) -> APIRouter:
         return AdapterList(data=adapter_listing(neurons.neurons()))
 
     @router.post("/v1/adapters")
+    @router.post("/v1/load_lora_adapter")
     async def add_adapter(body: AddAdapter) -> AdapterChange:
         adapter_id, source = body.id or body.lora_name, body.source or body.lora_path
         if adapter_id is None or source is None:
@@ -34,13 +45,33 @@ def router_for(neurons: Neurons) -> APIRouter:
                 "Give the adapter's id and source (or vLLM's lora_name and lora_path).",
                 param="id" if adapter_id is None else "source",
             )
+        if body.load_inplace or body.is_3d_lora_weight:
+            raise InvalidRequestError(
+                "Replacing an adapter's weights in place, and 3D LoRA weights, are not "
+                "supported: remove the adapter and add it again.",
+                param="load_inplace" if body.load_inplace else "is_3d_lora_weight",
+            )
         model = body.model or only_base(neurons.neurons())
-        replicas = await neurons.add_adapter(model, adapter_id, source)
+        if control is not None:
+            replicas = await control.add(model, adapter_id, source)
+        else:
+            replicas = await neurons.add_adapter(model, adapter_id, source)
         return AdapterChange(id=adapter_id, parent=model, replicas=replicas)
 
     @router.delete("/v1/adapters/{adapter_id}")
     async def remove_adapter(adapter_id: str) -> AdapterChange:
-        return AdapterChange(id=adapter_id, replicas=await neurons.remove_adapter(adapter_id))
+        return await _remove(adapter_id)
+
+    @router.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter(body: RemoveAdapter) -> AdapterChange:
+        return await _remove(body.lora_name)
+
+    async def _remove(adapter_id: str) -> AdapterChange:
+        if control is not None:
+            replicas = await control.remove(adapter_id)
+        else:
+            replicas = await neurons.remove_adapter(adapter_id)
+        return AdapterChange(id=adapter_id, replicas=replicas)
 
     return router
 

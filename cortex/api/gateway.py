@@ -2,7 +2,8 @@
 `create_app`: the neurons behind it (`Neurons`, the pool's methods the
 handlers call), the request caps, the rate limiter, the Responses store and
 each tenant's quota of it, the runs of this process, the recorder of
-request metrics, the tenants' policies and the usage ledger. Handlers reach it
+request metrics, the tenants' policies, the usage ledger and, in cluster
+mode, the controller's adapter changes. Handlers reach it
 through `gateway_of(request)`, and nothing else of the app's state; tests
 hand `create_app` any object with the `Neurons` methods.
 """
@@ -76,6 +77,17 @@ class Neurons(Protocol):
         """A LoRA adapter served no more."""
 
 
+class AdapterControl(Protocol):
+    """Where the admin listener's adapter changes go in cluster mode: the
+    controller (cortex/cluster/adapter_control.py), which keeps them in its
+    spec, so that the replicas it starts later serve them too. Each answers
+    the addresses of the replicas told now, or raises the refusal."""
+
+    async def add(self, model: str, adapter_id: str, source: str) -> list[str]: ...
+
+    async def remove(self, adapter_id: str) -> list[str]: ...
+
+
 @dataclass
 class Runs:
     """The Responses this process runs, by id: background ones (for cancel)
@@ -112,6 +124,9 @@ class Gateway:
     tenant_tokens: bool = False  # metrics_tenant_label: token counters per tenant
     batches: BatchStore | None = None  # the Files and Batches store (None: not served)
     files: FilesSettings = field(default_factory=FilesSettings)
+    # Cluster mode: adapters are added and removed through the controller
+    # (None: on the neurons directly, `neurons.add_adapter`).
+    adapters: AdapterControl | None = None
 
 
 def gateway_of_app(app: FastAPI) -> Gateway:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 from axon.generations import Generation
 from cortex.cluster.nodes import NodeMark
@@ -104,6 +104,15 @@ class Health:
     waiting: int | None = None
 
 
+@dataclass(frozen=True)
+class ReplicaAdapters:
+    """A replica's LoRA adapters, as its neuron's Info says: the ones it
+    serves (its catalogue) and the ones its engine holds now."""
+
+    served: tuple[str, ...]
+    held: tuple[str, ...]
+
+
 class ClusterBackend(Protocol):
     async def nodes(self) -> list[NodeView]:
         """Every node the cluster knows, alive or not."""
@@ -148,4 +157,28 @@ class ClusterBackend(Protocol):
 
     async def save_marks(self, marks: dict[str, NodeMark]) -> None:
         """Keep the node marks where the next controller finds them."""
+        ...
+
+    async def adapters(self, replica_id: str) -> ReplicaAdapters:
+        """The replica's adapters now; a NeuraxisError when its neuron does
+        not answer."""
+        ...
+
+    async def load_adapter(self, replica_id: str, adapter_id: str, source: str) -> None:
+        """Have the replica's neuron serve an adapter (loaded now); the
+        neuron's refusal as a NeuraxisError."""
+        ...
+
+    async def unload_adapter(self, replica_id: str, adapter_id: str) -> None:
+        """Have the replica's neuron serve an adapter no more, once its
+        requests there have ended; a NeuraxisError when it cannot."""
+        ...
+
+    async def load_adapter_changes(self) -> dict[str, Any] | None:
+        """The run-time adapter changes (adapter_changes.py) as the last
+        controller saved them; None if none ever did."""
+        ...
+
+    async def save_adapter_changes(self, changes: dict[str, Any]) -> None:
+        """Keep the run-time adapter changes where the next controller finds them."""
         ...

@@ -23,6 +23,7 @@ import ray
 from ray.exceptions import AuthenticationError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from axon.errors import from_data
 from cortex.cluster.controller import ControllerConfig
 from cortex.cluster.plane import ControlPlane, watch_head
 from cortex.cluster.ray_backend import (
@@ -46,6 +47,9 @@ APPLY_S = 60.0
 MAX_RETRY_S = 10.0
 # How often cortex tells the controller what it has in flight.
 REPORT_S = 2.0
+# How long an adapter's add or remove may take: the controller's checks and
+# each replica's load or unload (an unload waits for the adapter's requests).
+ADAPTER_CHANGE_S = 300.0
 
 
 class ClusterError(Exception):
@@ -176,6 +180,36 @@ def mark_node(name: str, mark: str | None, timeout_s: float = 60.0) -> tuple[str
     if "error" in result:
         raise ClusterError(result["error"])
     return result["node_id"], result["host"]
+
+
+def add_adapter(
+    model: str, adapter_id: str, source: str, timeout_s: float = ADAPTER_CHANGE_S
+) -> dict[str, Any]:
+    """`neuraxis adapters add`: what the controller did (controller_adapters.py);
+    its refusal raised as the NeuraxisError it was."""
+    return _adapter_call("add_adapter", (model, adapter_id, source), timeout_s)
+
+
+def remove_adapter(adapter_id: str, timeout_s: float = ADAPTER_CHANGE_S) -> dict[str, Any]:
+    """`neuraxis adapters remove`: what the controller did, or its refusal."""
+    return _adapter_call("remove_adapter", (adapter_id,), timeout_s)
+
+
+def list_adapters(timeout_s: float = 60.0) -> dict[str, Any]:
+    """`neuraxis adapters list`: each adapter and the replicas holding it."""
+    return _adapter_call("list_adapters", (), timeout_s)
+
+
+def _adapter_call(method: str, args: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+    try:
+        answer: dict[str, Any] = ray.get(
+            getattr(find_controller(), method).remote(*args), timeout=timeout_s
+        )
+    except RayError as e:
+        raise ClusterError(f"the controller did not answer: {type(e).__name__}") from None
+    if "error" in answer:
+        raise from_data(answer["error"])
+    return answer
 
 
 def apply_spec(spec: DeploymentSpec, timeout_s: float = 60.0) -> None:

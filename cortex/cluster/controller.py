@@ -21,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from axon.tls import TlsFiles
 from cortex.cluster import decisions
 from cortex.cluster.adoption import adopt
 from cortex.cluster.backend import ClusterBackend
 from cortex.cluster.clock import Clock
+from cortex.cluster.controller_adapters import ControllerAdapters
 from cortex.cluster.decisions import ReplicaRecord
 from cortex.cluster.lifecycle import ReplicaLifecycle
 from cortex.cluster.nodes import NodeMark, resolve
@@ -65,7 +67,6 @@ class Controller:
         self._backend = backend
         self._clock = clock
         self._config = config
-        self._spec = DeploymentSpec()
         # The autoscaled models' desired counts (scaling.py), never saved.
         self._scaling = Scaling()
         self._lifecycle = ReplicaLifecycle(
@@ -78,6 +79,9 @@ class Controller:
         )
         # The lifecycle's records, read here by every decision.
         self._replicas = self._lifecycle.replicas
+        # The applied spec, the adapters added and removed at run time over
+        # it, and the replicas' adapters kept to what they make.
+        self.adapters = ControllerAdapters(backend, lambda: list(self._replicas.values()))
         self._nodes: list[NodeView] = []
         self._unplaceable: dict[str, str] = {}
         # Nodes where a replica's actor just died: not preferred until then.
@@ -106,7 +110,7 @@ class Controller:
         passes (unless `start_loop` is false, for tests that drive `tick()`
         themselves)."""
         await self.adopt()
-        self._spec = spec
+        spec = self.adapters.apply(spec)
         self._scaling.follow(spec, lambda model_id: len(self._active(model_id)))
         log.info(
             "deployment spec: %s",
@@ -127,6 +131,27 @@ class Controller:
         if self._scaling.wakes(report):
             self._poked.set()
         return self._scaling.view()
+
+    @property
+    def _spec(self) -> DeploymentSpec:
+        """The spec served: the applied one with the run-time adapter changes."""
+        return self.adapters.serving
+
+    async def add_adapter(self, model_id: str, adapter_id: str, source: str) -> dict[str, Any]:
+        """`neuraxis adapters add` (controller_adapters.py); a NeuraxisError
+        says why it was refused."""
+        await self.adopt()
+        return await self.adapters.add(model_id, adapter_id, source)
+
+    async def remove_adapter(self, adapter_id: str) -> dict[str, Any]:
+        """`neuraxis adapters remove`; ModelNotFoundError for an unknown id."""
+        await self.adopt()
+        return await self.adapters.remove(adapter_id)
+
+    async def list_adapters(self) -> dict[str, Any]:
+        """`neuraxis adapters list`: each adapter and the replicas holding it."""
+        await self.adopt()
+        return await self.adapters.listing()
 
     def desired(self, model: ModelSpec) -> int:
         """The replica count the controller keeps `model` at now."""
@@ -179,6 +204,7 @@ class Controller:
         self._stopping = True
         if self._loop is not None:
             self._loop.cancel()
+        await self.adapters.sync.stop()
         for replica in list(self._replicas.values()):
             if replica.state is not ReplicaState.DRAINING:
                 self._lifecycle.drain(replica)
@@ -194,6 +220,7 @@ class Controller:
             if self._adopted:
                 return
             self._marks = await self._backend.load_marks()
+            await self.adapters.load()
             adoption = await adopt(self._backend, self._clock.monotonic())
             self._lifecycle.adopted(adoption)
             self.adopted_replicas = len(self._replicas)
@@ -219,6 +246,7 @@ class Controller:
             return
         self._nodes = await self._backend.nodes()
         await asyncio.gather(*(self._check(r) for r in list(self._replicas.values())))
+        self.adapters.sync.step(self._replicas.values())
         now = self._clock.monotonic()
         self._scaling.step(self._spec, self._replicas.values(), self._reports.fresh(now), now)
         for model in self._reconcile_order():

@@ -25,12 +25,13 @@ from ray.exceptions import RayError
 from ray.experimental import internal_kv
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from axon.errors import NeuraxisError
+from axon.errors import NeuraxisError, UnavailableError, as_data
 from axon.generations import GENERATION_LABEL, Generation
 from cortex.cluster.backend import (
     Health,
     Liveness,
     Placed,
+    ReplicaAdapters,
     ReplicaRequest,
     ReplicaStartError,
     RunningReplica,
@@ -51,6 +52,11 @@ CONTROLLER_NAME = "neuraxis-controller"
 NAMESPACE = "neuraxis"
 # The cordoned and draining nodes, in Ray's key-value store (the GCS).
 MARKS_KEY = "node-marks"
+# The adapters added and removed at run time (adapter_changes.py), there too.
+ADAPTER_CHANGES_KEY = "adapter-changes"
+# How long a neuron may take to load an adapter (vLLM reads its weights) or
+# to unload one (its requests there end first), as cortex's pool allows.
+ADAPTER_TIMEOUT_S = 120.0
 # How long a replica's actor may take to answer a check before it counts as gone.
 CHECK_TIMEOUT_S = 10.0
 # How long the neuron's health and load calls may take.
@@ -179,6 +185,31 @@ class RayBackend:
     async def save_marks(self, marks: dict[str, NodeMark]) -> None:
         value = json.dumps({node: mark.value for node, mark in marks.items()})
         internal_kv._internal_kv_put(MARKS_KEY, value, namespace=NAMESPACE)
+
+    def _client(self, replica_id: str) -> NeuronClient:
+        client = self._clients.get(replica_id)
+        if client is None:
+            raise UnavailableError(f"replica {replica_id} has no neuron serving")
+        return client
+
+    async def adapters(self, replica_id: str) -> ReplicaAdapters:
+        info = await self._client(replica_id).info(timeout=PROBE_TIMEOUT_S)
+        served = tuple(m.id for m in info.models if m.parent)
+        return ReplicaAdapters(served=served, held=tuple(info.adapters))
+
+    async def load_adapter(self, replica_id: str, adapter_id: str, source: str) -> None:
+        await self._client(replica_id).load_adapter(adapter_id, source, ADAPTER_TIMEOUT_S)
+
+    async def unload_adapter(self, replica_id: str, adapter_id: str) -> None:
+        await self._client(replica_id).unload_adapter(adapter_id, ADAPTER_TIMEOUT_S)
+
+    async def load_adapter_changes(self) -> dict[str, Any] | None:
+        stored = internal_kv._internal_kv_get(ADAPTER_CHANGES_KEY, namespace=NAMESPACE)
+        return json.loads(stored) if stored else None
+
+    async def save_adapter_changes(self, changes: dict[str, Any]) -> None:
+        value = json.dumps(changes)
+        internal_kv._internal_kv_put(ADAPTER_CHANGES_KEY, value, namespace=NAMESPACE)
 
     def kill(self, replica_id: str) -> None:
         actor = self._actors.pop(replica_id, None)
@@ -311,6 +342,27 @@ class ControllerShell:
         except NodeError as e:
             return {"error": str(e)}
         return {"node_id": node.node_id, "host": node.host}
+
+    async def add_adapter(self, model: str, adapter_id: str, source: str) -> dict[str, Any]:
+        """`neuraxis adapters add`: what was done, or {"error": ...} (as_data)."""
+        await self._resume()
+        try:
+            return await self._controller.add_adapter(model, adapter_id, source)
+        except NeuraxisError as e:
+            return {"error": as_data(e)}
+
+    async def remove_adapter(self, adapter_id: str) -> dict[str, Any]:
+        """`neuraxis adapters remove`: what was done, or {"error": ...}."""
+        await self._resume()
+        try:
+            return await self._controller.remove_adapter(adapter_id)
+        except NeuraxisError as e:
+            return {"error": as_data(e)}
+
+    async def list_adapters(self) -> dict[str, Any]:
+        """`neuraxis adapters list`."""
+        await self._resume()
+        return await self._controller.list_adapters()
 
     async def shutdown(self) -> None:
         # Adopts what runs (to drain it) without placing anything new.

@@ -18,6 +18,19 @@ class AddAdapter(BaseModel):
     source: str | None = Field(None, min_length=1)
     lora_name: str | None = Field(None, min_length=1)
     lora_path: str | None = Field(None, min_length=1)
+    # The rest of vLLM's body: accepted when false (what tools send).
+    load_inplace: bool = False
+    is_3d_lora_weight: bool = False
+
+
+class RemoveAdapter(BaseModel):
+    """vLLM's /v1/unload_lora_adapter body: the adapter's name (its int id,
+    vLLM's own number for it, means nothing here and is ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lora_name: str = Field(min_length=1)
+    lora_int_id: int | None = None
 
 
 class AdapterCard(BaseModel):

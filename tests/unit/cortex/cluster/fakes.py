@@ -4,13 +4,17 @@ replicas in dicts (the clock is harness.clock.ManualClock)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
+from axon.errors import InvalidRequestError, ModelNotFoundError, NeuraxisError, UnavailableError
 from axon.generations import Generation
 from cortex.cluster.backend import (
     Health,
     Liveness,
     Placed,
+    ReplicaAdapters,
     ReplicaRequest,
     ReplicaStartError,
     RunningReplica,
@@ -33,6 +37,9 @@ class FakeReplica:
     env: dict[str, str] = field(default_factory=dict)
     started: Started | None = None
     started_at: float | None = None
+    # The adapters its neuron serves (id -> source), from its settings at
+    # start and the load / unload calls since.
+    adapters: dict[str, str] = field(default_factory=dict)
 
     @property
     def address(self) -> str | None:
@@ -58,6 +65,12 @@ class FakeBackend:
         self.check_gate: asyncio.Event | None = None
         # The node marks saved in the cluster (they outlive a controller).
         self.marks: dict[str, NodeMark] = {}
+        # The run-time adapter changes saved in the cluster (they outlive a
+        # controller too), and every adapter call, in order.
+        self.adapter_changes: dict[str, Any] | None = None
+        self.adapter_calls: list[tuple[str, str, str]] = []
+        # Per replica id: the error its neuron answers adapter calls with.
+        self.adapter_errors: dict[str, NeuraxisError] = {}
         self._ports = iter(range(50051, 60000))
 
     async def nodes(self) -> list[NodeView]:
@@ -116,6 +129,8 @@ class FakeBackend:
         if error is not None:
             raise ReplicaStartError(error)
         port = next(self._ports)
+        adapters = json.loads(env.get("NEURAXIS_NEURON_ADAPTERS", "[]"))
+        replica.adapters = dict(a.split("=", 1) for a in adapters)
         self.started.append(replica_id)
         replica.started = Started(f"127.0.0.1:{port}", port + 1000, port, f"/logs/{replica_id}.log")
         replica.started_at = self.clock.time()
@@ -140,3 +155,39 @@ class FakeBackend:
 
     async def save_marks(self, marks: dict[str, NodeMark]) -> None:
         self.marks = dict(marks)
+
+    def _neuron(self, replica_id: str) -> FakeReplica:
+        replica = self.actors.get(replica_id)
+        if replica is None or replica.started is None:
+            raise UnavailableError(f"replica {replica_id} has no neuron serving")
+        error = self.adapter_errors.get(replica_id)
+        if error is not None:
+            raise error
+        return replica
+
+    async def adapters(self, replica_id: str) -> ReplicaAdapters:
+        replica = self._neuron(replica_id)
+        # The fake's engines hold every adapter they serve.
+        return ReplicaAdapters(tuple(replica.adapters), tuple(replica.adapters))
+
+    async def load_adapter(self, replica_id: str, adapter_id: str, source: str) -> None:
+        self.adapter_calls.append(("load", replica_id, adapter_id))
+        replica = self._neuron(replica_id)
+        if "refused" in source:
+            # As a neuron refuses an adapter it cannot load: still in its
+            # catalogue (neuron/engine/adapters.py offers it first).
+            replica.adapters[adapter_id] = source
+            raise InvalidRequestError(f"{source} cannot be loaded", param="source")
+        replica.adapters[adapter_id] = source
+
+    async def unload_adapter(self, replica_id: str, adapter_id: str) -> None:
+        self.adapter_calls.append(("unload", replica_id, adapter_id))
+        replica = self._neuron(replica_id)
+        if replica.adapters.pop(adapter_id, None) is None:
+            raise ModelNotFoundError(f"The model '{adapter_id}' does not exist on this neuron.")
+
+    async def load_adapter_changes(self) -> dict[str, Any] | None:
+        return json.loads(json.dumps(self.adapter_changes)) if self.adapter_changes else None
+
+    async def save_adapter_changes(self, changes: dict[str, Any]) -> None:
+        self.adapter_changes = json.loads(json.dumps(changes))
