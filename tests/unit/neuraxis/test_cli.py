@@ -278,7 +278,7 @@ def test_each_command_module_runs_its_own_command() -> None:
     argv = {"neuron": ["neuron", "serve"], "cluster": ["cluster", "stop", "--address", "a:1"]}
     argv |= {"config": ["config", "check"], "model": ["model", "prepare"]}
     argv |= {"tls": ["tls", "init", "d"], "keys": ["keys", "list"], "node": ["node", "drain", "n"]}
-    argv |= {"tenants": ["tenants", "list"], "usage": ["usage"]}
+    argv |= {"tenants": ["tenants", "list"], "usage": ["usage"], "adapters": ["adapters", "list"]}
     for command in COMMANDS:
         name = command.__name__.rsplit(".", 1)[1]
         args = parser.parse_args(argv.get(name, [name]))

@@ -104,7 +104,9 @@ async def test_a_source_the_first_replica_refuses_is_taken_back_and_nothing_is_s
     ]
     assert served(backend) == {first: {}, second: {}}
     assert backend.adapter_changes is None
-    assert controller.status() is not None and "refused" not in controller.adapters.serving.adapters()
+    assert (
+        controller.status() is not None and "refused" not in controller.adapters.serving.adapters()
+    )
 
 
 async def test_a_replica_that_cannot_be_told_now_is_synced_by_a_later_pass(
@@ -122,15 +124,13 @@ async def test_a_replica_that_cannot_be_told_now_is_synced_by_a_later_pass(
 
 
 async def test_replicas_started_later_serve_the_added_adapters(tmp_path: Path) -> None:
-    controller, backend, clock = await started(spec(chat(replicas=1)))
+    controller, backend, _ = await started(spec(chat(replicas=1)))
     source = adapter_dir(tmp_path, "legal")
     await controller.add_adapter("chat", "legal", source)
     await controller.apply(spec(chat(replicas=2)), start_loop=False)
     await settle()
     newest = max(backend.actors, key=lambda r: backend.actors[r].request.serial)
-    assert json.loads(backend.actors[newest].env["NEURAXIS_NEURON_ADAPTERS"]) == [
-        f"legal={source}"
-    ]
+    assert json.loads(backend.actors[newest].env["NEURAXIS_NEURON_ADAPTERS"]) == [f"legal={source}"]
 
 
 async def test_remove_unloads_everywhere_and_a_spec_adapter_stays_removed(
