@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"neuraxis: adapter {args.id} of {done['model']} removed: {_told(done)}")
         else:
             listed = list_adapters()
-            print(json.dumps(listed, indent=2, sort_keys=True) if args.json else render(listed))
+            as_json = json.dumps(listed, indent=2, sort_keys=True) + "\n"
+            sys.stdout.write(as_json if args.json else render(listed))
     except (ClusterError, NeuraxisError) as e:
         return fail(e)
     return 0

@@ -9,15 +9,23 @@ Each run checks: requests failed 0, the replicas' neuron pids unchanged
 (engines reloaded 0), cortex's follower back on the controller. The time
 from the kill to the new controller's first table (the adoption) is
 printed and written to the logs directory as controller-adoption.json.
+
+The model takes LoRA adapters: `neuraxis adapters add | list | remove`
+through the controller, and an added adapter outliving a controller that
+was killed for good.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import ray
 
@@ -26,6 +34,11 @@ from harness.sim_cluster import SimCluster, ready_sim_cluster, two_replica_spec
 from harness.streaming_load import Load
 
 MODEL = "sim-adopt"
+LORA = """
+[models.lora]
+max_adapters_per_replica = 2
+max_rank = 16
+"""
 CONTROLLER = "neuraxis-controller"
 NAMESPACE = "neuraxis"
 
@@ -33,7 +46,7 @@ NAMESPACE = "neuraxis"
 @pytest.fixture(scope="module")
 def ray_cluster(logs_dir: Path) -> Iterator[SimCluster]:
     with ready_sim_cluster(
-        two_replica_spec(MODEL), logs_dir, MODEL, ("ada", "blackwell")
+        two_replica_spec(MODEL) + LORA, logs_dir, MODEL, ("ada", "blackwell")
     ) as cluster:
         yield cluster
 
@@ -115,3 +128,76 @@ def test_a_lost_controller_comes_back_and_adopts_without_failing_a_request(
     if kill == "none":
         current = _table(timeout=30)
         assert current is not None and current["epoch"] == table["epoch"]
+
+
+def _adapters(cluster: SimCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "neuraxis.cli", "adapters", *args, "--address", cluster.address],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _listed() -> dict[str, dict[str, Any]]:
+    """What `neuraxis adapters list --json` prints, asked of the controller
+    from this process (each command run costs seconds of imports)."""
+    controller = ray.get_actor(CONTROLLER, namespace=NAMESPACE)
+    listed: dict[str, Any] = ray.get(controller.list_adapters.remote(), timeout=30)
+    return {a["id"]: a for a in listed["adapters"]}
+
+
+def _parent_in_models(cluster: SimCluster, adapter: str, timeout: float = 30) -> str | None:
+    """The adapter's parent in cortex's /v1/models once it lists the adapter
+    (its pool learns it at its next Info poll); None if it never does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        models = httpx.get(f"{cluster.base_url}/v1/models", timeout=10).json()["data"]
+        found = [m.get("parent") for m in models if m["id"] == adapter]
+        if found:
+            return found[0]  # type: ignore[no-any-return]
+        time.sleep(0.1)
+    return None
+
+
+def _chat(cluster: SimCluster, model: str) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    return httpx.post(f"{cluster.base_url}/v1/chat/completions", json=body, timeout=30)
+
+
+def test_an_adapter_added_through_the_controller_outlives_it_and_is_removed(
+    ray_cluster: SimCluster, tmp_path: Path
+) -> None:
+    good, big = tmp_path / "legal", tmp_path / "big"
+    for path, rank in ((good, 8), (big, 64)):
+        path.mkdir()
+        (path / "adapter_config.json").write_text(json.dumps({"r": rank}))
+    refused = _adapters(ray_cluster, "add", MODEL, "big", str(big))
+    assert refused.returncode == 1 and "rank 64 is above max_rank 16" in refused.stderr
+    added = _adapters(ray_cluster, "add", MODEL, "legal", str(good))
+    assert added.returncode == 0, added.stderr
+    replicas = set(_neurons(ray_cluster))
+    listed = _adapters(ray_cluster, "list")
+    assert listed.returncode == 0, listed.stderr
+    [header, row] = listed.stdout.splitlines()
+    assert header.split() == ["ADAPTER", "MODEL", "ADDED", "SERVED", "BY", "HELD", "BY", "SOURCE"]
+    assert row.split()[:4] == ["legal", MODEL, "run", "time"]
+    assert set(row.split()[4].split(",")) == replicas and row.split()[-1] == str(good)
+    assert _parent_in_models(ray_cluster, "legal") == MODEL
+    answer = _chat(ray_cluster, "legal")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"].startswith("legal:")
+
+    # A controller killed for good: cortex's follower creates another, which
+    # adopts the replicas and lays the saved change over cortex's spec.
+    table = _table(timeout=30)
+    assert table is not None
+    ray.kill(ray.get_actor(CONTROLLER, namespace=NAMESPACE), no_restart=True)
+    _wait_for_table(table["epoch"], replicas)
+    assert set(_listed()["legal"]["replicas"]) == replicas
+
+    removed = _adapters(ray_cluster, "remove", "legal")
+    assert removed.returncode == 0, removed.stderr
+    assert _listed() == {}
+    gone = _chat(ray_cluster, "legal")
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "model_not_found"
