@@ -60,7 +60,7 @@ from cortex.store.tenants import open_tenant_store
 
 if TYPE_CHECKING:
     # Cluster mode's only (it imports Ray): imported when cortex runs so.
-    from cortex.cluster.adapter_control import ControllerAdapterControl
+    from cortex.cluster.client import ControllerAdapterControl
 
 # The GIL's switch interval in cortex (why: the lifespan below).
 SWITCH_INTERVAL_S = 0.001
@@ -322,7 +322,7 @@ def _gateway(
 
 def _adapter_control() -> ControllerAdapterControl:
     """Cluster mode's adapter changes, through the controller once joined."""
-    from cortex.cluster.adapter_control import ControllerAdapterControl
+    from cortex.cluster.client import ControllerAdapterControl
 
     return ControllerAdapterControl()
 

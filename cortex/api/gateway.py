@@ -79,7 +79,7 @@ class Neurons(Protocol):
 
 class AdapterControl(Protocol):
     """Where the admin listener's adapter changes go in cluster mode: the
-    controller (cortex/cluster/adapter_control.py), which keeps them in its
+    controller (cortex/cluster/client.py), which keeps them in its
     spec, so that the replicas it starts later serve them too. Each answers
     the addresses of the replicas told now, or raises the refusal."""
 

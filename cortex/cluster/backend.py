@@ -2,7 +2,9 @@
 
 `ClusterBackend` is everything the controller asks of the cluster: the nodes,
 creating a replica where placement asked, starting its neuron, checking it,
-draining and killing it. It speaks the plain-data types below, keyed by the
+draining and killing it, its neuron's LoRA adapters (listed, loaded,
+unloaded), and what must outlive a controller (the node marks, the run-time
+adapter changes). It speaks the plain-data types below, keyed by the
 replica's id (which is also the name of its actor in Ray, so that a later
 controller can find replicas it did not start: `replicas()` lists them, with
 what each replica's actor recorded of itself, for the controller to adopt).

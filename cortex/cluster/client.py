@@ -23,7 +23,7 @@ import ray
 from ray.exceptions import AuthenticationError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from axon.errors import from_data
+from axon.errors import UnavailableError, from_data
 from cortex.cluster.controller import ControllerConfig
 from cortex.cluster.plane import ControlPlane, watch_head
 from cortex.cluster.ray_backend import (
@@ -210,6 +210,38 @@ def _adapter_call(method: str, args: tuple[str, ...], timeout_s: float) -> dict[
     if "error" in answer:
         raise from_data(answer["error"])
     return answer
+
+
+class ControllerAdapterControl:
+    """The admin listener's POST and DELETE /v1/adapters in cluster mode
+    (cortex/api/adapters.py): the change goes to the controller, as
+    `neuraxis adapters add | remove` does, so that both agree and an added
+    adapter is served by the replicas the controller starts later too. The
+    link is set once cortex has joined the cluster (app.py); until then, and
+    while the controller does not answer, a change is answered 503. The
+    answer: the addresses of the replicas told now."""
+
+    def __init__(self) -> None:
+        self.link: ControllerLink | None = None
+
+    async def add(self, model: str, adapter_id: str, source: str) -> list[str]:
+        return await self._call("add_adapter", model, adapter_id, source)
+
+    async def remove(self, adapter_id: str) -> list[str]:
+        return await self._call("remove_adapter", adapter_id)
+
+    async def _call(self, method: str, *args: str) -> list[str]:
+        actor = self.link.actor if self.link is not None else None
+        if actor is None:
+            raise UnavailableError("the controller is not reached yet; try again")
+        try:
+            ref = getattr(actor, method).remote(*args)
+            answer: dict[str, Any] = await asyncio.wait_for(_result(ref), ADAPTER_CHANGE_S)
+        except (RayError, TimeoutError) as e:
+            raise UnavailableError(f"the controller did not answer: {type(e).__name__}") from None
+        if "error" in answer:
+            raise from_data(answer["error"])
+        return list(answer["addresses"])
 
 
 def apply_spec(spec: DeploymentSpec, timeout_s: float = 60.0) -> None:

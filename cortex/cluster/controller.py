@@ -4,7 +4,9 @@ A new controller first adopts the replicas it finds running (adoption.py).
 Then every `health_interval_s` a pass reads the nodes, checks each serving
 replica, replaces the ones that died (with their actor, their node or their
 neuron) or failed too many checks, drains the ones a scale-down removes,
-and places missing ones. Placements no node could ever satisfy are
+and places missing ones, and brings each ready replica's LoRA adapters to
+its model's (adapter_sync.py; `neuraxis adapters add | remove` change the
+served spec: controller_adapters.py). Placements no node could ever satisfy are
 reported with the reason and looked at again at the next pass, never retried
 in a loop. cortex follows the endpoint table (the ready replicas) by
 long-polling `table()`.

@@ -18,6 +18,7 @@ was killed for good.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -201,3 +202,22 @@ def test_an_adapter_added_through_the_controller_outlives_it_and_is_removed(
     assert _listed() == {}
     gone = _chat(ray_cluster, "legal")
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "model_not_found"
+
+    # cortex's admin listener goes through the controller too (vLLM's body).
+    admin = _admin_url(ray_cluster)
+    body = {"lora_name": "legal", "lora_path": str(good)}
+    loaded = httpx.post(f"{admin}/v1/load_lora_adapter", json=body, timeout=120)
+    assert loaded.status_code == 200, loaded.text
+    assert _listed()["legal"]["added_at_run_time"]
+    too_big = {"model": MODEL, "id": "big", "source": str(big)}
+    refused_here = httpx.post(f"{admin}/v1/adapters", json=too_big, timeout=120)
+    assert refused_here.status_code == 400 and refused_here.json()["error"]["param"] == "source"
+    assert httpx.delete(f"{admin}/v1/adapters/legal", timeout=120).status_code == 200
+    assert _listed() == {}
+
+
+def _admin_url(cluster: SimCluster) -> str:
+    """cortex's admin listener (started on a free port), as its log says."""
+    found = re.search(r"admin listener on (http://\S+)", cluster.cortex_log.read_text())
+    assert found is not None
+    return found.group(1)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import get_args
 
 import pytest
@@ -17,7 +18,9 @@ from axon.errors import (
     NotFoundError,
     RequestTooLargeError,
     UnavailableError,
+    as_data,
     caused_by_request,
+    from_data,
     from_grpc,
     mapping_for,
 )
@@ -125,3 +128,14 @@ def test_grpcs_own_message_size_refusal_is_the_requests_fault() -> None:
 def test_a_dead_engine_is_a_kind_of_unavailable() -> None:
     e = from_grpc("UNAVAILABLE", "the neuron's engine has died", "engine_died", None)
     assert type(e) is EngineDiedError and mapping_for(e).http_status == 503
+
+
+def test_every_error_survives_its_plain_data_form() -> None:
+    """The controller's refusals cross Ray as plain data (as_data) and are
+    raised again as the same class, message and param (from_data)."""
+    for cls in ERROR_TABLE:
+        error = cls("why", param="source")
+        again = from_data(json.loads(json.dumps(as_data(error))))
+        assert (type(again), again.message, again.param) == (cls, "why", "source")
+    unknown = from_data({"kind": "from_a_newer_version", "message": "m", "param": None})
+    assert type(unknown) is InternalError
