@@ -1,6 +1,8 @@
 """Each ready replica's LoRA adapters kept equal to its model's in the
 spec the controller serves: the ones missing loaded (LoadAdapter), the ones
-left over unloaded (UnloadAdapter: once their requests there have ended).
+left over unloaded (UnloadAdapter: once their requests there have ended),
+and the ones served from another source than the spec's now (an id
+removed and added again from a new directory) unloaded, then loaded anew.
 
 A replica is started with its model's adapters (replica_settings.py), so
 most need nothing; the rest are the replicas that were starting, or
@@ -33,6 +35,19 @@ def wanted(model: ModelSpec) -> dict[str, str]:
     return {a.id: a.source for a in model.adapters} if model.lora is not None else {}
 
 
+def stale(synced: dict[str, str] | None, served: set[str], adapters: dict[str, str]) -> set[str]:
+    """The adapters a replica serves from another source than `adapters`
+    say, as far as `synced` (what this controller last made true there)
+    knows: an id removed and added again from a new source while the
+    replica kept the old one (it was not answering, or the remove's unload
+    had not reached it). Sources are compared here because a neuron's Info
+    names its adapters, not where they came from: a replica this controller
+    never synced (one adopted) is taken to serve what it should."""
+    if synced is None:
+        return set()
+    return {a for a in served & adapters.keys() if a in synced and synced[a] != adapters[a]}
+
+
 class AdapterSync:
     def __init__(self, backend: ClusterBackend, serving: Callable[[], DeploymentSpec]) -> None:
         """`serving`: the spec the controller serves now."""
@@ -60,6 +75,10 @@ class AdapterSync:
                     for a, source in adapters.items()
                     if a not in served
                 ),
+                *(
+                    self._reload(replica_id, a, adapters[a])
+                    for a in sorted(stale(self._synced.get(replica_id), served, adapters))
+                ),
                 *(self._unload(replica_id, a) for a in sorted(served - set(adapters))),
             ]
             outcomes = await asyncio.gather(*changes, return_exceptions=True)
@@ -67,6 +86,12 @@ class AdapterSync:
                 if isinstance(outcome, BaseException):
                     raise outcome
             self._synced[replica_id] = dict(adapters)
+
+    async def _reload(self, replica_id: str, adapter_id: str, source: str) -> None:
+        # Off first: a neuron asked to load an id it holds keeps the weights
+        # it has (neuron/engine/adapters.py), whatever the new source.
+        await self._unload(replica_id, adapter_id)
+        await self._backend.load_adapter(replica_id, adapter_id, source)
 
     async def _unload(self, replica_id: str, adapter_id: str) -> None:
         # Gone already: another sync's, or the neuron restarted.

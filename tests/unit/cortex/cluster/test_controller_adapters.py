@@ -12,6 +12,7 @@ import pytest
 
 from axon.errors import InvalidRequestError, ModelNotFoundError, UnavailableError
 from axon.generations import Generation
+from cortex.cluster.adapter_sync import stale
 from cortex.cluster.controller import Controller, ControllerConfig
 from cortex.cluster.spec import DeploymentSpec
 from harness.clock import ManualClock, settle, until
@@ -177,3 +178,37 @@ async def test_a_new_controller_serves_the_saved_changes_and_syncs_adopted_repli
         ],
         "unreachable": [],
     }
+
+
+async def test_an_id_added_again_from_a_new_source_is_reloaded_where_the_old_one_stayed(
+    tmp_path: Path,
+) -> None:
+    controller, backend, _ = await started(spec(chat()))
+    first, second = sorted(backend.actors)
+    old, new = adapter_dir(tmp_path, "legal-v1"), adapter_dir(tmp_path, "legal-v2")
+    await controller.add_adapter("chat", "legal", old)
+    # The remove does not reach the second replica: it keeps the old weights.
+    backend.adapter_errors[second] = UnavailableError("not answering")
+    done = await controller.remove_adapter("legal")
+    assert done["replicas"] == [first] and second in done["pending"]
+    del backend.adapter_errors[second]
+    backend.adapter_calls.clear()
+    done = await controller.add_adapter("chat", "legal", new)
+    assert done["replicas"] == [first, second] and done["pending"] == {}
+    assert served(backend) == {first: {"legal": new}, second: {"legal": new}}
+    # The second replica's old adapter was taken off before the new one was
+    # loaded (a neuron keeps what it holds when asked to load the same id).
+    assert backend.adapter_calls == [
+        ("load", first, "legal"),
+        ("unload", second, "legal"),
+        ("load", second, "legal"),
+    ]
+
+
+def test_stale_adapters_are_those_synced_from_another_source() -> None:
+    want = {"a": "/srv/a-v2", "b": "/srv/b"}
+    assert stale({"a": "/srv/a-v1", "b": "/srv/b"}, {"a", "b"}, want) == {"a"}
+    assert stale({"a": "/srv/a-v2"}, {"a"}, want) == set()
+    # Not served there: loaded, not reloaded; never synced: not known.
+    assert stale({"a": "/srv/a-v1"}, set(), want) == set()
+    assert stale(None, {"a"}, want) == set()
