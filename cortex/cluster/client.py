@@ -35,6 +35,7 @@ from cortex.cluster.ray_backend import (
 from cortex.cluster.scaling_follower import ScalingFollower
 from cortex.cluster.spec import DeploymentSpec, spec_to_dict
 from cortex.cluster.status import ClusterStatus, CortexReport, ScalingView
+from cortex.cluster.table import TableView
 from cortex.routing.pool import NeuronPool
 
 log = logging.getLogger("neuraxis.cortex")
@@ -350,7 +351,7 @@ async def follow_table(
             # Awaited on the event loop, not in a thread: cancelling this task
             # at shutdown must not wait for the long poll to end.
             ref = link.actor.table.remote(version, POLL_S, epoch)
-            table: dict[str, Any] = await asyncio.wait_for(_result(ref), POLL_S + 10)
+            table = TableView.read(await asyncio.wait_for(_result(ref), POLL_S + 10))
         except (RayError, TimeoutError) as e:
             failures += 1
             if followed is not None and followed.plane is not None:
@@ -376,13 +377,15 @@ async def follow_table(
             lost = False
             log.info("the controller is back (after %d attempts)", failures)
         failures = 0
-        if table["version"] == 0:
+        if table.version == 0:
             continue  # nothing published yet (still adopting): keep the last table
         if followed is not None and followed.plane is not None:
-            followed.plane.table_confirmed(table.get("epoch"), int(table.get("adopted", 0)))
-        if (table.get("epoch"), table["version"]) != (epoch, version):
-            epoch, version = table.get("epoch"), table["version"]
-            await pool.update([r["address"] for r in table["replicas"]])
+            followed.plane.table_confirmed(table.epoch, table.adopted)
+        if (table.epoch, table.version) != (epoch, version):
+            epoch, version = table.epoch, table.version
+            if table.adapters is not None:
+                pool.set_adapters(table.adapters)
+            await pool.update(table.addresses)
             if followed is not None:
                 followed.epoch, followed.version = epoch, version
                 followed.received.set()

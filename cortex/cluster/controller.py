@@ -78,12 +78,17 @@ class Controller:
             start_timeout_s=config.start_timeout_s,
             drain_timeout_s=config.drain_timeout_s,
             plaintext=config.plaintext,
+            adapters=lambda: self._spec.adapters(),
         )
         # The lifecycle's records, read here by every decision.
         self._replicas = self._lifecycle.replicas
         # The applied spec, the adapters added and removed at run time over
         # it, and the replicas' adapters kept to what they make.
-        self.adapters = ControllerAdapters(backend, lambda: list(self._replicas.values()))
+        # A change reaches cortex's table at once: a run-time adapter's
+        # request must wake its base, a removed one be forgotten.
+        self.adapters = ControllerAdapters(
+            backend, lambda: list(self._replicas.values()), self._lifecycle.publish
+        )
         self._nodes: list[NodeView] = []
         self._unplaceable: dict[str, str] = {}
         # Nodes where a replica's actor just died: not preferred until then.

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from axon.errors import NeuraxisError, caused_by_request
@@ -39,10 +39,15 @@ log = logging.getLogger("neuraxis.controller")
 
 class ControllerAdapters:
     def __init__(
-        self, backend: ClusterBackend, replicas: Callable[[], Iterable[ReplicaRecord]]
+        self,
+        backend: ClusterBackend,
+        replicas: Callable[[], Iterable[ReplicaRecord]],
+        changed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """`changed`: called once a change is saved (the table published)."""
         self._backend = backend
         self._replicas = replicas
+        self._changed = changed
         self.sync = AdapterSync(backend, lambda: self.serving)
         self._applied = DeploymentSpec()
         self._changes = AdapterChanges()
@@ -162,6 +167,8 @@ class ControllerAdapters:
         await self._backend.save_adapter_changes(changes.to_data())
         self._changes = changes
         self.serving = adapter_changes.effective(self._applied, changes)
+        if self._changed is not None:
+            await self._changed()
 
     async def _take_back(self, replica_id: str, adapter_id: str) -> None:
         """After a refused load: the neuron may have kept the adapter in its

@@ -1,7 +1,8 @@
 """A replica's life from the controller's side: placed (the actor created),
 started (its neuron serving, or a failure that backs the model's starts
 off), drained and stopped, forgotten; and the endpoint table of the ready
-replicas, published whenever one joins or leaves it.
+replicas (with the adapters served), published whenever one joins or
+leaves it.
 
 The controller (controller.py) decides which replicas to place and which to
 drain; this class carries those decisions out over the `ClusterBackend`
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable, Mapping
 
 from axon.generations import Generation
 from axon.tls import NEURON_PLAINTEXT_ENV
@@ -46,8 +48,11 @@ class ReplicaLifecycle:
         start_timeout_s: float,
         drain_timeout_s: float,
         plaintext: bool,
+        adapters: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
+        """`adapters`: every adapter served now, id -> base model (in the table)."""
         self._backend = backend
+        self._adapters = adapters
         self._clock = clock
         # Told each replica's load time (its model's cold-start estimate).
         self._scaling = scaling
@@ -194,7 +199,8 @@ class ReplicaLifecycle:
         await self._tasks.wait()
 
     async def publish(self) -> None:
-        """The table of the ready replicas, to cortex's long polls."""
+        """The table of the ready replicas and the adapters served, to
+        cortex's long polls."""
         ready = sorted(
             (r for r in self.replicas.values() if r.state is ReplicaState.READY),
             key=lambda r: r.id,
@@ -203,7 +209,8 @@ class ReplicaLifecycle:
             [
                 Endpoint(r.id, r.model, r.address or "", _name(r.generation), r.metrics_port)
                 for r in ready
-            ]
+            ],
+            self._adapters(),
         )
 
 

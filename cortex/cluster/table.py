@@ -1,5 +1,8 @@
-"""The endpoint table: the ready replicas cortex routes to, with a version
-that grows with each change, and a long poll for the next version.
+"""The endpoint table: the ready replicas cortex routes to, and every LoRA
+adapter the controller serves with its base model (the spec's and those
+added at run time: cortex wakes an adapter's base when it is scaled to
+zero, and forgets a removed one), with a version that grows with each
+change, and a long poll for the next version.
 
 The controller publishes; cortex's follower (client.follow_table) waits.
 Each controller's table has its own `epoch`: a controller that comes back
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,22 +39,59 @@ class Endpoint:
         }
 
 
+@dataclass(frozen=True)
+class TableView:
+    """The table as cortex's follower reads it off the wire."""
+
+    epoch: str | None
+    version: int
+    addresses: list[str]
+    # Replicas the controller adopted when it started (the actor adds it).
+    adopted: int
+    # Adapter id -> base model id; None from a controller that does not say
+    # (another version): cortex keeps what it knew.
+    adapters: dict[str, str] | None
+
+    @classmethod
+    def read(cls, data: Mapping[str, Any]) -> TableView:
+        """TypeError or KeyError for a table not in this form."""
+        adapters = data.get("adapters")
+        if adapters is not None and not (
+            isinstance(adapters, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in adapters.items())
+        ):
+            raise TypeError(f"the table's adapters are not id -> model: {adapters!r}")
+        return cls(
+            epoch=data.get("epoch"),
+            version=int(data["version"]),
+            addresses=[str(r["address"]) for r in data["replicas"]],
+            adopted=int(data.get("adopted", 0)),
+            adapters=None if adapters is None else dict(adapters),
+        )
+
+
 class EndpointTable:
     def __init__(self, epoch: str | None = None) -> None:
         self.epoch = epoch or uuid.uuid4().hex
         self.version = 0
         self.endpoints: list[Endpoint] = []
+        self.adapters: dict[str, str] = {}
         self._changed = asyncio.Condition()
 
-    async def publish(self, endpoints: list[Endpoint]) -> None:
-        """A new table; the version moves (and waiters wake) only when it
-        differs, or on the first publication: an empty first table still tells
-        cortex that the controller has adopted what runs (cortex is ready
-        with it, before any replica is)."""
-        if endpoints == self.endpoints and self.version > 0:
+    async def publish(
+        self, endpoints: list[Endpoint], adapters: Mapping[str, str] | None = None
+    ) -> None:
+        """A new table (`adapters`: id -> base model; None: as they were);
+        the version moves (and waiters wake) only when it differs, or on the
+        first publication: an empty first table still tells cortex that the
+        controller has adopted what runs (cortex is ready with it, before
+        any replica is)."""
+        served = self.adapters if adapters is None else dict(adapters)
+        if endpoints == self.endpoints and served == self.adapters and self.version > 0:
             return
         async with self._changed:
             self.endpoints = endpoints
+            self.adapters = served
             self.version += 1
             self._changed.notify_all()
 
@@ -73,4 +114,5 @@ class EndpointTable:
                 "epoch": self.epoch,
                 "version": self.version,
                 "replicas": [e.to_dict() for e in self.endpoints],
+                "adapters": dict(self.adapters),
             }

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 
 from axon.errors import InvalidRequestError, ModelNotFoundError
 from axon.v1 import neuron_pb2 as pb
@@ -197,10 +197,12 @@ class NeuronPool:
         await self._roster.refresh()
         return [s.address for s in replicas]
 
-    def set_adapters(self, parents: dict[str, str]) -> None:
-        """The deployment spec's adapters, each with its base model's id: a
-        request for one wakes its base when that is scaled to zero, and
-        counts as its base's while it waits."""
+    def set_adapters(self, parents: Mapping[str, str]) -> None:
+        """The adapters served in cluster mode, each with its base model's id
+        (the spec file's at start, then the controller's table: those added
+        at run time too): a request for one wakes its base when that is
+        scaled to zero, and counts as its base's while it waits; one left
+        out is unknown once no neuron serves it (404)."""
         self._roster.parents = dict(parents)
 
     def sleeping_models(self) -> dict[str, bool]:
@@ -268,7 +270,7 @@ class NeuronPool:
         first message is retried on another neuron; after it, the error goes
         to the caller (part of the answer has already gone out). A model
         scaled to zero (an adapter's base) is woken first (wake.py)."""
-        base = self._roster.parents.get(request.model, request.model)
+        base = self._roster.base_of(request.model)
         if self.wakes.sleeping(base):
             return self._woken(request, base, hints)
         return self._attempts.generate(request, hints)

@@ -103,8 +103,9 @@ class Roster:
         may have come); `policy_for` names each model's policy in metrics."""
         self.states = [NeuronState(c) for c in clients]
         self.expected = list(expected_models)
-        # The deployment spec's adapters and their base models (cluster
-        # mode): known, and their base's, even while no replica reports them.
+        # The adapters the controller serves and their base models (cluster
+        # mode: the spec's and those added at run time, pool.set_adapters):
+        # known, and their base's, even while no replica reports them.
         self.parents: dict[str, str] = {}
         self._client_factory = client_factory
         self._policy_for = policy_for
@@ -172,7 +173,7 @@ class Roster:
         return any(s.is_adapter(model) for s in self.states)
 
     def base_of(self, model: str) -> str:
-        """The base model of an adapter (as its neurons or the spec say), else
+        """The base model of an adapter (as its neurons or the controller say), else
         `model` itself: an adapter's requests take its base's replica slots."""
         for state in self.states:
             info = state.models.get(model)
@@ -181,7 +182,8 @@ class Roster:
         return self.parents.get(model, model)
 
     def known(self, model: str) -> bool:
-        """Expected, the spec's adapter, or served by some neuron (ready or not)."""
+        """Expected, an adapter the controller serves, or served by some
+        neuron (ready or not)."""
         return (
             model in self.expected
             or model in self.parents

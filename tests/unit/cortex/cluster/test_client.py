@@ -70,8 +70,12 @@ class FakeWakes:
 class FakePool:
     def __init__(self) -> None:
         self.updates: list[list[str]] = []
+        self.adapters: list[dict[str, str]] = []
         self.changed = asyncio.Event()
         self.wakes = FakeWakes()
+
+    def set_adapters(self, parents: dict[str, str]) -> None:
+        self.adapters.append(dict(parents))
 
     def in_flight(self) -> dict[str, int]:
         return {}
@@ -147,6 +151,27 @@ async def test_a_controller_ray_restarted_is_back_though_a_reconnect_failed(
         assert "the controller is back" in caplog.text
     finally:
         following.cancel()
+
+
+async def test_the_follower_hands_the_controller_s_adapters_to_the_pool_with_each_table() -> None:
+    controller = FakeController("e")
+    await controller.endpoints.publish([A], {"legal": "chat"})
+    link, pool = FakeLink(controller), FakePool()
+    following = asyncio.create_task(follow_table(link, pool))  # type: ignore[arg-type]
+    try:
+        await pool.wait_for(1)
+        # Added at run time, then the spec's one removed: same replicas, new tables.
+        await controller.endpoints.publish([A], {"legal": "chat", "support": "chat"})
+        await pool.wait_for(2)
+        await controller.endpoints.publish([A], {"support": "chat"})
+        await pool.wait_for(3)
+    finally:
+        following.cancel()
+    assert pool.adapters == [
+        {"legal": "chat"},
+        {"legal": "chat", "support": "chat"},
+        {"support": "chat"},
+    ]
 
 
 def test_retries_to_reach_the_controller_back_off_to_10_s() -> None:

@@ -212,3 +212,20 @@ def test_stale_adapters_are_those_synced_from_another_source() -> None:
     # Not served there: loaded, not reloaded; never synced: not known.
     assert stale({"a": "/srv/a-v1"}, set(), want) == set()
     assert stale(None, {"a"}, want) == set()
+
+
+async def test_the_table_carries_every_adapter_served_and_a_change_reaches_it_at_once(
+    tmp_path: Path,
+) -> None:
+    deployment = spec(chat(adapters=[{"id": "support", "source": "/srv/support"}]))
+    controller, _, _ = await started(deployment)
+    assert controller.table.adapters == {"support": "chat"}
+    version = controller.table.version
+    await controller.add_adapter("chat", "legal", adapter_dir(tmp_path, "legal"))
+    # Published with the change, before any pass: cortex wakes the base of an
+    # added adapter, and forgets a removed one.
+    assert controller.table.adapters == {"support": "chat", "legal": "chat"}
+    assert controller.table.version == version + 1
+    await controller.remove_adapter("support")
+    table = await controller.table.wait(version + 1, 0.01, controller.table.epoch)
+    assert table["adapters"] == {"legal": "chat"}

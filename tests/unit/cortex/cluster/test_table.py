@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from cortex.cluster.table import Endpoint, EndpointTable
+import pytest
+
+from cortex.cluster.table import Endpoint, EndpointTable, TableView
 from harness.clock import settle
 
 CHAT = Endpoint("chat-1", "chat", "127.0.0.1:50051", "ada", 9400)
@@ -50,3 +52,32 @@ async def test_the_first_table_is_published_even_when_empty() -> None:
     assert table.version == 1  # no change after the first: no new version
     answer = await table.wait(0, 0.01, "e")
     assert (answer["version"], answer["replicas"]) == (1, [])
+
+
+async def test_the_adapters_served_are_in_the_table_and_a_change_moves_its_version() -> None:
+    table = EndpointTable("e")
+    await table.publish([CHAT], {"legal": "chat"})
+    await table.publish([CHAT])  # None: the adapters as they were
+    assert table.version == 1
+    await table.publish([CHAT], {"legal": "chat", "support": "chat"})
+    answer = await table.wait(1, 0.01, "e")
+    assert answer["version"] == 2
+    view = TableView.read({**answer, "adopted": 3})
+    assert view == TableView(
+        epoch="e",
+        version=2,
+        addresses=["127.0.0.1:50051"],
+        adopted=3,
+        adapters={"legal": "chat", "support": "chat"},
+    )
+    await table.publish([CHAT], {"support": "chat"})  # one removed
+    assert (await table.wait(2, 0.01, "e"))["adapters"] == {"support": "chat"}
+
+
+def test_a_table_without_adapters_reads_as_not_saying_and_a_bad_one_is_refused() -> None:
+    older = {"epoch": "e", "version": 4, "replicas": [CHAT.to_dict()]}
+    assert TableView.read(older).adapters is None  # a controller of another version
+    with pytest.raises(TypeError):
+        TableView.read({**older, "adapters": {"legal": 1}})
+    with pytest.raises(KeyError):
+        TableView.read({"epoch": "e", "replicas": []})

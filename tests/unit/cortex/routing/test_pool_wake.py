@@ -6,10 +6,11 @@ and time out with a 503 that says the model is starting."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
-from axon.errors import ModelOverloadedError, UnavailableError
+from axon.errors import ModelNotFoundError, ModelOverloadedError, UnavailableError
 from axon.v1 import neuron_pb2 as pb
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.pool import NeuronPool
@@ -120,3 +121,22 @@ async def test_a_request_for_an_adapter_wakes_its_base_and_waits_as_its_base() -
     await pool.update(["replica-1:1"])
     assert await served == ["hi", "!"]
     assert replica.generate_requests[0].model == "a"
+
+
+async def test_an_adapter_the_controller_no_longer_serves_is_not_found_not_woken() -> None:
+    time, fleet = ManualClock(), Fleet()
+    pool, pokes = _asleep(time, fleet)
+    # The spec file's adapter at start; the controller's table then says it
+    # was removed at run time, and one was added.
+    pool.set_adapters({"spec-a": "m"})
+    pool.set_adapters({"added": "m"})
+    with pytest.raises(ModelNotFoundError, match="'spec-a' does not exist"):
+        await texts(pool.generate(request("spec-a")))
+    assert pokes == [] and pool.waiting() == {}
+    assert pool.model_label("spec-a") == "unknown" and pool.model_label("added") == "added"
+    waking = asyncio.ensure_future(texts(pool.generate(request("added"))))
+    await until(lambda: pool.waiting() == {"m": 1})
+    assert pokes == [1]
+    waking.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waking
