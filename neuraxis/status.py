@@ -11,6 +11,9 @@ from typing import TextIO
 
 from cortex.cluster.status import ClusterStatus, ReplicaState
 
+# A model with more adapters than this shows their count, not their ids.
+MAX_ADAPTER_IDS = 3
+
 
 def render(status: ClusterStatus) -> str:
     """Tables of nodes, models with their replicas, and unplaceable models."""
@@ -32,7 +35,15 @@ def render(status: ClusterStatus) -> str:
     for model in status.models:
         ready = sum(1 for r in model.replicas if r.state is ReplicaState.READY)
         gens = ",".join(g.value for g in model.generations) or "-"
-        models.append([model.id, f"{ready}/{model.desired}", gens, str(model.gpus_per_replica)])
+        models.append(
+            [
+                model.id,
+                f"{ready}/{model.desired}",
+                gens,
+                str(model.gpus_per_replica),
+                _adapters(model.adapters),
+            ]
+        )
         for r in model.replicas:
             state = r.state.value + (f" ({r.waiting})" if r.waiting else "")
             generation = r.generation.value if r.generation else "-"
@@ -54,7 +65,7 @@ def render(status: ClusterStatus) -> str:
             unplaceable.append([model.id, model.unplaceable])
         elif model.last_start_error and ready < model.desired:
             unplaceable.append([model.id, "failed to start: " + model.last_start_error])
-    out += _table("MODELS", ["MODEL", "READY", "GENERATIONS", "GPUS/REPLICA"], models)
+    out += _table("MODELS", ["MODEL", "READY", "GENERATIONS", "GPUS/REPLICA", "ADAPTERS"], models)
     # IN-FLIGHT is what the cortex instances have sent and not yet seen end;
     # RUNNING and WAITING are the engine's own counts, AGE how old they are.
     out += _table(
@@ -158,6 +169,16 @@ def watch(
         done += 1
         if rounds is None or done < rounds:
             sleep(interval_s)
+
+
+def _adapters(ids: list[str]) -> str:
+    """A model's adapters: their ids when few, else how many (`neuraxis
+    adapters list` names them all); "-" for none."""
+    if not ids:
+        return "-"
+    if len(ids) <= MAX_ADAPTER_IDS:
+        return ",".join(ids)
+    return str(len(ids))
 
 
 def _count(value: int | None) -> str:

@@ -184,6 +184,9 @@ class ModelStatus(_Status):
     replicas: list[ReplicaStatus] = Field(default_factory=list)
     # None: a fixed `replicas` count.
     autoscale: ScalingStatus | None = None
+    # The LoRA adapters its replicas serve (the spec's and those added at
+    # run time), in the served spec's order.
+    adapters: list[str] = Field(default_factory=list)
 
 
 class Failure(_Status):
@@ -281,6 +284,7 @@ def cluster_status(
                 if r.model == model.id
             ],
             autoscale=_scaling(model, (scaling or {}).get(model.id), monotonic),
+            adapters=[a.id for a in model.adapters],
         )
         for model in spec.models
     ]

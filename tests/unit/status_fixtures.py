@@ -57,6 +57,7 @@ CHAT = ModelStatus(
         detail="35 in flight + 0 queued, target 10 per replica: 4 wanted for 10 s",
         decided_s_ago=12.5,
     ),
+    adapters=["support", "legal"],
 )
 FAILOVER = Failover(
     model="chat",

@@ -116,6 +116,7 @@ FULL_JSON: dict[str, Any] = {
                 "detail": "35 in flight + 0 queued, target 10 per replica: 4 wanted for 10 s",
                 "decided_s_ago": 12.5,
             },
+            "adapters": ["support", "legal"],
         }
     ],
     "failovers": [
@@ -180,6 +181,19 @@ def test_tables_show_nodes_replicas_and_unplaceable_models() -> None:
         "big",
         "no node of generation hopper in the cluster",
     ]
+
+
+def test_models_show_their_adapters_by_id_when_few_else_their_count() -> None:
+    lines = render(FULL).splitlines()
+    assert lines[lines.index("MODELS") + 1].split()[-1] == "ADAPTERS"
+    assert lines[lines.index("MODELS") + 2].split() == ["chat", "0/2", "ada", "1", "support,legal"]
+    many = FULL.models[0].model_copy(update={"adapters": ["a", "b", "c", "d"]})
+    lines = render(FULL.model_copy(update={"models": [many]})).splitlines()
+    assert lines[lines.index("MODELS") + 2].split()[-1] == "4"
+    # A model without adapters (and STATUS's, whose models have none).
+    assert (
+        next(ln for ln in render(STATUS).splitlines() if ln.startswith("  big")).split()[-1] == "-"
+    )
 
 
 def test_a_start_error_shows_while_the_model_is_short_of_replicas() -> None:

@@ -226,6 +226,7 @@ async def test_the_table_carries_every_adapter_served_and_a_change_reaches_it_at
     # added adapter, and forgets a removed one.
     assert controller.table.adapters == {"support": "chat", "legal": "chat"}
     assert controller.table.version == version + 1
+    assert controller.status().models[0].adapters == ["support", "legal"]  # neuraxis status
     await controller.remove_adapter("support")
     table = await controller.table.wait(version + 1, 0.01, controller.table.epoch)
     assert table["adapters"] == {"legal": "chat"}
