@@ -1,6 +1,8 @@
 """The admin listener's /v1/adapters: the LoRA adapters the neurons serve
 (GET: each with its base model and the replicas whose engines hold it, as
-each neuron last said in its Info), one added on every ready replica of its
+each neuron last said in its Info; in cluster mode the controller's list:
+every adapter it serves, one no replica holds yet too, with its source,
+origin and the replicas serving it), one added on every ready replica of its
 base model (POST, our body or vLLM's), one removed (DELETE
 /v1/adapters/{id}); and vLLM's own paths for tools that speak them (POST
 /v1/load_lora_adapter, /v1/unload_lora_adapter).
@@ -32,8 +34,11 @@ def router_for(neurons: Neurons, control: AdapterControl | None = None) -> APIRo
     """`control`: the controller's (cluster mode); None: the neurons'."""
     router = APIRouter()
 
-    @router.get("/v1/adapters")
+    # A card's cluster-only fields are left out with static neurons.
+    @router.get("/v1/adapters", response_model_exclude_none=True)
     async def list_adapters() -> AdapterList:
+        if control is not None:
+            return AdapterList(data=await control.listing())
         return AdapterList(data=adapter_listing(neurons.neurons()))
 
     @router.post("/v1/adapters")

@@ -25,6 +25,7 @@ from cortex.http.context import context_of
 from cortex.recording import Recorder
 from cortex.routing.policy import RouteHints
 from cortex.routing.tenant_policy import FixedTenantPolicies, TenantPolicies
+from cortex.schemas.adapters import AdapterCard
 from cortex.store.base import ResponseStore
 from cortex.store.batches import BatchStore
 from cortex.store.ledger import Ledger
@@ -80,12 +81,15 @@ class Neurons(Protocol):
 class AdapterControl(Protocol):
     """Where the admin listener's adapter changes go in cluster mode: the
     controller (cortex/cluster/client.py), which keeps them in its
-    spec, so that the replicas it starts later serve them too. Each answers
-    the addresses of the replicas told now, or raises the refusal."""
+    spec, so that the replicas it starts later serve them too. Each change
+    answers the addresses of the replicas told now, or raises the refusal;
+    `listing` is every adapter the controller serves, replicas by address."""
 
     async def add(self, model: str, adapter_id: str, source: str) -> list[str]: ...
 
     async def remove(self, adapter_id: str) -> list[str]: ...
+
+    async def listing(self) -> list[AdapterCard]: ...
 
 
 @dataclass

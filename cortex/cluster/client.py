@@ -24,6 +24,7 @@ from ray.exceptions import AuthenticationError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from axon.errors import UnavailableError, from_data
+from cortex.cluster.adapter_cards import adapter_cards
 from cortex.cluster.controller import ControllerConfig
 from cortex.cluster.plane import ControlPlane, watch_head
 from cortex.cluster.ray_backend import (
@@ -37,6 +38,7 @@ from cortex.cluster.spec import DeploymentSpec, spec_to_dict
 from cortex.cluster.status import ClusterStatus, CortexReport, ScalingView
 from cortex.cluster.table import TableView
 from cortex.routing.pool import NeuronPool
+from cortex.schemas.adapters import AdapterCard
 
 log = logging.getLogger("neuraxis.cortex")
 
@@ -214,24 +216,28 @@ def _adapter_call(method: str, args: tuple[str, ...], timeout_s: float) -> dict[
 
 
 class ControllerAdapterControl:
-    """The admin listener's POST and DELETE /v1/adapters in cluster mode
-    (cortex/api/adapters.py): the change goes to the controller, as
-    `neuraxis adapters add | remove` does, so that both agree and an added
-    adapter is served by the replicas the controller starts later too. The
+    """The admin listener's /v1/adapters in cluster mode (cortex/api/adapters.py):
+    a change (POST, DELETE) goes to the controller, as `neuraxis adapters
+    add | remove` does, so that both agree and an added adapter is served by
+    the replicas the controller starts later too; GET lists what the
+    controller serves (adapter_cards.py), as `neuraxis adapters list`. The
     link is set once cortex has joined the cluster (app.py); until then, and
-    while the controller does not answer, a change is answered 503. The
-    answer: the addresses of the replicas told now."""
+    while the controller does not answer, a change (or the list) is answered
+    503. A change's answer: the addresses of the replicas told now."""
 
     def __init__(self) -> None:
         self.link: ControllerLink | None = None
 
     async def add(self, model: str, adapter_id: str, source: str) -> list[str]:
-        return await self._call("add_adapter", model, adapter_id, source)
+        return list((await self._call("add_adapter", model, adapter_id, source))["addresses"])
 
     async def remove(self, adapter_id: str) -> list[str]:
-        return await self._call("remove_adapter", adapter_id)
+        return list((await self._call("remove_adapter", adapter_id))["addresses"])
 
-    async def _call(self, method: str, *args: str) -> list[str]:
+    async def listing(self) -> list[AdapterCard]:
+        return adapter_cards(await self._call("list_adapters"))
+
+    async def _call(self, method: str, *args: str) -> dict[str, Any]:
         actor = self.link.actor if self.link is not None else None
         if actor is None:
             raise UnavailableError("the controller is not reached yet; try again")
@@ -242,7 +248,7 @@ class ControllerAdapterControl:
             raise UnavailableError(f"the controller did not answer: {type(e).__name__}") from None
         if "error" in answer:
             raise from_data(answer["error"])
-        return list(answer["addresses"])
+        return answer
 
 
 def apply_spec(spec: DeploymentSpec, timeout_s: float = 60.0) -> None:

@@ -124,7 +124,8 @@ class ControllerAdapters:
     async def listing(self) -> dict[str, Any]:
         """Every adapter served: its model, source, whether it was added at
         run time, the ready replicas that serve it and those whose engines
-        hold it now; and the replicas that did not answer."""
+        hold it now; the replicas that did not answer; and each ready
+        replica's address (the admin listener names replicas by address)."""
         spec = self.serving
         replicas = [r for m in spec.models if m.lora for r in self._ready(m.id)]
         found = await asyncio.gather(
@@ -155,7 +156,8 @@ class ControllerAdapters:
             for m in spec.models
             for a in m.adapters
         ]
-        return {"adapters": adapters, "unreachable": sorted(unreachable)}
+        addresses = {r.id: r.address for r in replicas if r.address}
+        return {"adapters": adapters, "unreachable": sorted(unreachable), "addresses": addresses}
 
     def _ready(self, model_id: str) -> list[ReplicaRecord]:
         return sorted(

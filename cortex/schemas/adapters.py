@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -39,6 +41,13 @@ class AdapterCard(BaseModel):
     parent: str
     # The replicas whose engines hold it now (as they last reported).
     held_by: list[str]
+    # Cluster mode only (the controller's list; left out of the answer
+    # otherwise): the adapter's directory, whether the deployment spec has
+    # it or it was added at run time, and the ready replicas serving it
+    # (each loads it onto its engine on demand), holding it or not.
+    source: str | None = None
+    origin: Literal["spec", "run-time"] | None = None
+    served_by: list[str] | None = None
 
 
 class AdapterList(BaseModel):

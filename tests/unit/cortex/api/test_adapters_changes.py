@@ -10,6 +10,7 @@ import pytest
 from axon.errors import InvalidRequestError, ModelNotFoundError
 from axon.v1 import neuron_pb2 as pb
 from cortex.admin import create_admin_app
+from cortex.schemas.adapters import AdapterCard
 from tests.unit.cortex.api.fakes import ScriptedPool
 
 
@@ -50,6 +51,9 @@ class Control:
             raise ModelNotFoundError("The model 'nope' does not exist.")
         self.calls.append(("controller.remove", adapter_id))
         return ["10.0.0.9:50051"]
+
+    async def listing(self) -> list[AdapterCard]:
+        return []  # the listing's tests: test_adapters_listing.py
 
 
 def _client(neurons: Neurons, control: Control | None) -> httpx.AsyncClient:

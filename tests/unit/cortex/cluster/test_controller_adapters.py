@@ -177,6 +177,7 @@ async def test_a_new_controller_serves_the_saved_changes_and_syncs_adopted_repli
             }
         ],
         "unreachable": [],
+        "addresses": {r: backend.actors[r].address for r in (first, second)},
     }
 
 
