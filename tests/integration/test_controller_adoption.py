@@ -11,8 +11,9 @@ from the kill to the new controller's first table (the adoption) is
 printed and written to the logs directory as controller-adoption.json.
 
 The model takes LoRA adapters: `neuraxis adapters add | list | remove`
-through the controller, and an added adapter outliving a controller that
-was killed for good.
+through the controller (the table, the status and the admin listener's
+list showing it), and an added adapter outliving a controller that was
+killed for good.
 """
 
 from __future__ import annotations
@@ -193,6 +194,12 @@ def test_an_adapter_added_through_the_controller_outlives_it_and_is_removed(
     # adopts the replicas and lays the saved change over cortex's spec.
     table = _table(timeout=30)
     assert table is not None
+    # cortex's table carries the added adapter (a request for it wakes its
+    # base scaled to zero), and `neuraxis status` shows it.
+    assert table["adapters"] == {"legal": MODEL}
+    controller = ray.get_actor(CONTROLLER, namespace=NAMESPACE)
+    status = ray.get(controller.status.remote(), timeout=30)
+    assert [m["adapters"] for m in status["models"]] == [["legal"]]
     ray.kill(ray.get_actor(CONTROLLER, namespace=NAMESPACE), no_restart=True)
     _wait_for_table(table["epoch"], replicas)
     assert set(_listed()["legal"]["replicas"]) == replicas
@@ -209,6 +216,9 @@ def test_an_adapter_added_through_the_controller_outlives_it_and_is_removed(
     loaded = httpx.post(f"{admin}/v1/load_lora_adapter", json=body, timeout=120)
     assert loaded.status_code == 200, loaded.text
     assert _listed()["legal"]["added_at_run_time"]
+    [card] = httpx.get(f"{admin}/v1/adapters", timeout=30).json()["data"]
+    assert (card["id"], card["parent"], card["origin"]) == ("legal", MODEL, "run-time")
+    assert card["source"] == str(good) and len(card["served_by"]) == len(replicas)
     too_big = {"model": MODEL, "id": "big", "source": str(big)}
     refused_here = httpx.post(f"{admin}/v1/adapters", json=too_big, timeout=120)
     assert refused_here.status_code == 400 and refused_here.json()["error"]["param"] == "source"
