@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -59,6 +60,9 @@ class Adapters:
         # loads making room at once took the same free slot).
         self._loading = asyncio.Lock()
         self._released = asyncio.Condition()
+        # Requests waiting for an adapter to be held (using): spared by
+        # evictions, as those in flight are.
+        self._waiting: Counter[str] = Counter()
         for source in catalogue:
             self.offer(source)
 
@@ -98,7 +102,21 @@ class Adapters:
         adapter = self._catalogue.get(adapter_id)
         if adapter is None:
             raise ModelNotFoundError(f"The model '{adapter_id}' does not exist on this neuron.")
-        await self.ensure(adapter)
+        # Counted while it waits, so that no other load evicts the adapter
+        # between its load and this request's start: the next load takes the
+        # loading lock before the waiters of the last one run again (on vLLM,
+        # two adapters asked for at once on one slot were loaded 8 times each).
+        self._waiting[adapter.id] += 1
+        try:
+            await self.ensure(adapter)
+        except BaseException:
+            self._stop_waiting(adapter.id)
+            # A load may be waiting for this adapter to be spared no more.
+            async with self._released:
+                self._released.notify_all()
+            raise
+        # No await from here to the acquire: nothing evicts it meanwhile.
+        self._stop_waiting(adapter.id)
         self._residency.acquire(adapter.id)
         try:
             yield adapter
@@ -106,6 +124,11 @@ class Adapters:
             self._residency.release(adapter.id)
             async with self._released:
                 self._released.notify_all()
+
+    def _stop_waiting(self, adapter_id: str) -> None:
+        self._waiting[adapter_id] -= 1
+        if self._waiting[adapter_id] <= 0:
+            del self._waiting[adapter_id]
 
     async def ensure(self, adapter: Adapter) -> None:
         """`adapter` held on the engine: loaded now, or by the load already
@@ -130,7 +153,7 @@ class Adapters:
 
     async def _make_room(self) -> None:
         while self._residency.full():
-            victim = self._residency.victim()
+            victim = self._residency.victim(spared=self._waiting)
             if victim is None:
                 # Every adapter held is in use: wait for a request to end.
                 async with self._released:

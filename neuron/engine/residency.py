@@ -10,6 +10,7 @@ for them, are adapters.py's.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Container
 
 
 class Residency:
@@ -33,13 +34,14 @@ class Residency:
     def in_flight(self, adapter: str) -> int:
         return self._held.get(adapter, 0)
 
-    def victim(self) -> str | None:
-        """The least recently used adapter with no request in flight, when
+    def victim(self, spared: Container[str] = ()) -> str | None:
+        """The least recently used adapter with no request in flight and
+        not in `spared` (those with requests about to start on them), when
         the set is full; None when there is room, or when every adapter held
-        is in use (the caller waits for one to be released)."""
+        is in use or spared (the caller waits for one to be released)."""
         if not self.full():
             return None
-        return next((a for a, n in self._held.items() if n == 0), None)
+        return next((a for a, n in self._held.items() if n == 0 and a not in spared), None)
 
     def admit(self, adapter: str) -> None:
         """`adapter` is loaded (the caller made room first)."""

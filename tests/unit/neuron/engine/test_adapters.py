@@ -99,3 +99,19 @@ async def test_removal_waits_for_the_requests_in_flight() -> None:
         assert not removal.done()
     await removal
     assert backend.events == ["load a", "unload a"]
+
+
+async def test_a_loaded_adapter_is_not_evicted_before_its_waiting_requests_start() -> None:
+    """Requests for two adapters at once on an engine that holds one: each
+    adapter is loaded once, and its requests run on it before the other's
+    load may evict it (on real vLLM the next load took the lock first and
+    evicted an adapter its waiters had not yet started on: 8 loads each)."""
+    backend = Backend()
+    adapters = _adapters(backend, 1, "a", "b", "c")
+    async with adapters.using("a"):
+        uses = [asyncio.create_task(_use(adapters, i)) for i in ("b", "c", "b", "c")]
+        for _ in range(5):
+            await asyncio.sleep(0)
+    await asyncio.wait_for(asyncio.gather(*uses), timeout=5)
+    loads = [e for e in backend.events if e.startswith("load")]
+    assert sorted(loads) == ["load a", "load b", "load c"], backend.events

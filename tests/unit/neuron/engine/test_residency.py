@@ -43,3 +43,11 @@ def test_admitting_past_capacity_is_refused() -> None:
     held.evict("a")
     held.admit("b")
     assert held.held() == ["b"]
+
+
+def test_a_spared_adapter_is_never_the_victim() -> None:
+    held = Residency(2)
+    held.admit("a")
+    held.admit("b")
+    assert held.victim(spared={"a"}) == "b"  # a: requests about to start on it
+    assert held.victim(spared={"a", "b"}) is None
