@@ -99,18 +99,16 @@ class Adapters:
     async def using(self, adapter_id: str) -> AsyncIterator[Adapter]:
         """Hold `adapter_id` on the engine for one request (loading it if it
         is not held), released when the request ends."""
-        adapter = self._catalogue.get(adapter_id)
-        if adapter is None:
-            raise ModelNotFoundError(f"The model '{adapter_id}' does not exist on this neuron.")
+        self._current(adapter_id)
         # Counted while it waits, so that no other load evicts the adapter
         # between its load and this request's start: the next load takes the
         # loading lock before the waiters of the last one run again (on vLLM,
         # two adapters asked for at once on one slot were loaded 8 times each).
-        self._waiting[adapter.id] += 1
+        self._waiting[adapter_id] += 1
         try:
-            await self.ensure(adapter)
+            adapter = await self.ensure(adapter_id)
         except BaseException:
-            self._stop_waiting(adapter.id)
+            self._stop_waiting(adapter_id)
             # A load may be waiting for this adapter to be spared no more.
             async with self._released:
                 self._released.notify_all()
@@ -130,29 +128,45 @@ class Adapters:
         if self._waiting[adapter_id] <= 0:
             del self._waiting[adapter_id]
 
-    async def ensure(self, adapter: Adapter) -> None:
-        """`adapter` held on the engine: loaded now, or by the load already
-        under way for it."""
-        while not self._residency.holds(adapter.id):
+    def _current(self, adapter_id: str) -> Adapter:
+        adapter = self._catalogue.get(adapter_id)
+        if adapter is None:
+            raise ModelNotFoundError(f"The model '{adapter_id}' does not exist on this neuron.")
+        return adapter
+
+    async def ensure(self, adapter_id: str) -> Adapter:
+        """The catalogue's `adapter_id`, held on the engine: loaded now, or by
+        the load already under way for it. Looked up again after each wait:
+        a request still waiting when the adapter is removed is refused
+        rather than loading it back."""
+        while True:
+            adapter = self._current(adapter_id)
+            if self._residency.holds(adapter.id):
+                return adapter
             task = self._loads.get(adapter.id)
             if task is None:
                 task = asyncio.create_task(self._load(adapter))
                 self._loads[adapter.id] = task
-                task.add_done_callback(lambda _: self._loads.pop(adapter.id, None))
+                task.add_done_callback(lambda _: self._loads.pop(adapter_id, None))
             # Shielded: a request that gives up does not cancel the load the
             # others wait for.
             await asyncio.shield(task)
 
     async def _load(self, adapter: Adapter) -> None:
         async with self._loading:
-            await self._make_room()
+            if not await self._make_room(adapter):
+                return  # removed (or its source changed) while this load waited
             await self._backend.attach(adapter)
             self._residency.admit(adapter.id)
         metrics.record_adapter_load(adapter.id)
         log.info("adapter %s loaded from %s", adapter.id, adapter.source)
 
-    async def _make_room(self) -> None:
-        while self._residency.full():
+    async def _make_room(self, adapter: Adapter) -> bool:
+        """Room for `adapter` on the engine; False, with nothing evicted,
+        once it is no longer the catalogue's (remove wakes the wait)."""
+        while self._catalogue.get(adapter.id) is adapter:
+            if not self._residency.full():
+                return True
             victim = self._residency.victim(spared=self._waiting)
             if victim is None:
                 # Every adapter held is in use: wait for a request to end.
@@ -160,6 +174,7 @@ class Adapters:
                     await self._released.wait()
                 continue
             await self._evict(victim)
+        return False
 
     async def _evict(self, adapter_id: str) -> None:
         # Out of the set first: a request arriving meanwhile loads it again
@@ -171,7 +186,7 @@ class Adapters:
 
     async def add(self, source: AdapterSource) -> None:
         """LoadAdapter: into the catalogue and onto the engine."""
-        await self.ensure(self.offer(source))
+        await self.ensure(self.offer(source).id)
 
     async def remove(self, adapter_id: str) -> None:
         """UnloadAdapter: off the engine once its requests have ended, and
@@ -179,6 +194,8 @@ class Adapters:
         adapter = self._catalogue.pop(adapter_id, None)
         if adapter is None:
             raise ModelNotFoundError(f"The model '{adapter_id}' does not exist on this neuron.")
+        async with self._released:
+            self._released.notify_all()  # a load of it waiting for room gives up
         load = self._loads.get(adapter_id)
         if load is not None:
             await asyncio.shield(load)

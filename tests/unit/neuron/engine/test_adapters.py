@@ -115,3 +115,20 @@ async def test_a_loaded_adapter_is_not_evicted_before_its_waiting_requests_start
     await asyncio.wait_for(asyncio.gather(*uses), timeout=5)
     loads = [e for e in backend.events if e.startswith("load")]
     assert sorted(loads) == ["load a", "load b", "load c"], backend.events
+
+
+async def test_a_request_waiting_when_its_adapter_is_removed_does_not_load_it_back() -> None:
+    """A request for `b` waits for room (the one slot busy with `a`); `b`
+    is removed meanwhile: the request is refused, `b` never loads."""
+    backend = Backend()
+    adapters = _adapters(backend, 1, "a", "b")
+    async with adapters.using("a"):
+        waiting = asyncio.create_task(_use(adapters, "b"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        # Within the using block: the removal must not wait for `a`'s room.
+        await asyncio.wait_for(adapters.remove("b"), timeout=5)
+    with pytest.raises(ModelNotFoundError, match="'b'"):
+        await waiting
+    assert backend.events == ["load a"]
+    assert adapters.held() == ["a"]
