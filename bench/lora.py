@@ -32,7 +32,7 @@ Why two requests in flight by default (one a replica): with more, requests
 for several adapters run at once on a replica and pin them (an adapter in
 use is never evicted), and a load waits for one to end, so the engine's
 victim is whatever is idle at that moment, often the popular adapter
-cortex meant to keep (docs/performance.md has the figures at 4 and 8).
+cortex meant to keep (docs/deploy.md has the figures at 4 and 8).
 
     make bench-lora
     python -m bench.lora --requests 200 --concurrency 2
