@@ -98,8 +98,9 @@ bench-smoke: $(STAMP)
 # shares and priority classes under overload (sim neuron, issue 26); cold-start,
 # SmolLM2 on vLLM woken from zero replicas, its time to first token in parts
 # (placement, process start, engine load, ...; issue 27); lora, adapter-aware vs
-# adapter-blind routing of 8 LoRA adapters with a skewed popularity on two sim replicas
-# holding 2 each: adapter loads per 100 requests, TTFT p50/p99, tokens/s (issue 28).
+# adapter-blind routing of 8 LoRA adapters (made with peft) with a skewed popularity on
+# two SmolLM2 replicas on vLLM holding 2 each: adapter loads per 100 requests, TTFT p50/p99,
+# tokens/s, and a resident adapter against the base model (issue 28; --sim: sim replicas).
 BENCHES := failover:failover embeddings:embeddings_throughput metrics:metrics_cost \
 	responses:responses_vs_chat tool-stream:tool_stream auth:auth_cost admission:admission \
 	routing:routing gateway:gateway_capacity seeded:seeded_streams edge:edge_stalls \

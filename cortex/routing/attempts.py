@@ -336,6 +336,8 @@ class Attempts:
             busy = state.busy_adapters()
             state.adapters = dispatched(state.adapters, adapter, state.max_adapters, busy)
             state.adapter_requests[adapter] += 1
+            if self._adapter_affinity is not None:
+                self._adapter_affinity.requested(adapter, chosen.route.now)
         policy.on_dispatch(state.candidate(), chosen.route)
 
     async def _done(self, chosen: _Dispatch, outcome: Outcome) -> None:

@@ -74,8 +74,9 @@ class PolicyOptions(SettingsGroup):
     adapter_affinity: bool = Field(
         True,
         description="a LoRA adapter's request goes to a replica that holds the adapter when "
-        "one is within the load bound (epsilon), else to one with a free adapter slot; false: "
-        "adapter-blind, routed as its base model's (for comparison: make bench-lora)",
+        "one is within the load bound (epsilon), else to one with a free adapter slot, else to "
+        "the one whose adapter to evict is asked for least lately; false: adapter-blind, "
+        "routed as its base model's (for comparison: make bench-lora)",
     )
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from axon.errors import DeadlineExceededError, NeuraxisError
 from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
-from cortex.routing.adapter_affinity import Holding
+from cortex.routing.adapter_affinity import Holding, reported, victim
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.client import NeuronConnection
 from cortex.routing.deadlines import Watchdog
@@ -73,9 +73,18 @@ class NeuronState:
         return info is not None and bool(info.parent)
 
     def holding(self, adapter: str) -> Holding:
-        """Whether it holds `adapter`, and has room for one more."""
-        held = {*self.adapters, *self.busy_adapters()}
-        return Holding(holds=adapter in held, room=len(held) < self.max_adapters)
+        """Whether it holds `adapter`, has room for one more, and which one
+        loading another would evict."""
+        busy = self.busy_adapters()
+        held = {*self.adapters, *busy}
+        room = len(held) < self.max_adapters
+        evicts = None if room else victim(self.adapters, busy)
+        return Holding(holds=adapter in held, room=room, victim=evicts)
+
+    def report_adapters(self, report: Sequence[str]) -> None:
+        """The engine's adapters as Info or Load reported them, with those
+        this cortex's requests are loading there."""
+        self.adapters = reported(report, self.max_adapters, self.busy_adapters())
 
     def busy_adapters(self) -> frozenset[str]:
         """The adapters this cortex has requests in flight on, here."""
@@ -268,7 +277,7 @@ class Roster:
             kv_cache_usage=kv,
             own=state.outstanding,
         )
-        state.adapters = tuple(response.adapters)
+        state.report_adapters(response.adapters)
 
     async def _refresh_one(self, state: NeuronState) -> None:
         try:
@@ -306,8 +315,8 @@ class Roster:
             _abandon(state)
             return
         state.models = {m.id: m for m in info.models}
-        state.adapters = tuple(info.adapters)
         state.max_adapters = info.max_adapters
+        state.report_adapters(info.adapters)
         for model in state.models:
             metrics.touch_replica(model, state.address)
             policy = self._policy_for(model)

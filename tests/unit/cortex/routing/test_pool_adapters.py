@@ -1,6 +1,7 @@
 """The pool and LoRA adapters, with in-memory neurons: a request routed to
 the replica holding its adapter, else one with room (which then holds it
-for the next request), with prefix hashes of its own; an adapter added on
+for the next request, even past a report taken while it loaded), with
+prefix hashes of its own; an adapter added on
 every replica (a source the first refuses reaching no other) and removed."""
 
 from __future__ import annotations
@@ -76,3 +77,25 @@ async def test_a_source_the_first_replica_refuses_reaches_no_other() -> None:
     assert "c" in pool.served_models()
     assert await pool.remove_adapter("c") == ["n1:1", "n2:1"]
     assert "c" not in pool.served_models()
+
+
+async def test_a_report_taken_while_it_loads_does_not_forget_it() -> None:
+    full, roomy = _neuron("n1:1", ["b"]), _neuron("n2:1", [])
+    held_open = asyncio.Event()
+    roomy.script = [text("hi"), held_open, DONE]
+    policy = pools.Recorder()
+    pool = await pools.polled(pools.fake_pool([full, roomy], policy=policy))
+    first = pool.generate(pools.request("a", "r1"))
+    await pools.first_message(first)  # in flight on n2
+    # Both poll answers come while n2's engine has not yet reported "a"
+    # (its load under way), and n1 now has room too.
+    full.max_adapters = 2
+    await pool.refresh()
+    await pool.refresh_load()
+    held_open.set()
+    await pools.texts(first)  # nothing of "a" in flight any more
+    roomy.script = [text("hi"), DONE]
+    await pools.texts(pool.generate(pools.request("a", "r2")))
+    # n2 holds it (as far as cortex knows until n2's next report): no
+    # second load on n1.
+    assert [c.address for c in policy.candidates[1]] == ["n2:1"]
