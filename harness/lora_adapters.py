@@ -1,6 +1,6 @@
-"""LoRA adapters made with `peft` on the prepared SmolLM2, as bench/lora.py
-serves them on real vLLM (issue 28: rank 8, non-zero weights, PEFT's
-format; /work/shared/design/FACTS.md "Measured for round 3").
+"""LoRA adapters made with `peft` on the prepared SmolLM2, as the tests on
+real vLLM (tests/integration/test_lora_real.py) and bench/lora.py serve
+them (issue 28: rank 8, non-zero weights, PEFT's format).
 
 `init_lora_weights=False` leaves both LoRA matrices random and non-zero
 (peft's default zeroes B, which would change nothing), so each adapter
@@ -22,7 +22,7 @@ from neuron.models.prepare import default_cache_dir, prepare
 RANK = 8
 ALPHA = 16
 TARGET_MODULES = ("q_proj", "v_proj")
-SEED = 28  # the i-th adapter of a call: SEED + i
+SEED = 2028  # the i-th adapter of a call: SEED + i
 
 
 def prepared_model(served_id: str = DEFAULT_CHAT_MODEL) -> Path:

@@ -1,5 +1,5 @@
 """Issue 28's acceptance on real vLLM (CPU): LoRA adapters of SmolLM2 made
-here with peft (harness/peft_adapters.py), served by one real neuron
+here with peft (harness/lora_adapters.py), served by one real neuron
 (`--max-adapters 2`) behind cortex with auth on.
 
 Covered: the base and each adapter answering differently at temperature 0,
@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from harness.keys import new_key
-from harness.peft_adapters import make_adapters, prepared_model
+from harness.lora_adapters import make_adapters, prepared_model
 from harness.polling import wait_until
 from harness.real_gateway import RealGateway, real_gateway
 from harness.stacks import MODEL
