@@ -29,10 +29,13 @@ async def start_sim_neuron(engine: SimEngine) -> tuple[grpc.aio.Server, int]:
 
 
 @contextlib.asynccontextmanager
-async def sim_neuron_client(engine: SimEngine) -> AsyncIterator[NeuronClient]:
-    """cortex's client of a sim neuron over `engine`; both closed at the end."""
+async def sim_neuron_client(
+    engine: SimEngine, client_class: type[NeuronClient] = NeuronClient
+) -> AsyncIterator[NeuronClient]:
+    """cortex's client of a sim neuron over `engine` (NeuronClient, or
+    SessionClient for the batched token stream); both closed at the end."""
     server, port = await start_sim_neuron(engine)
-    client = NeuronClient(f"127.0.0.1:{port}")
+    client = client_class(f"127.0.0.1:{port}")
     try:
         yield client
     finally:
