@@ -87,6 +87,8 @@ def make_pool(
     )
     credentials = channel_credentials(settings.tls) if settings.tls else None
     client = SessionClient if settings.pool.token_stream == "batched" else NeuronClient
+    if client is SessionClient:
+        log.info("token stream: batched (one Session stream per neuron)")
     pool = NeuronPool(
         [client(address, credentials) for address in settings.neurons],
         client_factory=lambda address: client(address, credentials),

@@ -108,10 +108,7 @@ class Session:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.outbox = Outbox()
         self._reading = True
-
-    @property
-    def requests(self) -> int:
-        return len(self._tasks)
+        self.aborted = 0  # requests still running when the session ended
 
     def wake(self) -> None:
         self.outbox.ready.set()
@@ -131,6 +128,7 @@ class Session:
                 if not self._tasks and (not self._reading or self._refusal() is not None):
                     return
         finally:
+            self.aborted = len(self._tasks)
             reader.cancel()
             tasks = [reader, *self._tasks.values()]
             for task in tasks:
@@ -207,12 +205,15 @@ class Sessions:
     async def serve(self, upstream: AsyncIterator[pb.SessionUp]) -> AsyncIterator[pb.SessionDown]:
         session = Session(self._generation, self._refusal)
         self._live.add(session)
+        log.info("token stream session opened (%d open)", len(self._live))
         try:
             async with contextlib.aclosing(session.serve(upstream)) as batches_:
                 async for batch in batches_:
                     yield batch
         finally:
             self._live.discard(session)
+            # Its requests still running were aborted in the engine.
+            log.info("token stream session closed, %d requests aborted", session.aborted)
 
     def drain(self) -> None:
         """No new requests; each session ends once its requests have, so
