@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-fairness bench-autoscale bench-store bench-tracing bench-cold-start bench-lora soak head-restart install clean
+.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-fairness bench-autoscale bench-store bench-tracing bench-cold-start bench-lora bench-token-stream soak head-restart install clean
 
 install: $(STAMP)
 
@@ -73,7 +73,7 @@ proto-check: $(STAMP)
 # them all with --smoke (seconds each; `make test` does it too).
 BENCH_ALL := gateway_overhead embeddings_throughput metrics_cost responses_vs_chat failover \
 	tool_stream auth_cost admission routing routing_sim gateway_capacity store seeded_streams \
-	edge_stalls batch autoscale tracing_overhead fairness cold_start lora
+	edge_stalls batch autoscale tracing_overhead fairness cold_start lora token_stream
 bench: $(STAMP)
 	set -e; for m in $(BENCH_ALL); do $(PY) -m bench.$$m; done
 
@@ -100,12 +100,14 @@ bench-smoke: $(STAMP)
 # (placement, process start, engine load, ...; issue 27); lora, adapter-aware vs
 # adapter-blind routing of 8 LoRA adapters (made with peft) with a skewed popularity on
 # two SmolLM2 replicas on vLLM holding 2 each: adapter loads per 100 requests, TTFT p50/p99,
-# tokens/s, and a resident adapter against the base model (issue 28; --sim: sim replicas).
+# tokens/s, and a resident adapter against the base model (issue 28; --sim: sim replicas);
+# token-stream, cortex's and the neuron's CPU per output token with the per-request and
+# the batched token stream (instant sim neuron, c=16 and c=64, A B B A rounds; issue 29).
 BENCHES := failover:failover embeddings:embeddings_throughput metrics:metrics_cost \
 	responses:responses_vs_chat tool-stream:tool_stream auth:auth_cost admission:admission \
 	routing:routing gateway:gateway_capacity seeded:seeded_streams edge:edge_stalls \
 	batch:batch autoscale:autoscale tracing:tracing_overhead \
-	fairness:fairness cold-start:cold_start lora:lora
+	fairness:fairness cold-start:cold_start lora:lora token-stream:token_stream
 
 define bench_rule
 bench-$(1): $$(STAMP)

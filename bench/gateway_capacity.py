@@ -55,9 +55,11 @@ CLIENT_BUSY = 0.8  # cores: past this, the client may be what limits a level
 
 
 @contextmanager
-def cortex(neurons: Sequence[str], workers: int, log_dir: Path) -> Iterator[tuple[str, Proc]]:
+def cortex(
+    neurons: Sequence[str], workers: int, log_dir: Path, token_stream: str = "per-request"
+) -> Iterator[tuple[str, Proc]]:
     log = log_dir / f"cortex-workers{workers}.log"
-    flags = ["--workers", str(workers)]
+    flags = ["--workers", str(workers), "--pool-token-stream", token_stream]
     with gateway.running_cortex(log, neurons, *flags, ready=f"/v1/models/{MODEL}") as running:
         _wait_every_worker(running.base_url, workers)
         yield running.base_url, running.proc
@@ -205,6 +207,12 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="cortex workers to try")
     p.add_argument("--profile", type=int, metavar="STREAMS", help="profile cortex at this load")
+    p.add_argument(
+        "--token-stream",
+        choices=["per-request", "batched"],
+        default="per-request",
+        help="cortex's [pool] token_stream (bench/token_stream.py compares their CPU per token)",
+    )
     args = p.parse_args()
     levels, seconds = (SMOKE_LEVELS, SMOKE_LEVEL_S) if args.smoke else (LEVELS, LEVEL_S)
     out: Path | None = args.out
@@ -215,7 +223,7 @@ def main() -> None:
     farm = FarmOptions(replicas=4, sim_ttft_s=0, sim_itl_s=ITL_S)
     with start_farm(farm, log_dir / "sim-farm.log") as replicas:
         if args.profile:
-            with cortex(replicas.addresses, 1, log_dir) as (base, proc):
+            with cortex(replicas.addresses, 1, log_dir, args.token_stream) as (base, proc):
                 asyncio.run(run_level(base, MODEL, 4, 0.5, MAX_TOKENS))
                 profile(base, proc, args.profile, 10 if not args.smoke else 1, out or log_dir)
             return
@@ -231,7 +239,7 @@ def main() -> None:
         runs = {}
         for workers in args.workers:
             label = f"{workers} worker" + ("s" if workers > 1 else "")
-            with cortex(replicas.addresses, workers, log_dir) as (base, _):
+            with cortex(replicas.addresses, workers, log_dir, args.token_stream) as (base, _):
                 runs[label] = ramp(base, levels, seconds, label)
     report(runs, floor, out)
 

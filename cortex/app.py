@@ -48,6 +48,7 @@ from cortex.readiness import Readiness, watchdog
 from cortex.recording import recorder_for
 from cortex.routing.client import NeuronClient, channel_credentials
 from cortex.routing.pool import NeuronPool
+from cortex.routing.session_client import SessionClient
 from cortex.routing.tenant_policy import TenantPolicies
 from cortex.store.base import ResponseStore
 from cortex.store.batch_db import PostgresDb, SqliteDb
@@ -85,9 +86,12 @@ def make_pool(
         [m.id for m in spec.models if m.replicas or m.autoscale] if spec else []
     )
     credentials = channel_credentials(settings.tls) if settings.tls else None
+    client = SessionClient if settings.pool.token_stream == "batched" else NeuronClient
+    if client is SessionClient:
+        log.info("token stream: batched (one Session stream per neuron)")
     pool = NeuronPool(
-        [NeuronClient(address, credentials) for address in settings.neurons],
-        client_factory=lambda address: NeuronClient(address, credentials),
+        [client(address, credentials) for address in settings.neurons],
+        client_factory=lambda address: client(address, credentials),
         expected_models=expected,
         deadlines=settings.deadlines,
         settings=settings.pool,

@@ -156,6 +156,7 @@ async def serve(
             await servicer.in_flight.wait_none(ENGINE_DEATH_GRACE_S)
             grace, status = 0.0, EXIT_ENGINE_DIED
     log.info("neuron stopping: draining for up to %.0f s", grace)
+    servicer.sessions.drain()  # sessions end with their requests, as calls do
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace=grace)
     if not loader.done():

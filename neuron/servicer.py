@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
@@ -35,6 +35,7 @@ from axon.v1 import neuron_pb2_grpc as pb_grpc
 from neuron import convert, metrics
 from neuron import tracing as neuron_tracing
 from neuron.engine.base import Engine, Output
+from neuron.session import Metadata, Sessions
 
 log = logging.getLogger("neuraxis.neuron")
 
@@ -128,20 +129,17 @@ class NeuronServicer(pb_grpc.NeuronServicer):
         self._metrics_port = metrics_port
         self.ready = False
         self.in_flight = InFlight()
+        # The batched token stream's sessions, their requests served by `generation`.
+        self.sessions = Sessions(self.generation)
 
     def _model_label(self, model: str) -> str:
         return model if any(m.id == model for m in self._engine.models()) else "unknown"
 
     @contextlib.asynccontextmanager
-    async def _serving(
-        self,
-        method: _Method,
-        request: Served,
-        context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[_Call]:
-        """One Generate or Embed call: refused while loading or once the
-        engine has died, counted and logged, its errors turned into gRPC
-        statuses."""
+    async def _call(self, method: _Method, request: Served) -> AsyncIterator[_Call]:
+        """One request: refused while loading, draining or once the engine
+        has died, counted and logged, its failure raised as the typed error
+        the caller sees (an unexpected one logged and made INTERNAL)."""
         call = _Call(
             method.name, self._model_label(request.model), request.request_id, self.in_flight
         )
@@ -152,7 +150,11 @@ class NeuronServicer(pb_grpc.NeuronServicer):
             yield call
         except NeuraxisError as e:
             call.failed(e)
-            await _abort(context, _as_death(self._engine, e) if method.says_death else e)
+            if method.says_death:
+                death = _as_death(self._engine, e)
+                if death is not e:
+                    raise death from None
+            raise
         except asyncio.CancelledError as e:
             # The caller went away or its deadline passed: the engine's
             # generator has already aborted the request on the way out.
@@ -161,15 +163,32 @@ class NeuronServicer(pb_grpc.NeuronServicer):
         except Exception as e:
             call.failed(e)
             log.exception(method.failed_line, extra={"request_id": request.request_id})
-            await _abort(context, InternalError("internal error in the neuron"))
+            raise InternalError("internal error in the neuron") from None
         finally:
             call.done()
 
-    async def Generate(  # noqa: N802 (gRPC method name)
-        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.GenerateResponse]:
-        traced = neuron_tracing.traced(GENERATE.name, context, request)
-        async with self._serving(GENERATE, request, context) as call:
+    @contextlib.asynccontextmanager
+    async def _serving(
+        self,
+        method: _Method,
+        request: Served,
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[_Call]:
+        """One gRPC call of `_call`, its typed error ending it as a gRPC status."""
+        try:
+            async with self._call(method, request) as call:
+                yield call
+        except NeuraxisError as e:
+            await _abort(context, e)
+
+    async def generation(
+        self, request: pb.GenerateRequest, metadata: Metadata
+    ) -> AsyncGenerator[pb.GenerateResponse, None]:
+        """One request's stream, raising its typed error: what Generate and
+        a session's request (session.py) both serve. `metadata`: the
+        caller's (its trace context)."""
+        traced = neuron_tracing.traced(GENERATE.name, metadata, request)
+        async with self._call(GENERATE, request) as call:
             with traced as trace:
                 if trace is not None:
                     call.fields["trace_id"] = trace.trace_id
@@ -189,6 +208,25 @@ class NeuronServicer(pb_grpc.NeuronServicer):
                             trace.finished(_usage_attributes(output))
                     yield convert.generate_response(output)
 
+    async def Generate(  # noqa: N802 (gRPC method name)
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        metadata = context.invocation_metadata() or ()
+        try:
+            async with contextlib.aclosing(self.generation(request, metadata)) as responses:
+                async for response in responses:
+                    yield response
+        except NeuraxisError as e:
+            await _abort(context, e)
+
+    async def Session(  # noqa: N802
+        self, request_iterator: AsyncIterator[pb.SessionUp], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.SessionDown]:
+        """The batched token stream (session.py): its requests each served
+        by `generation`."""
+        async for batch in self.sessions.serve(request_iterator):
+            yield batch
+
     async def _unary(
         self,
         method: _Method,
@@ -198,7 +236,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
         fields: Callable[[_T], dict[str, object]],
     ) -> _T:
         """A unary call: `work` traced and served, `fields` its log line's."""
-        traced = neuron_tracing.traced(method.name, context, request)
+        traced = neuron_tracing.traced(method.name, context.invocation_metadata() or (), request)
         async with self._serving(method, request, context) as call:
             with traced:
                 result = await work()

@@ -18,7 +18,7 @@ and the marks return at once.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,6 @@ from axon import tracing
 from axon.v1 import neuron_pb2 as pb
 
 if TYPE_CHECKING:
-    import grpc
     from opentelemetry.trace import Span
 
 _CALL: ContextVar[CallTrace | None] = ContextVar("neuraxis_neuron_call", default=None)
@@ -84,15 +83,15 @@ Traced = pb.GenerateRequest | pb.EmbedRequest | pb.TokenizeRequest | pb.Detokeni
 
 
 def traced(
-    method: str, context: grpc.aio.ServicerContext, request: Traced
+    method: str, metadata: Iterable[tuple[str, str | bytes]], request: Traced
 ) -> contextlib.AbstractContextManager[CallTrace | None]:
     """`call` for a gRPC call of `method` (Generate, Embed, Tokenize,
     Detokenize), continuing the trace of the cortex attempt that sent it in
-    its metadata; nothing made when tracing is off or that trace is not
-    recorded."""
+    its metadata (a call's invocation metadata, or a session start's);
+    nothing made when tracing is off or that trace is not recorded."""
     if not tracing.enabled():
         return _UNTRACED
-    carrier = tracing.carrier_of_metadata(context.invocation_metadata() or ())
+    carrier = tracing.carrier_of_metadata(metadata)
     if tracing.sampled_out(carrier):
         # cortex sampled the trace out (99 calls of 100 at ratio 0.01): the
         # parent-based sampler would record nothing, so nothing is made.

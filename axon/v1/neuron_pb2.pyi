@@ -293,6 +293,73 @@ class GenerateResponse(_message.Message):
     usage: Usage
     def __init__(self, choices: _Optional[_Iterable[_Union[ChoiceDelta, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
+class SessionStart(_message.Message):
+    __slots__ = ("id", "request", "timeout_s", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    request: GenerateRequest
+    timeout_s: float
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[int] = ..., request: _Optional[_Union[GenerateRequest, _Mapping]] = ..., timeout_s: _Optional[float] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class SessionCancel(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class SessionUp(_message.Message):
+    __slots__ = ("start", "cancel")
+    START_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    start: SessionStart
+    cancel: SessionCancel
+    def __init__(self, start: _Optional[_Union[SessionStart, _Mapping]] = ..., cancel: _Optional[_Union[SessionCancel, _Mapping]] = ...) -> None: ...
+
+class SessionError(_message.Message):
+    __slots__ = ("code", "message", "kind", "param")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PARAM_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    kind: str
+    param: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., kind: _Optional[str] = ..., param: _Optional[str] = ...) -> None: ...
+
+class SessionEnd(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SessionItem(_message.Message):
+    __slots__ = ("id", "response", "error", "end")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    response: GenerateResponse
+    error: SessionError
+    end: SessionEnd
+    def __init__(self, id: _Optional[int] = ..., response: _Optional[_Union[GenerateResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ..., end: _Optional[_Union[SessionEnd, _Mapping]] = ...) -> None: ...
+
+class SessionDown(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[SessionItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[SessionItem, _Mapping]]] = ...) -> None: ...
+
 class TokenIds(_message.Message):
     __slots__ = ("ids",)
     IDS_FIELD_NUMBER: _ClassVar[int]

@@ -39,6 +39,11 @@ class NeuronStub:
                 request_serializer=axon_dot_v1_dot_neuron__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=axon_dot_v1_dot_neuron__pb2.GenerateResponse.FromString,
                 _registered_method=True)
+        self.Session = channel.stream_stream(
+                '/neuraxis.v1.Neuron/Session',
+                request_serializer=axon_dot_v1_dot_neuron__pb2.SessionUp.SerializeToString,
+                response_deserializer=axon_dot_v1_dot_neuron__pb2.SessionDown.FromString,
+                _registered_method=True)
         self.Embed = channel.unary_unary(
                 '/neuraxis.v1.Neuron/Embed',
                 request_serializer=axon_dot_v1_dot_neuron__pb2.EmbedRequest.SerializeToString,
@@ -83,6 +88,20 @@ class NeuronServicer:
         """Streams the generation of one request. Cancelling the call aborts the
         request in the engine. Errors end the call with a gRPC status and the
         trailing metadata key "neuraxis-error" naming the error kind.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Session(self, request_iterator, context):
+        """The batched token stream (cortex's [pool] token_stream = "batched"):
+        one long-lived stream per cortex process and neuron that carries the
+        requests Generate would carry one call each. cortex starts and cancels
+        requests on it; the neuron answers, per wakeup of its sender (about one
+        engine step), with one SessionDown holding every request's new items.
+        A request runs exactly as Generate runs it; its error ends that request
+        only. The stream ending (either side gone) ends every request on it:
+        the neuron aborts them in the engine, cortex fails them as unreachable.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -145,6 +164,11 @@ def add_NeuronServicer_to_server(servicer, server):
                     servicer.Generate,
                     request_deserializer=axon_dot_v1_dot_neuron__pb2.GenerateRequest.FromString,
                     response_serializer=axon_dot_v1_dot_neuron__pb2.GenerateResponse.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
+                    request_deserializer=axon_dot_v1_dot_neuron__pb2.SessionUp.FromString,
+                    response_serializer=axon_dot_v1_dot_neuron__pb2.SessionDown.SerializeToString,
             ),
             'Embed': grpc.unary_unary_rpc_method_handler(
                     servicer.Embed,
@@ -209,6 +233,33 @@ class Neuron:
             '/neuraxis.v1.Neuron/Generate',
             axon_dot_v1_dot_neuron__pb2.GenerateRequest.SerializeToString,
             axon_dot_v1_dot_neuron__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/neuraxis.v1.Neuron/Session',
+            axon_dot_v1_dot_neuron__pb2.SessionUp.SerializeToString,
+            axon_dot_v1_dot_neuron__pb2.SessionDown.FromString,
             options,
             channel_credentials,
             insecure,

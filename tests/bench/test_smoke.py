@@ -164,6 +164,13 @@ def test_gateway_capacity_benchmark_runs(tmp_path: Path) -> None:
     _check_writes(out, ("| 2 workers | 4 |",), tmp_path, files)
 
 
+@in_stack_lane
+def test_token_stream_benchmark_runs(tmp_path: Path) -> None:
+    # Its own sim neuron, a cortex per token stream: a second of load each.
+    out = _smoke("bench.token_stream", "--out", str(tmp_path))
+    _check_writes(out, ("| 4 | batched |",), tmp_path, ("token_stream.md", "token_stream.json"))
+
+
 def test_batch_benchmark_runs(tmp_path: Path) -> None:
     # Its own sim neuron and cortex: 50 batch lines beside a second of load.
     out = _smoke("bench.batch", "--out", str(tmp_path / "batch.json"))

@@ -17,22 +17,26 @@ from neuron.server import new_server
 from neuron.servicer import NeuronServicer
 
 
-async def start_sim_neuron(engine: SimEngine) -> tuple[grpc.aio.Server, int]:
-    """The started server and its port; the caller stops it."""
+async def start_sim_neuron(engine: SimEngine, port: int = 0) -> tuple[grpc.aio.Server, int]:
+    """The started server and its port (`port`, or a free one); the caller
+    stops it."""
     server = new_server()
     servicer = NeuronServicer(engine, pb.GPU_GENERATION_CPU)
     servicer.ready = True
     pb_grpc.add_NeuronServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     return server, port
 
 
 @contextlib.asynccontextmanager
-async def sim_neuron_client(engine: SimEngine) -> AsyncIterator[NeuronClient]:
-    """cortex's client of a sim neuron over `engine`; both closed at the end."""
+async def sim_neuron_client(
+    engine: SimEngine, client_class: type[NeuronClient] = NeuronClient
+) -> AsyncIterator[NeuronClient]:
+    """cortex's client of a sim neuron over `engine` (NeuronClient, or
+    SessionClient for the batched token stream); both closed at the end."""
     server, port = await start_sim_neuron(engine)
-    client = NeuronClient(f"127.0.0.1:{port}")
+    client = client_class(f"127.0.0.1:{port}")
     try:
         yield client
     finally:

@@ -1,7 +1,8 @@
 """The neuron's gRPC servicer in-process, in front of the simulated engine,
-reached through cortex's NeuronClient: proto translation, typed errors across
-the wire, cancellation and deadlines; and the whole server (`serve`) ending
-when its engine dies."""
+reached through cortex's NeuronClient (and SessionClient: the cases marked
+TRANSPORTS run over both token streams): proto translation, typed errors
+across the wire, cancellation and deadlines; and the whole server (`serve`)
+ending when its engine dies."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from axon.errors import (
 )
 from axon.v1 import neuron_pb2 as pb
 from cortex.routing.client import NeuronClient
+from cortex.routing.session_client import SessionClient
 from harness.ports import free_port
 from neuron.engine.base import EngineRequest, Output
 from neuron.engine.sim import SimEngine, SimOptions
@@ -33,11 +35,17 @@ from neuron.server import (
 )
 from tests.unit.neuron.sim_neuron import sim_neuron_client
 
+TRANSPORTS = pytest.mark.parametrize(
+    "client_class", [NeuronClient, SessionClient], ids=["per-request", "batched"]
+)
 
-@pytest.fixture
-async def served() -> AsyncIterator[tuple[SimEngine, NeuronClient]]:
+
+# Each case through both token streams: a Generate call per request, and the
+# batched Session stream (cortex's [pool] token_stream).
+@pytest.fixture(params=[NeuronClient, SessionClient], ids=["per-request", "batched"])
+async def served(request: pytest.FixtureRequest) -> AsyncIterator[tuple[SimEngine, NeuronClient]]:
     engine = SimEngine(SimOptions(served_id="m", max_context_length=1024, itl_s=0.02))
-    async with sim_neuron_client(engine) as client:
+    async with sim_neuron_client(engine, request.param) as client:
         yield engine, client
 
 
@@ -125,9 +133,12 @@ async def _until_idle(engine: SimEngine) -> None:
     assert engine.load().running == 0
 
 
-async def test_engine_failure_is_internal_without_details() -> None:
+@TRANSPORTS
+async def test_engine_failure_is_internal_without_details(
+    client_class: type[NeuronClient],
+) -> None:
     engine = SimEngine(SimOptions(served_id="m", fail_after_tokens=0))
-    async with sim_neuron_client(engine) as client:
+    async with sim_neuron_client(engine, client_class) as client:
         with pytest.raises(InternalError):
             [r async for r in client.generate(_request(), timeout=10)]
         info = await client.info(timeout=5)
@@ -142,10 +153,12 @@ class _UnexpectedError(SimEngine):
         raise ValueError("/project/cpp/json_schema_converter.cc:4944: Unsupported type")
 
 
+@TRANSPORTS
 async def test_an_unexpected_error_is_internal_logged_with_the_request_id_not_sent(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, client_class: type[NeuronClient]
 ) -> None:
-    async with sim_neuron_client(_UnexpectedError(SimOptions(served_id="m"))) as client:
+    engine = _UnexpectedError(SimOptions(served_id="m"))
+    async with sim_neuron_client(engine, client_class) as client:
         with pytest.raises(InternalError) as raised:
             [r async for r in client.generate(_request(), timeout=10)]
     assert "json_schema_converter" not in raised.value.message
@@ -159,9 +172,12 @@ async def test_info_reports_the_engines_batch_size_as_its_max_concurrency() -> N
         assert (await client.info(timeout=5)).max_concurrency == 7
 
 
-async def test_a_dead_engine_fails_the_calls_in_flight_naming_the_cause() -> None:
+@TRANSPORTS
+async def test_a_dead_engine_fails_the_calls_in_flight_naming_the_cause(
+    client_class: type[NeuronClient],
+) -> None:
     engine = SimEngine(SimOptions(served_id="m", itl_s=0.01, die_after_tokens=3))
-    async with sim_neuron_client(engine) as client:
+    async with sim_neuron_client(engine, client_class) as client:
         with pytest.raises(UnavailableError, match="died after 3 tokens"):
             [r async for r in client.generate(_request(max_tokens=50), timeout=10)]
 
@@ -186,12 +202,15 @@ async def _health_statuses(address: str, seen: list[int]) -> None:
                 seen.append(update.status)
 
 
-async def test_a_dead_engine_ends_the_neuron_with_a_non_zero_status() -> None:
+@TRANSPORTS
+async def test_a_dead_engine_ends_the_neuron_with_a_non_zero_status(
+    client_class: type[NeuronClient],
+) -> None:
     engine = SimEngine(SimOptions(served_id="m", itl_s=0.01))
     port = free_port()
     address = f"127.0.0.1:{port}"
     neuron = asyncio.create_task(serve(engine, "127.0.0.1", port, pb.GPU_GENERATION_CPU, 30.0))
-    client = NeuronClient(address)
+    client = client_class(address)
     seen: list[int] = []
     watcher = None
     try:
@@ -217,16 +236,22 @@ async def test_a_dead_engine_ends_the_neuron_with_a_non_zero_status() -> None:
                 task.cancel()
 
 
-async def test_a_call_during_which_the_engine_died_says_so_by_its_kind() -> None:
+@TRANSPORTS
+async def test_a_call_during_which_the_engine_died_says_so_by_its_kind(
+    client_class: type[NeuronClient],
+) -> None:
     engine = SimEngine(SimOptions(served_id="m", itl_s=0.01, die_after_tokens=3))
-    async with sim_neuron_client(engine) as client:
+    async with sim_neuron_client(engine, client_class) as client:
         with pytest.raises(EngineDiedError):
             [r async for r in client.generate(_request(max_tokens=50), timeout=10)]
 
 
-async def test_a_message_past_grpcs_default_4_mib_reaches_the_engine() -> None:
+@TRANSPORTS
+async def test_a_message_past_grpcs_default_4_mib_reaches_the_engine(
+    client_class: type[NeuronClient],
+) -> None:
     engine = SimEngine(SimOptions(served_id="m"))
-    async with sim_neuron_client(engine) as client:
+    async with sim_neuron_client(engine, client_class) as client:
         request = pb.GenerateRequest(
             request_id="big",
             model="m",

@@ -34,7 +34,7 @@ class Context:
 def _generate(flags: str) -> Any:
     context = cast("grpc.aio.ServicerContext[Any, Any]", Context(flags))
     request = pb.GenerateRequest(request_id="chat-1", model="m", prompt="hi")
-    with tracing.traced("Generate", context, request) as trace:
+    with tracing.traced("Generate", context.invocation_metadata(), request) as trace:
         with tracing.phase("prepare"):
             pass
         tracing.submitted()
