@@ -3,6 +3,7 @@ its cortex, checked before anything starts."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,39 @@ def test_an_invalid_deployment_is_refused_with_its_line(tmp_path: Path) -> None:
 def test_contradicting_options_are_refused(argv: list[str]) -> None:
     with pytest.raises(ValueError, match="--"):
         _up(*argv)
+
+
+LORA_SPEC = """
+[[models]]
+id = "chat"
+source = "smollm2-135m-instruct"
+generations = ["cpu"]
+[models.lora]
+max_adapters_per_replica = 2
+max_rank = 16
+[[models.adapters]]
+id = "support-bot"
+source = "ADAPTERS/support-bot"
+[[models.adapters]]
+id = "legal-bot"
+source = "ADAPTERS/legal-bot"
+"""
+
+
+def test_a_deployment_file_with_adapters_hands_them_to_cortex(tmp_path: Path) -> None:
+    """The embedded default runs a spec's LoRA adapters (issue 28): the
+    spec `up` gives cortex keeps the model's lora table and each adapter
+    (their sources checked first: PEFT's adapter_config.json)."""
+    for name in ("support-bot", "legal-bot"):
+        (tmp_path / name).mkdir()
+        config = {"r": 8, "base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+        (tmp_path / name / "adapter_config.json").write_text(json.dumps(config))
+    path = tmp_path / "deployment.toml"
+    path.write_text(LORA_SPEC.replace("ADAPTERS", str(tmp_path)))
+    (chat,) = parse_spec(up_spec(_up("--deployment", str(path))), "up").models
+    assert chat.lora is not None
+    assert (chat.lora.max_adapters_per_replica, chat.lora.max_rank) == (2, 16)
+    assert [(a.id, a.source) for a in chat.adapters] == [
+        ("support-bot", str(tmp_path / "support-bot")),
+        ("legal-bot", str(tmp_path / "legal-bot")),
+    ]
