@@ -3,7 +3,6 @@ its cortex, checked before anything starts."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from axon.generations import Generation
 from axon.neuron_settings import DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL
 from cortex.cluster.spec import SpecError, parse_spec
+from harness.sim_specs import adapter_dir, lora_spec
 from neuraxis.cli import build_parser
 from neuraxis.embedded import EmbeddedOptions
 from neuraxis.embedded_deployment import bundled_sources, up_spec
@@ -108,37 +108,17 @@ def test_contradicting_options_are_refused(argv: list[str]) -> None:
         _up(*argv)
 
 
-LORA_SPEC = """
-[[models]]
-id = "chat"
-source = "smollm2-135m-instruct"
-generations = ["cpu"]
-[models.lora]
-max_adapters_per_replica = 2
-max_rank = 16
-[[models.adapters]]
-id = "support-bot"
-source = "ADAPTERS/support-bot"
-[[models.adapters]]
-id = "legal-bot"
-source = "ADAPTERS/legal-bot"
-"""
-
-
 def test_a_deployment_file_with_adapters_hands_them_to_cortex(tmp_path: Path) -> None:
     """The embedded default runs a spec's LoRA adapters (issue 28): the
     spec `up` gives cortex keeps the model's lora table and each adapter
     (their sources checked first: PEFT's adapter_config.json)."""
-    for name in ("support-bot", "legal-bot"):
-        (tmp_path / name).mkdir()
-        config = {"r": 8, "base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"}
-        (tmp_path / name / "adapter_config.json").write_text(json.dumps(config))
+    support, legal = adapter_dir(tmp_path, "support"), adapter_dir(tmp_path, "legal")
     path = tmp_path / "deployment.toml"
-    path.write_text(LORA_SPEC.replace("ADAPTERS", str(tmp_path)))
+    path.write_text(lora_spec(support, legal))
     (chat,) = parse_spec(up_spec(_up("--deployment", str(path))), "up").models
     assert chat.lora is not None
     assert (chat.lora.max_adapters_per_replica, chat.lora.max_rank) == (2, 16)
     assert [(a.id, a.source) for a in chat.adapters] == [
-        ("support-bot", str(tmp_path / "support-bot")),
-        ("legal-bot", str(tmp_path / "legal-bot")),
+        ("support", str(support)),
+        ("legal", str(legal)),
     ]

@@ -11,41 +11,13 @@ import pytest
 from axon.generations import Generation
 from cortex.cluster.replica_settings import replica_settings, settings_env
 from cortex.cluster.spec import SpecError, parse_spec
+from harness.sim_specs import adapter_dir, lora_spec
 from neuraxis.embedded_deployment import spec_toml
 
 
-def _adapter(
-    root: Path, name: str, rank: int = 8, base: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
-) -> Path:
-    directory = root / name
-    directory.mkdir()
-    (directory / "adapter_config.json").write_text(
-        json.dumps({"r": rank, "base_model_name_or_path": base})
-    )
-    return directory
-
-
-def _spec(a1: Path | str, a2: Path | str, max_rank: int = 16) -> str:
-    return f"""
-[[models]]
-id = "chat"
-source = "smollm2-135m-instruct"
-generations = ["cpu"]
-[models.lora]
-max_adapters_per_replica = 2
-max_rank = {max_rank}
-[[models.adapters]]
-id = "support"
-source = "{a1}"
-[[models.adapters]]
-id = "legal"
-source = "{a2}"
-"""
-
-
 def test_adapters_parse_and_reach_the_replicas_settings(tmp_path: Path) -> None:
-    a1, a2 = _adapter(tmp_path, "a1"), _adapter(tmp_path, "a2")
-    spec = parse_spec(_spec(a1, a2), "d.toml")
+    a1, a2 = adapter_dir(tmp_path, "a1"), adapter_dir(tmp_path, "a2")
+    spec = parse_spec(lora_spec(a1, a2), "d.toml")
     (chat,) = spec.models
     assert chat.lora is not None and chat.lora.max_adapters_per_replica == 2
     assert spec.adapters() == {"support": "chat", "legal": "chat"}
@@ -57,7 +29,7 @@ def test_adapters_parse_and_reach_the_replicas_settings(tmp_path: Path) -> None:
 
 
 def test_the_spec_writes_back_as_it_reads(tmp_path: Path) -> None:
-    spec = parse_spec(_spec(_adapter(tmp_path, "a1"), _adapter(tmp_path, "a2")), "d.toml")
+    spec = parse_spec(lora_spec(adapter_dir(tmp_path, "a1"), adapter_dir(tmp_path, "a2")), "d.toml")
     assert parse_spec(spec_toml(spec), "again") == spec
 
 
@@ -74,15 +46,15 @@ def test_an_adapter_its_engine_could_not_load_is_refused(
 ) -> None:
     a1 = tmp_path / "a1"
     if case != "missing":
-        _adapter(tmp_path, "a1")
-    a2 = _adapter(
+        adapter_dir(tmp_path, "a1")
+    a2 = adapter_dir(
         tmp_path,
         "a2",
         rank=32 if case == "rank" else 8,
         base="org/other-model" if case == "base" else "HuggingFaceTB/SmolLM2-135M-Instruct",
     )
     with pytest.raises(SpecError) as refused:
-        parse_spec(_spec(a1, a2), "d.toml")
+        parse_spec(lora_spec(a1, a2), "d.toml")
     assert expected.format(a1=a1, a2=a2) in str(refused.value)
 
 
@@ -103,12 +75,12 @@ source = "/a"
 
 
 def test_an_adapter_id_is_unique_among_models_and_adapters(tmp_path: Path) -> None:
-    a1 = _adapter(tmp_path, "a1")
-    text = _spec(a1, a1).replace('id = "legal"', 'id = "chat"')
+    a1 = adapter_dir(tmp_path, "a1")
+    text = lora_spec(a1, a1).replace('id = "legal"', 'id = "chat"')
     with pytest.raises(SpecError, match="model id 'chat' appears twice"):
         parse_spec(text, "d.toml")
 
 
 def test_sim_models_adapters_are_not_read() -> None:
-    text = _spec("/nowhere/a1", "/nowhere/a2") + '[models.engine]\nkind = "sim"\n'
+    text = lora_spec("/nowhere/a1", "/nowhere/a2") + '[models.engine]\nkind = "sim"\n'
     assert parse_spec(text, "d.toml").adapters() == {"support": "chat", "legal": "chat"}
