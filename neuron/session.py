@@ -31,6 +31,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 
 from axon.errors import (
     DeadlineExceededError,
+    InternalError,
     NeuraxisError,
     UnavailableError,
     mapping_for,
@@ -179,6 +180,11 @@ class Session:
             item = error_item(request_id, e)
         except TimeoutError:
             item = error_item(request_id, DeadlineExceededError(DEADLINE_MESSAGE))
+        except Exception:
+            # The generation types its errors; anything else (a bug) still
+            # ends its request, never leaves cortex waiting for an end.
+            log.exception("session request %d failed", request_id)
+            item = error_item(request_id, InternalError("internal error in the neuron"))
         finally:
             # Cancelled (a cancel, or the session's end): nothing to say.
             del self._tasks[request_id]

@@ -146,6 +146,22 @@ async def test_an_error_ends_its_request_only_with_what_generate_would_say() -> 
     assert cortex.ended(2) == "end" and len(cortex.items(2)) == 11
 
 
+async def test_an_untyped_failure_still_ends_its_request_with_an_internal_error() -> None:
+    async def broken(
+        request: pb.GenerateRequest, metadata: Metadata
+    ) -> AsyncGenerator[pb.GenerateResponse, None]:
+        yield _response("a ")
+        raise RuntimeError("a bug")
+
+    cortex = _Cortex()
+    session = Session(broken, _refusal_none)
+    cortex.up.put_nowait(_start(1, max_tokens=10))
+    cortex.up.put_nowait(None)
+    await asyncio.wait_for(_serve(session, cortex), 5)
+    error = cortex.items(1)[-1].error
+    assert (error.code, error.kind) == ("INTERNAL", "internal")
+
+
 async def test_the_deadline_ends_the_request_in_the_engine_as_deadline_exceeded() -> None:
     engine, cortex = _Engine(), _Cortex()
     session = Session(engine.generation, _refusal_none)
