@@ -150,6 +150,11 @@ class DeadlineExceededError(NeuraxisError):
     kind = "deadline_exceeded"
 
 
+# What gRPC says of a call past its timeout: the batched token stream's two
+# ends (neuron/session.py, cortex/routing/session_client.py) say the same.
+DEADLINE_MESSAGE = "Deadline Exceeded"
+
+
 class InternalError(NeuraxisError):
     kind = "internal"
 

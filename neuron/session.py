@@ -30,6 +30,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 
 from axon.errors import (
+    DEADLINE_MESSAGE,
     DeadlineExceededError,
     InternalError,
     NeuraxisError,
@@ -48,8 +49,6 @@ Generation = Callable[[pb.GenerateRequest, Metadata], AsyncGenerator[pb.Generate
 # message limit both ends set (axon/grpc_limits.py), so that many large
 # messages (logprobs, n choices) queued together never break the session.
 BATCH_BYTES = 4 * 1024 * 1024
-# What the per-request path's client reads from a call past its gRPC timeout.
-DEADLINE_MESSAGE = "Deadline Exceeded"
 
 
 def error_item(request_id: int, error: NeuraxisError) -> pb.SessionItem:

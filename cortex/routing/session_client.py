@@ -25,7 +25,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 import grpc
 
-from axon.errors import DeadlineExceededError, NeuraxisError, UnavailableError, from_grpc
+from axon.errors import (
+    DEADLINE_MESSAGE,
+    DeadlineExceededError,
+    NeuraxisError,
+    UnavailableError,
+    from_grpc,
+)
 from axon.grpc_limits import check_size
 from axon.v1 import neuron_pb2 as pb
 from axon.v1 import neuron_pb2_grpc as pb_grpc
@@ -36,8 +42,6 @@ log = logging.getLogger("neuraxis.cortex")
 # What a request's queue carries: a message of its stream, its error, or
 # None for its end.
 Delivery = pb.GenerateResponse | NeuraxisError | None
-# What the per-request path's client reads from a call past its gRPC timeout.
-DEADLINE_MESSAGE = "Deadline Exceeded"
 
 
 def session_error(error: pb.SessionError) -> NeuraxisError:
