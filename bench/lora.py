@@ -111,10 +111,13 @@ def _sim_flags(w: Workload) -> list[str]:
 
 
 def sim_pair(stack: ExitStack, logs: Path, mode: str, w: Workload) -> list[Neuron]:
-    """Two fresh sim neurons for a mode (stopped with `stack`)."""
+    """Two fresh sim neurons for a mode (stopped with `stack`), both ready."""
     sims = [Sim(SIM_BASE, _sim_flags(w)) for _ in range(2)]
-    neurons = stack.enter_context(sim_neurons(logs, f"lora-{mode}", sims))
-    return [Neuron(n.address, f"http://127.0.0.1:{n.metrics_port}") for n in neurons]
+    started = stack.enter_context(sim_neurons(logs, f"lora-{mode}", sims))
+    neurons = [Neuron(n.address, f"http://127.0.0.1:{n.metrics_port}") for n in started]
+    for neuron, sim in zip(neurons, started, strict=True):
+        _wait_ready(neuron, sim.proc)
+    return neurons
 
 
 def real_pair(stack: ExitStack, logs: Path, w: Workload) -> list[Neuron]:
@@ -139,7 +142,8 @@ def real_pair(stack: ExitStack, logs: Path, w: Workload) -> list[Neuron]:
 
 def _wait_ready(neuron: Neuron, proc: Proc) -> None:
     """Until the neuron's Info says ready (its engine loaded): cortex's
-    /readyz answers with one replica ready, and both modes need both."""
+    /readyz answers with one replica ready, and both modes need both (a
+    sim neuron slow to start on a busy machine failed make test once)."""
     deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
     while time.monotonic() < deadline:
         if not proc.alive():

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from harness.ports import PORTS_ENV, share
 from harness.procs import REPO
 
 LANES = ("stack", "rest")
@@ -105,6 +106,9 @@ def start(name: str, args: list[str], out_dir: Path) -> Lane:
     command = [sys.executable, "-m", "pytest", "--lane", name, "--basetemp", str(out_dir / name)]
     command += args
     env = {**os.environ, LOCK_ENV: str(out_dir / "turns.lock")}
+    # Ports of its own: a port one lane is given and has not bound yet is
+    # free to the other's draw.
+    env[PORTS_ENV] = share(LANES.index(name), len(LANES))
     with open(output, "wb") as log:
         popen = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     return Lane(name, popen, output, time.monotonic())
