@@ -141,6 +141,12 @@ ADMISSION_WAIT = Histogram(
     ["model"],
     buckets=(0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+SLOT_HOLDS = Counter(
+    "neuraxis_admission_slot_holds",
+    "Slots held for the tenant whose request just freed them (slot_hold_ms), by outcome: "
+    "taken by its next request, expired, or ended by a request of a lower class.",
+    ["model", "outcome"],
+)
 RATE_LIMITED = Counter(
     "neuraxis_rate_limited",
     "Requests refused with 429 by a key's rate limits, by the key's tenant and the limit: "
@@ -334,6 +340,12 @@ def record_admission_wait(model: str, seconds: float) -> None:
 def record_admission_rejected(model: str, reason: str) -> None:
     """A request refused by admission control (`reason`: queue_full, timeout)."""
     ADMISSION_REJECTIONS.labels(model, reason).inc()
+
+
+@_when_enabled
+def record_slot_hold(model: str, outcome: str) -> None:
+    """A slot hold ended (`outcome`: taken, expired, lower_class)."""
+    SLOT_HOLDS.labels(model, outcome).inc()
 
 
 @_when_enabled

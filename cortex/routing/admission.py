@@ -67,6 +67,7 @@ from cortex.routing.admission_wait import AdmissionWait
 from cortex.routing.class_slots import BATCH, ModelSlots, may_take
 from cortex.routing.fair_queue import FairQueue, FifoQueue
 from cortex.routing.request_cost import Costed, OutputMeans, Spent, choices, estimate
+from cortex.routing.slot_holds import SlotHolds
 from cortex.routing.tenant_policy import TenantPolicies
 
 __all__ = ["AdmissionControl", "AdmissionOptions", "Claim", "FreeSlots", "Sleep", "Ticket"]
@@ -169,6 +170,7 @@ class AdmissionControl:
         self._replicas = replicas or (lambda _model: 1)
         # Requests admitted and not settled, per model and class.
         self._running: dict[str, Counter[PriorityClass]] = {}
+        self._holds = SlotHolds(sleep, self.wake)
 
     def depth(self, model: str) -> int:
         """Requests waiting for `model` now."""
@@ -208,7 +210,8 @@ class AdmissionControl:
             queue = self._queues[model] = (
                 FairQueue[_Waiter]() if self._options.fair_queuing else FifoQueue[_Waiter]()
             )
-        if not queue.ahead_of(claim.rank) and self._may_take(model, queue, claim.cls):
+        held = self._holds.take(model, label, claim.tenant, claim.rank)
+        if held or (not queue.ahead_of(claim.rank) and self._may_take(model, queue, claim.cls)):
             metrics.record_admission_wait(label, 0.0)
             queue.charge(_Waiter(claim))
             self._count(model, claim.cls, 1)
@@ -238,7 +241,26 @@ class AdmissionControl:
         if queue is not None:
             queue.correct(claim.tenant, claim.weight, spent.total - claim.cost)
             queue.ended(claim.tenant)
+            self._hold(ticket.model, queue, claim)
         self.wake(ticket.model)  # one fewer of its class: a batch waiter may go
+
+    def _hold(self, model: str, queue: _Queue, claim: Claim) -> None:
+        """Keep the slot `claim`'s request just freed for its tenant's next
+        request (slot_holds.py) when others wait and the fair order would
+        take that request first. Not for batch work, whose next request is
+        in no hurry (and whose slots follow the batch rules)."""
+        seconds = self._options.slot_hold_ms / 1000
+        if not seconds or claim.cls == BATCH or queue.waiting(claim.tenant):
+            return
+        if self._holds.holds(model, claim.tenant) or not queue.first_on_return(
+            claim.tenant, claim.rank
+        ):
+            return
+        free = self._free(model)
+        if free is None or free - self._granted.get(model, 0) - self._holds.count(model) <= 0:
+            return
+        label = self._labels.get(model, model)
+        self._holds.hold(model, label, claim.tenant, claim.rank, seconds)
 
     def _make_room(self, model: str, label: str, queue: _Queue, claim: Claim) -> None:
         """Refuse the request if its tenant is past its share or the queue is
@@ -326,7 +348,7 @@ class AdmissionControl:
         one is free, and with fair queuing the batch rules allow it."""
         free = self._free(model)
         if free is not None:
-            free -= self._granted.get(model, 0)
+            free -= self._granted.get(model, 0) + self._holds.count(model)
         if not self._options.fair_queuing:
             return free is None or free > 0
         running = self._running.get(model, Counter())

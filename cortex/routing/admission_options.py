@@ -78,6 +78,14 @@ class AdmissionOptions(SettingsGroup):
         "while requests of a higher class run or wait on it (each adds to their latency in "
         "the engine); with none there, batch fills the slots less batch_reserved_slots",
     )
+    slot_hold_ms: float = Field(
+        20.0,
+        ge=0,
+        description="with fair queuing, how long a slot stays kept for the tenant whose "
+        "request just freed it, when other tenants wait and that tenant's next request would "
+        "go first: a client sending one request after another keeps its place instead of "
+        "waiting for another slot to free (ms; 0: no holds). Not for batch-class requests",
+    )
     tenants: dict[str, StaticTenant] = Field(
         default_factory=dict,
         description="tenants' weights and highest priority classes, by tenant name, where no "

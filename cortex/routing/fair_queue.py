@@ -143,6 +143,24 @@ class FairQueue(Generic[Q]):
         (one of its class or a higher one waits)."""
         return min(self._ranks, default=rank + 1) <= rank
 
+    def first_on_return(self, tenant: str, rank: int) -> bool:
+        """Whether a request of `tenant` (nothing of it waiting) and class
+        `rank` arriving now would be taken before every request waiting:
+        a slot it just freed is then worth holding for it (slot_holds.py).
+        False when nothing waits."""
+        if not self._ranks:
+            return False
+        top = min(self._ranks)
+        if rank != top:
+            return rank < top
+        finish = self._finish.get(tenant, self._vtime)
+        running = self._active.get(tenant, 0)
+        if not running:
+            finish = max(self._vtime, finish)  # as `_enter` would place it
+        lanes = self._ranks[top]
+        best = min((self._finish[t], self._active[t] - self._per_tenant[t]) for t in lanes)
+        return (finish, running) < best
+
     def charge(self, item: Q) -> None:
         """`item` gets a slot at once (nobody waits): its tenant's virtual
         time moves on by its cost, from V at least."""
@@ -277,6 +295,9 @@ class FifoQueue(Generic[Q]):
                 _count_down(self._per_tenant, item.tenant)
                 return True
         return False
+
+    def first_on_return(self, tenant: str, rank: int) -> bool:
+        return False  # a newcomer goes behind every waiter
 
     def charge(self, item: Q) -> None:
         return None  # nothing is charged in arrival order

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from prometheus_client import REGISTRY
 
 from axon.errors import ModelOverloadedError
 from axon.priority import PriorityClass
@@ -197,3 +198,74 @@ async def test_the_charge_is_settled_with_what_the_request_used() -> None:
     control.settle(ticket, spent)
     # The model's mean output learned from it: the next estimate is smaller.
     assert control.claim(request, "t").cost < first.cost
+
+
+def _holds(label: str, outcome: str) -> float:
+    labels = {"model": label, "outcome": outcome}
+    return REGISTRY.get_sample_value("neuraxis_admission_slot_holds_total", labels) or 0.0
+
+
+async def _quiet_request_ends(
+    label: str, hold_ms: float = 20.0, cls: PriorityClass = "default"
+) -> tuple[AdmissionControl, Admitted, ManualClock]:
+    """A model of three slots: quiet's request takes one, noisy's the two
+    others while it runs, and noisy's next requests wait; quiet's request
+    ends (having used less than noisy's two: it is owed the next slot)."""
+    slots, time = Slots(3), ManualClock()
+    options = AdmissionOptions(queue_size=16, queue_timeout_s=100.0, slot_hold_ms=hold_ms)
+    control = AdmissionControl(options, slots, time, time.sleep)
+    request = pb.GenerateRequest(model="m", priority=CLASS_TO_PB[cls])
+    ticket = await control.admit("m", label, Claim("quiet", cls=cls, cost=100))
+    for _ in range(2):
+        await control.admit("m", label, Claim("noisy", cost=100))
+    slots.free = 0
+    admitted = Admitted(control, slots, label)
+    for i in range(3):
+        await admitted.queue(f"noisy{i}", Claim("noisy", cost=100))
+    slots.free = 1
+    await until(lambda: time.sleeping == 3)  # the waiters' queue timeouts
+    control.settle(ticket, Spent(request))
+    if hold_ms and cls != "batch":
+        await until(lambda: time.sleeping == 4)  # and the hold's timer
+    return control, admitted, time
+
+
+async def test_the_slot_a_tenant_frees_is_held_for_its_next_request() -> None:
+    control, admitted, _ = await _quiet_request_ends("hold-taken")
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert admitted.order == []  # held: noisy's waiter did not take it
+    await control.admit("m", "hold-taken", Claim("quiet", cost=100))  # at once
+    assert _holds("hold-taken", "taken") == 1
+    await admitted.close()
+
+
+async def test_a_hold_lapses_and_the_slot_goes_to_the_next_waiter() -> None:
+    _, admitted, time = await _quiet_request_ends("hold-lapse")
+    time.advance(0.019)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert admitted.order == []
+    time.advance(0.002)
+    await until(lambda: admitted.order == ["noisy0"])
+    assert _holds("hold-lapse", "expired") == 1
+    await admitted.close()
+
+
+@pytest.mark.parametrize(
+    ("hold_ms", "cls"), [(0.0, "default"), (20.0, "batch")], ids=["off", "batch"]
+)
+async def test_no_hold_when_off_or_for_batch_work(hold_ms: float, cls: PriorityClass) -> None:
+    label = f"hold-none-{cls}"
+    _, admitted, _ = await _quiet_request_ends(label, hold_ms, cls)
+    await until(lambda: admitted.order == ["noisy0"])
+    await admitted.close()
+
+
+async def test_a_lower_class_request_ends_the_hold_and_queues() -> None:
+    control, admitted, _ = await _quiet_request_ends("hold-lower")
+    lower = asyncio.create_task(control.admit("m", "hold-lower", Claim("quiet", cls="batch")))
+    await until(lambda: admitted.order == ["noisy0"])  # the slot went to the fair order
+    assert _holds("hold-lower", "lower_class") == 1 and not lower.done()
+    lower.cancel()
+    await admitted.close()

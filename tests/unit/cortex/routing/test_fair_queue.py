@@ -200,3 +200,20 @@ def test_fifo_order_ignores_tenants_and_classes() -> None:
     assert queue.waiting("a") == 2 and queue.newest_below(0) is None
     assert [queue.pop() for _ in range(3)] == items
     assert len(queue) == 0 and queue.waiting("a") == 0
+
+
+def test_a_tenant_back_from_idle_would_go_first_and_a_backlogged_one_would_not() -> None:
+    queue: FairQueue[Item] = FairQueue()
+    assert not queue.first_on_return("quiet", 1)  # nobody waits: nothing to hold for
+    queue.charge(Item("quiet"))
+    _fill(queue, "noisy", 10)
+    for _ in range(4):
+        queue.pop()  # four of noisy's start while quiet's runs
+    queue.ended("quiet")
+    assert queue.first_on_return("quiet", 1)
+    # A lower class than the waiters' would not go first, a higher one would.
+    assert not queue.first_on_return("quiet", 2) and queue.first_on_return("quiet", 0)
+    # Far ahead of noisy in virtual time (it used much more): not owed.
+    queue.correct("quiet", 1.0, 10_000)
+    assert not queue.first_on_return("quiet", 1)
+    assert not FifoQueue[Item]().first_on_return("quiet", 0)
