@@ -143,8 +143,7 @@ ADMISSION_WAIT = Histogram(
 )
 SLOT_HOLDS = Counter(
     "neuraxis_admission_slot_holds",
-    "Slots held for the tenant whose request just freed them (slot_hold_ms), by outcome: "
-    "taken by its next request, expired, or ended by a request of a lower class.",
+    "Slots held for the tenant that freed them (slot_hold_ms): taken, expired, lower_class.",
     ["model", "outcome"],
 )
 RATE_LIMITED = Counter(
@@ -344,7 +343,6 @@ def record_admission_rejected(model: str, reason: str) -> None:
 
 @_when_enabled
 def record_slot_hold(model: str, outcome: str) -> None:
-    """A slot hold ended (`outcome`: taken, expired, lower_class)."""
     SLOT_HOLDS.labels(model, outcome).inc()
 
 
