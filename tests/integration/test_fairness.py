@@ -161,6 +161,10 @@ async def _backlogged(stack: Stack, loops: dict[str, int], seconds: float) -> di
     return got
 
 
+# Shares and waits counted in a client beside a busy machine: a make test
+# run with another load beside it saw 1:2.68 and a quiet request overtaken
+# by four. Run alone (the other lane waits).
+@pytest.mark.quiet
 async def test_backlogged_tenants_of_weights_1_and_3_get_tokens_1_to_3(stack: Stack) -> None:
     # More requests each than run and wait at once, so that one always waits
     # while others travel back to the client, however slow the client is on
@@ -194,6 +198,7 @@ async def _flooding(http: httpx.AsyncClient, stack: Stack, log: Log, stop: async
     await asyncio.gather(*(loop() for _ in range(CAP + QUEUE // 2)))
 
 
+@pytest.mark.quiet
 async def test_a_quiet_tenant_waits_for_about_one_request_while_another_floods(
     stack: Stack,
 ) -> None:
