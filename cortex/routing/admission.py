@@ -105,6 +105,7 @@ class Ticket:
     model: str
     claim: Claim
     charged: bool  # counted in the fair queue's virtual time
+    settled: bool = False
 
 
 @dataclass(eq=False)
@@ -228,9 +229,16 @@ class AdmissionControl:
         finally:
             self.settle(ticket, spent)
 
-    def settle(self, ticket: Ticket, spent: Spent) -> None:
+    def settle(self, ticket: Ticket, spent: Spent, freeing: bool = False) -> None:
         """The request of `ticket` ended having used `spent`: correct its
-        tenant's charge, and learn the model's output."""
+        tenant's charge, and learn the model's output (once: later calls do
+        nothing). `freeing`: its slot is still taken and the caller frees
+        it next, with no await between (the pool's count goes down and it
+        wakes the queue): the slot may be held for the tenant before any
+        waiter is handed it."""
+        if ticket.settled:
+            return
+        ticket.settled = True
         claim = ticket.claim
         if isinstance(spent.request, pb.GenerateRequest) and spent.reported:
             self._means.learn(ticket.model, spent.output / choices(spent.request))
@@ -241,10 +249,10 @@ class AdmissionControl:
         if queue is not None:
             queue.correct(claim.tenant, claim.weight, spent.total - claim.cost)
             queue.ended(claim.tenant)
-            self._hold(ticket.model, queue, claim)
+            self._hold(ticket.model, queue, claim, 1 if freeing else 0)
         self.wake(ticket.model)  # one fewer of its class: a batch waiter may go
 
-    def _hold(self, model: str, queue: _Queue, claim: Claim) -> None:
+    def _hold(self, model: str, queue: _Queue, claim: Claim, freeing: int) -> None:
         """Keep the slot `claim`'s request just freed for its tenant's next
         request (slot_holds.py) when others wait and the fair order would
         take that request first. Not for batch work, whose next request is
@@ -257,7 +265,10 @@ class AdmissionControl:
         ):
             return
         free = self._free(model)
-        if free is None or free - self._granted.get(model, 0) - self._holds.count(model) <= 0:
+        if (
+            free is None
+            or free + freeing - self._granted.get(model, 0) - self._holds.count(model) <= 0
+        ):
             return
         label = self._labels.get(model, model)
         self._holds.hold(model, label, claim.tenant, claim.rank, seconds)

@@ -79,7 +79,7 @@ class AdmissionOptions(SettingsGroup):
         "the engine); with none there, batch fills the slots less batch_reserved_slots",
     )
     slot_hold_ms: float = Field(
-        20.0,
+        50.0,
         ge=0,
         description="with fair queuing, how long a slot stays kept for the tenant whose "
         "request just freed it, when other tenants wait and that tenant's next request would "

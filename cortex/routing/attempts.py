@@ -193,6 +193,11 @@ class Attempts:
                     )
                 finally:
                     tracing.end(span, failure)
+                    if chosen is None:
+                        # The request ends here: settled before its slot
+                        # frees, so that the slot may be held for its
+                        # tenant's next request (admission.py, slot holds).
+                        self._admission.settle(admitted, spent, freeing=True)
                     await self._done(current, outcome)
 
     async def _stream(

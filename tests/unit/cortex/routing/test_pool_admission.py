@@ -227,3 +227,30 @@ async def test_an_adapters_request_queues_as_its_base_for_the_same_slots() -> No
     hold.set()
     await texts(first)
     await second
+
+
+async def test_the_slot_a_tenants_request_frees_is_held_for_its_next_one() -> None:
+    # Settled before its slot frees: the pool's wake-up, which comes with
+    # the freeing, does not hand the slot to the backlog first.
+    a, b = FakeNeuron("adm-pool-hold-a:1"), FakeNeuron("adm-pool-hold-b:1")
+    quiet_hold, _ = _held(a), _held(b)
+    time = ManualClock()
+    pool = _pool([a, b], time, cap=1, policy=FirstCandidate())
+    await pool.refresh()
+    quiet, noisy = RouteHints(tenant="quiet"), RouteHints(tenant="noisy")
+    first = pool.generate(_request(1), quiet)
+    await anext(first)  # on a
+    running = pool.generate(_request(2), noisy)
+    await anext(running)  # on b
+    waiting = asyncio.ensure_future(anext(pool.generate(_request(3), noisy)))
+    await until(lambda: pool.queued("m") == 1)
+    quiet_hold.set()
+    await texts(first)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert pool.queued("m") == 1  # noisy's waiter did not take quiet's slot
+    assert await texts(pool.generate(_request(4), quiet)) == ["first", "!"]
+    assert [r.request_id for r in a.generate_requests] == ["req-1", "req-4"]
+    time.advance(1.0)  # held again after it; past the hold, noisy's waiter takes it
+    await waiting
+    waiting.cancel()
