@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-fairness bench-autoscale bench-store bench-tracing bench-cold-start bench-lora bench-token-stream soak head-restart install clean
+.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-fairness bench-fairness-cost bench-autoscale bench-store bench-tracing bench-cold-start bench-lora bench-token-stream soak head-restart install clean
 
 install: $(STAMP)
 
@@ -73,7 +73,7 @@ proto-check: $(STAMP)
 # them all with --smoke (seconds each; `make test` does it too).
 BENCH_ALL := gateway_overhead embeddings_throughput metrics_cost responses_vs_chat failover \
 	tool_stream auth_cost admission routing routing_sim gateway_capacity store seeded_streams \
-	edge_stalls batch autoscale tracing_overhead fairness cold_start lora token_stream
+	edge_stalls batch autoscale tracing_overhead fairness fairness_cost cold_start lora token_stream
 bench: $(STAMP)
 	set -e; for m in $(BENCH_ALL); do $(PY) -m bench.$$m; done
 
@@ -95,7 +95,9 @@ bench-smoke: $(STAMP)
 # tracing, OpenTelemetry tracing off / on at sample ratio 1.0 / 0.01 (sim neurons, a
 # real OTLP receiver), TTFT p50 and tokens/s at c=16 in paired rounds;
 # fairness, a quiet tenant's TTFT beside a noisy one (FIFO vs fair vs alone), weighted
-# shares and priority classes under overload (sim neuron, issue 26); cold-start,
+# shares and priority classes under overload (sim neuron, issue 26); fairness-cost, fair
+# queuing and the usage ledger on vs off, TTFT p50 and tokens/s at c=1 and c=16 in paired
+# rounds (sim neuron, issue 26); cold-start,
 # SmolLM2 on vLLM woken from zero replicas, its time to first token in parts
 # (placement, process start, engine load, ...; issue 27); lora, adapter-aware vs
 # adapter-blind routing of 8 LoRA adapters (made with peft) with a skewed popularity on
@@ -107,7 +109,8 @@ BENCHES := failover:failover embeddings:embeddings_throughput metrics:metrics_co
 	responses:responses_vs_chat tool-stream:tool_stream auth:auth_cost admission:admission \
 	routing:routing gateway:gateway_capacity seeded:seeded_streams edge:edge_stalls \
 	batch:batch autoscale:autoscale tracing:tracing_overhead \
-	fairness:fairness cold-start:cold_start lora:lora token-stream:token_stream
+	fairness:fairness fairness-cost:fairness_cost cold-start:cold_start lora:lora \
+	token-stream:token_stream
 
 define bench_rule
 bench-$(1): $$(STAMP)

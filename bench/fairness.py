@@ -23,7 +23,7 @@ the measured tenant's requests in this one: a probe beside its load
 generator in one event loop measures the generator's delays too.
 
     make bench-fairness
-    python -m bench.fairness --seconds 10
+    python -m bench.fairness --seconds 30
     python -m bench.fairness --smoke    # seconds (make test)
 """
 
@@ -425,7 +425,7 @@ def report(summary: Summary, w: Workload, out_dir: Path | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     cli = parser(__doc__)
-    cli.add_argument("--seconds", type=float, default=10.0, help="each measurement's length")
+    cli.add_argument("--seconds", type=float, default=30.0, help="each measurement's length")
     cli.add_argument("--cap", type=int, default=4, help="replica_max_concurrency")
     cli.add_argument("--queue", type=int, default=64, help="admission queue size")
     cli.add_argument("--tokens", type=int, default=16, help="output tokens a request")

@@ -1,11 +1,14 @@
-"""What fair queuing costs on the hot path: the same streamed chat workload
-through two cortex processes in front of the same sim neuron, both with
-admission control (a replica cap above the load, so nothing waits: every
-request is classified, estimated, charged and settled), one with
-`fair_queuing = true` and one with `false`, in alternating order (A B B A)
-within one run, at concurrency 1 and 16 (bench/auth_cost.py's rounds).
-Target (issue 26): under 0.5 ms added TTFT p50 and within 2 % tokens/s.
+"""What fair queuing and the usage ledger cost on the hot path: the same
+streamed chat workload through two cortex processes in front of the same
+sim neuron, both with admission control (a replica cap above the load, so
+nothing waits: every request is classified, estimated, charged and
+settled), one with `fair_queuing = true` and the ledger on (every finished
+request added to it, flushed to the state directory's SQLite) and one with
+`fair_queuing = false` and no ledger, in alternating order (A B B A) within
+one run, at concurrency 1 and 16 (bench/auth_cost.py's rounds). Target
+(issue 26): under 0.5 ms added TTFT p50 and within 2 % tokens/s.
 
+    make bench-fairness-cost
     python -m bench.fairness_cost --rounds 6
     python -m bench.fairness_cost --smoke
 """
@@ -13,6 +16,7 @@ Target (issue 26): under 0.5 ms added TTFT p50 and within 2 % tokens/s.
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -20,13 +24,17 @@ from pathlib import Path
 import psutil
 
 from bench.auth_cost import Cortex, measure
-from harness.bench_stack import RESULTS, output_path, parser
+from harness.bench_stack import logs_dir, output_path, parser
 from harness.gateway import Sim, running_cortex, sim_neurons
 from harness.plots import markdown_table, write_results
 from harness.workload import MODEL
 
-# auth_cost's modes: "off" is FIFO, "on" fair queuing.
-FLAGS = {"off": "--no-admission-fair-queuing", "on": "--admission-fair-queuing"}
+# auth_cost's modes: "off" is FIFO without a ledger, "on" fair queuing and
+# the ledger.
+FLAGS = {
+    "off": ["--no-admission-fair-queuing", "--no-tenancy-ledger"],
+    "on": ["--admission-fair-queuing", "--tenancy-ledger"],
+}
 
 
 @contextmanager
@@ -35,8 +43,10 @@ def two_cortexes(logs: Path) -> Iterator[dict[str, Cortex]]:
     with ExitStack() as stack:
         (sim,) = stack.enter_context(sim_neurons(logs, "fairness_cost", [Sim(MODEL)]))
         cortexes: dict[str, Cortex] = {}
-        for mode, flag in FLAGS.items():
-            args = ["--replica-max-concurrency", "256", flag]
+        state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairness-cost-")))
+        for mode, flags in FLAGS.items():
+            args = ["--replica-max-concurrency", "256", *flags]
+            args += ["--state-dir", str(state / mode)]
             log = logs / f"fairness_cost-cortex-{mode}.log"
             running = stack.enter_context(running_cortex(log, [sim.address], *args, timeout_s=120))
             cortexes[mode] = Cortex(running.base_url, psutil.Process(running.proc.popen.pid))
@@ -53,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.rounds, args.requests_per_client, args.max_tokens = 1, 2, 4
         args.concurrency = [1, 2]
-    with two_cortexes(RESULTS / "fairness_cost-logs") as cortexes:
+    out = output_path(args, "fairness_cost.json")
+    with two_cortexes(logs_dir(out, "fairness_cost-logs")) as cortexes:
         summary, _ = measure(
             cortexes, "", args.concurrency, args.rounds, args.requests_per_client, args.max_tokens
         )
@@ -73,17 +84,17 @@ def main(argv: list[str] | None = None) -> int:
         )
     header = [
         "concurrency",
-        "FIFO TTFT p50 (ms)",
-        "fair TTFT p50 (ms)",
+        "FIFO, no ledger: TTFT p50 (ms)",
+        "fair + ledger: TTFT p50 (ms)",
         "added (ms)",
         "added, paired (ms)",
-        "tokens/s fair / FIFO",
+        "tokens/s on / off",
         "cortex CPU added (µs/request)",
     ]
     text = markdown_table(header, rows)
     print()
     print(text)
-    write_results(output_path(args, "fairness_cost.json"), "fairness_cost", text, summary)
+    write_results(out, "fairness_cost", text, summary)
     return 0
 
 

@@ -149,6 +149,14 @@ def test_fairness_benchmark_runs(tmp_path: Path) -> None:
     _check_writes(out, ("| quiet vs noisy, fair |", "| 1:3:6 | w6 |"), tmp_path, files)
 
 
+def test_fairness_cost_benchmark_runs(tmp_path: Path) -> None:
+    # Starts its own sim neuron and two cortexes (fair queuing and the
+    # ledger on, FIFO and no ledger).
+    out = _smoke("bench.fairness_cost", "--out", str(tmp_path / "fairness_cost.json"))
+    tables = ("| concurrency | FIFO, no ledger: TTFT p50 (ms) |",)
+    _check_writes(out, tables, tmp_path, ("fairness_cost.md", "fairness_cost.json"))
+
+
 @in_stack_lane
 def test_routing_sim_benchmark_runs(tmp_path: Path) -> None:
     out = _smoke("bench.routing_sim", "--out", str(tmp_path))
