@@ -363,11 +363,14 @@ class AdmissionControl:
         if not self._options.fair_queuing:
             return free is None or free > 0
         running = self._running.get(model, Counter())
+        # A held slot is a class above batch between two of its requests
+        # (batch never holds one): still at work, as far as batch goes.
+        others = running.total() > running[BATCH] or self._holds.count(model) > 0
         slots = ModelSlots(
             free=free,
             replicas=self._replicas(model),
             batch_running=running[BATCH],
-            others_busy=running.total() > running[BATCH] or queue.ahead_of(rank(BATCH) - 1),
+            others_busy=others or queue.ahead_of(rank(BATCH) - 1),
         )
         return may_take(cls, slots, self._options.batch_rules())
 

@@ -34,12 +34,12 @@ class Model:
     def _free(self, model: str) -> int | None:
         return None if self.cap is None else self.cap - len(self.tickets)
 
-    async def send(self, cls: PriorityClass) -> asyncio.Task[Ticket]:
+    async def send(self, cls: PriorityClass, tenant: str = "t") -> asyncio.Task[Ticket]:
         """A request of `cls`, dispatched when admitted; returns once it
         runs or waits."""
 
         async def request() -> Ticket:
-            ticket = await self.control.admit("m", "adm-classes", Claim("t", cls=cls))
+            ticket = await self.control.admit("m", "adm-classes", Claim(tenant, cls=cls))
             self.tickets.append(ticket)
             return ticket
 
@@ -52,11 +52,12 @@ class Model:
         return sum(1 for t in self.tickets if t.claim.cls == cls)
 
     def end(self, cls: PriorityClass) -> None:
-        """One running request of `cls` ends (the pool wakes, then settles)."""
+        """One running request of `cls` ends (the pool settles it, frees
+        its slot, then wakes the queue)."""
         ticket = next(t for t in self.tickets if t.claim.cls == cls)
+        self.control.settle(ticket, Spent(pb.GenerateRequest(model="m")), freeing=True)
         self.tickets.remove(ticket)
         self.control.wake("m")
-        self.control.settle(ticket, Spent(pb.GenerateRequest(model="m")))
 
     async def close(self, tasks: list[asyncio.Task[Ticket]]) -> None:
         for task in tasks:
@@ -84,6 +85,23 @@ async def test_batch_trickles_while_a_higher_class_runs_and_fills_after() -> Non
     model.end("default")
     await until(lambda: model.running("batch") == 3)  # every waiter
     assert default.done() and model.control.depth("m") == 0
+    await model.close(batch)
+
+
+async def test_a_slot_held_for_interactive_work_keeps_batch_to_its_trickle() -> None:
+    # Between two requests of a one-at-a-time interactive client its slot
+    # is held (slot_holds.py): the class is still at work, so batch does
+    # not fill the slots in that moment and run beside its next request.
+    model = Model(cap=8)
+    await model.send("interactive", "vip")
+    batch = [await model.send("batch", "bulk") for _ in range(4)]
+    assert model.running("batch") == 1
+    model.end("interactive")
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert model.running("batch") == 1 and model.control.depth("m") == 3
+    again = await model.send("interactive", "vip")
+    assert again.done() and model.running("batch") == 1
     await model.close(batch)
 
 
