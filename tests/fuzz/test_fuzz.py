@@ -17,13 +17,15 @@ import random
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import partial
 
 import pytest
 import requests
 
 from harness.gateway import Sim, running_cortex, sim_neurons
 from harness.keys import new_key
-from harness.procs import REPO
+from harness.polling import wait_until
+from harness.procs import REPO, cortex_metric
 from tests.fuzz.driver import Fuzzer, Tally, Target
 
 DEFAULT_REQUESTS = 400
@@ -32,6 +34,7 @@ RESULTS = REPO / "bench" / "results" / "fuzz"
 # answers, not the engine's pace. A large max_tokens still costs a loop.
 SIM = ["--sim-ttft-s", "0", "--sim-itl-s", "0"]
 MODELS = ("sim-a", "sim-b")
+UP = "neuraxis_replica_up"
 
 # The test's property that carries its line for pytest's terminal summary
 # (conftest.py prints them): a report's properties reach the main process
@@ -53,6 +56,10 @@ def _seed() -> int:
     return int(os.environ.get("NEURAXIS_FUZZ_SEED") or random.randrange(1 << 32))
 
 
+def _all_up(admin_url: str, neurons: list[str]) -> bool:
+    return all(cortex_metric(admin_url, UP, replica=a) == 1.0 for a in neurons)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Two sim neurons and two cortexes in front of them: auth off, and
@@ -72,6 +79,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             )
         for running in cortexes:
             running.wait_ready()
+            # /readyz answers once one neuron is ready; a model whose neuron
+            # is still starting gets a (right) 503, which the fuzz counts
+            # as a failure: a make test run started one 3 s after the other.
+            assert wait_until(partial(_all_up, running.admin_url, neurons), 60), neurons
         off, on = (c.base_url for c in cortexes)
         key = new_key(state / "on", "fuzz")
         yield Cluster(Target("auth-off", off, MODELS), Target("auth-on", on, MODELS, key))
