@@ -45,6 +45,7 @@ from axon.v1 import neuron_pb2 as pb
 from cortex import metrics
 from cortex.routing.adapter_affinity import AdapterAffinity, dispatched
 from cortex.routing.admission import AdmissionControl, set_class
+from cortex.routing.admission import Ticket as Admitted
 from cortex.routing.client import Metadata, NeuronConnection
 from cortex.routing.deadlines import Deadlines, RequestDeadline, Watchdog
 from cortex.routing.ejection import OutlierEjection
@@ -173,6 +174,7 @@ class Attempts:
                 # Not current: it lives across the stream's yields.
                 span = attempt_span(request, current.state.address, len(tried))
                 failure: NeuraxisError | None = None
+                ended = False  # the attempt's accounts closed at its last message
                 try:
                     async for item in attempt(current.state, deadline, tracing.metadata_for(span)):
                         if not started:
@@ -180,6 +182,16 @@ class Attempts:
                             if span is not None:
                                 span.add_event("first_message")
                         spent.see(item)
+                        if spent.reported and not ended:
+                            # The neuron's last message (its usage): the request is
+                            # over there, so its slot frees before the client has the
+                            # message. The API's readers stop at the usage and never
+                            # ask for the stream's end: closed only when this generator
+                            # was collected, the slot stayed taken after the client had
+                            # its answer and sent its next request, which then queued
+                            # behind it, and the attempt counted as cancelled.
+                            ended, outcome = True, Outcome.OK
+                            await self._end(admitted, spent, span, None, current, outcome)
                         yield item
                     outcome = Outcome.OK
                 except NeuraxisError as e:
@@ -192,13 +204,11 @@ class Attempts:
                         request, current, e, tried, started, ticket, deadline
                     )
                 finally:
-                    tracing.end(span, failure)
-                    if chosen is None:
-                        # The request ends here: settled before its slot
-                        # frees, so that the slot may be held for its
-                        # tenant's next request (admission.py, slot holds).
-                        self._admission.settle(admitted, spent, freeing=True)
-                    await self._done(current, outcome)
+                    if not ended:
+                        last = chosen is None  # no retry follows: the request ends here
+                        await self._end(
+                            admitted if last else None, spent, span, failure, current, outcome
+                        )
 
     async def _stream(
         self,
@@ -344,6 +354,24 @@ class Attempts:
             if self._adapter_affinity is not None:
                 self._adapter_affinity.requested(adapter, chosen.route.now)
         policy.on_dispatch(state.candidate(), chosen.route)
+
+    async def _end(
+        self,
+        admitted: Admitted | None,
+        spent: Spent,
+        span: tracing.Span | None,
+        failure: NeuraxisError | None,
+        chosen: _Dispatch,
+        outcome: Outcome,
+    ) -> None:
+        """An attempt is over: its span ends and its neuron hears how it
+        went; with `admitted` (no retry follows) the request is settled
+        first, before its slot frees, so that the slot may be held for its
+        tenant's next request (admission.py, slot holds)."""
+        tracing.end(span, failure)
+        if admitted is not None:
+            self._admission.settle(admitted, spent, freeing=True)
+        await self._done(chosen, outcome)
 
     async def _done(self, chosen: _Dispatch, outcome: Outcome) -> None:
         # The neuron this attempt ran on, even when a retry has already been

@@ -14,11 +14,11 @@ from axon.errors import ModelOverloadedError
 from axon.v1 import neuron_pb2 as pb
 from cortex.routing.admission import AdmissionOptions
 from cortex.routing.admission_wait import AdmissionWait
-from cortex.routing.policy import Candidate, RouteHints, RouteRequest, RoutingPolicy
+from cortex.routing.policy import Candidate, Outcome, RouteHints, RouteRequest, RoutingPolicy
 from cortex.routing.pool import NeuronPool
 from harness.clock import ManualClock, until
 from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, text
-from tests.unit.cortex.routing.pools import fake_pool, texts
+from tests.unit.cortex.routing.pools import InOrder, fake_pool, texts
 
 
 class FirstCandidate(RoutingPolicy):
@@ -102,6 +102,26 @@ async def test_the_route_hints_carry_the_time_queued_to_the_caller() -> None:
     await texts(first)
     await second
     assert (running.seconds, queued.seconds) == (0.0, 1.5)
+
+
+async def test_a_reader_that_stops_at_the_usage_frees_the_slot_and_counts_a_success() -> None:
+    # The API's readers stop at the message with the usage and never ask
+    # for the stream's end (chat.py's chunks, choices.collect): the slot
+    # must free then, not when the generator is collected.
+    neuron = FakeNeuron("adm-pool-usage:1")
+    policy = InOrder()
+    pool = _pool([neuron], ManualClock(), cap=1, policy=policy)
+    await pool.refresh()
+    first = pool.generate(_request(1))
+    while not (await anext(first)).HasField("usage"):
+        pass
+    # `first` is still referenced and open; the next request gets its slot.
+    second = pool.generate(_request(2))
+    assert await asyncio.wait_for(texts(second), 5) == ["hi", "!"]  # not queued behind it
+    assert pool.queued("m") == 0
+    assert [outcome for _, _, outcome in policy.completed] == [Outcome.OK, Outcome.OK]
+    await first.aclose()
+    assert len(policy.completed) == 2  # closing it later counts nothing twice
 
 
 async def test_the_cap_defaults_to_what_the_neuron_reports() -> None:
