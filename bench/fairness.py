@@ -192,10 +192,7 @@ class Background:
         """The child's body: the loops for `seconds` from `started`; what
         was refused and dropped, into `results`."""
 
-        # Below the system measured and the probe in the CPU's order: on two
-        # cores the load generator competes with them for the CPU, as its
-        # clients, on other machines, would not.
-        os.nice(10)
+        os.nice(10)  # below cortex, the neuron and the probe (the module's docstring)
 
         async def loops() -> None:
             async with _http() as http:

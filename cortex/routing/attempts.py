@@ -190,8 +190,8 @@ class Attempts:
                             # was collected, the slot stayed taken after the client had
                             # its answer and sent its next request, which then queued
                             # behind it, and the attempt counted as cancelled.
-                            ended, outcome = True, Outcome.OK
-                            await self._end(admitted, spent, span, None, current, outcome)
+                            ended = True
+                            await self._end(admitted, spent, span, None, current, Outcome.OK)
                         yield item
                     outcome = Outcome.OK
                 except NeuraxisError as e:
