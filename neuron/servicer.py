@@ -76,11 +76,12 @@ class _Call:
         self.started = time.perf_counter()
         self.code = "OK"
         self.fields: dict[str, object] = {}
+        self.finished = False  # its last output (the usage) has been made
 
     def failed(self, error: BaseException) -> None:
         if isinstance(error, NeuraxisError):
             self.code = mapping_for(error).grpc_code
-        elif isinstance(error, asyncio.CancelledError):
+        elif isinstance(error, asyncio.CancelledError | GeneratorExit):
             self.code = "CANCELLED"
         else:
             self.code = "INTERNAL"
@@ -160,6 +161,13 @@ class NeuronServicer(pb_grpc.NeuronServicer):
             # generator has already aborted the request on the way out.
             call.failed(e)
             raise
+        except GeneratorExit as e:
+            # The caller went away while the stream waited at a yield: gone
+            # before the last output, the call was cancelled; after it, all
+            # it asked for was sent and the call is OK.
+            if not call.finished:
+                call.failed(e)
+            raise
         except Exception as e:
             call.failed(e)
             log.exception(method.failed_line, extra={"request_id": request.request_id})
@@ -198,6 +206,7 @@ class NeuronServicer(pb_grpc.NeuronServicer):
                         started = True
                         trace.first_output()
                     if output.usage is not None:
+                        call.finished = True
                         call.fields = {
                             "prompt_tokens": output.usage.prompt_tokens,
                             "completion_tokens": output.usage.completion_tokens,

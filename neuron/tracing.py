@@ -38,6 +38,7 @@ class CallTrace:
         self.span = span
         self._queue: Span | None = None
         self._decode: Span | None = None
+        self._finished = False
 
     @property
     def trace_id(self) -> str:
@@ -63,12 +64,15 @@ class CallTrace:
         self._decode = self._child("neuron.decode")
 
     def finished(self, attributes: tracing.Attributes) -> None:
+        self._finished = True
         self.span.add_event("finish")
         self.span.set_attributes(attributes)
         if self._decode is not None:
             self._decode.set_attributes(attributes)
 
     def end(self, error: BaseException | None) -> None:
+        if isinstance(error, GeneratorExit) and self._finished:
+            error = None  # its caller left after the last output: nothing failed
         for child in (self._queue, self._decode):
             if child is not None and child.is_recording():
                 child.end()
@@ -142,8 +146,13 @@ def call(
         error = e
         raise
     finally:
-        _CALL.reset(token)
         trace.end(error)
+        # A Generate its caller abandoned at a yield (gRPC cancels the call's
+        # task, not its generator) is closed by asyncio's finalizer in a task
+        # of its own, whose context is not the one the token was made in:
+        # there the variable is that task's copy, nothing of this call's.
+        with contextlib.suppress(ValueError):
+            _CALL.reset(token)
 
 
 def phase(name: str) -> contextlib.AbstractContextManager[object]:

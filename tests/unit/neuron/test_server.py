@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from axon.errors import (
     ContextLengthExceededError,
@@ -33,7 +35,11 @@ from neuron.server import (
     EXIT_ENGINE_DIED,
     serve,
 )
+from neuron.servicer import NeuronServicer
 from tests.unit.neuron.sim_neuron import sim_neuron_client
+from tests.unit.traced import spans
+
+__all__ = ["spans"]
 
 TRANSPORTS = pytest.mark.parametrize(
     "client_class", [NeuronClient, SessionClient], ids=["per-request", "batched"]
@@ -259,3 +265,34 @@ async def test_a_message_past_grpcs_default_4_mib_reaches_the_engine(
         )
         responses = [r async for r in client.generate(request, timeout=30)]
         assert responses[-1].usage.prompt_tokens == 1
+
+
+@pytest.mark.parametrize("finished", [True, False], ids=["after-the-end", "midway"])
+async def test_a_stream_its_caller_left_at_a_yield_is_logged_by_what_it_sent(
+    spans: InMemorySpanExporter, caplog: pytest.LogCaptureFixture, finished: bool
+) -> None:
+    """gRPC cancels a call whose caller went away, not the generator it was
+    pulling, which asyncio's finalizer closes later in another task: OK when
+    the last output (the usage) had been sent, CANCELLED before it; never
+    INTERNAL (the trace's context variable once raised there)."""
+    caplog.set_level(logging.INFO, "neuraxis.neuron")
+    engine = SimEngine(SimOptions(served_id="m"))
+    servicer = NeuronServicer(engine, pb.GPU_GENERATION_CPU)
+    servicer.ready = True
+    metadata = (("traceparent", f"00-{'ab' * 16}-{'cd' * 8}-01"),)
+    stream = servicer.generation(_request(max_tokens=5), metadata)
+    last = await asyncio.create_task(_read(stream, finished))  # the call's task
+    assert last.HasField("usage") == finished
+    await asyncio.create_task(stream.aclose())  # the finalizer's
+    (line,) = [r for r in caplog.records if r.getMessage().startswith("Generate ")]
+    assert line.getMessage() == f"Generate {'OK' if finished else 'CANCELLED'}"
+    assert "neuron.generate" in {s.name for s in spans.get_finished_spans()}
+
+
+async def _read(stream: AsyncIterator[pb.GenerateResponse], to_usage: bool) -> pb.GenerateResponse:
+    """The stream's first message, or its last (the usage) when `to_usage`,
+    the stream left open after it."""
+    response = await anext(stream)
+    while to_usage and not response.HasField("usage"):
+        response = await anext(stream)
+    return response

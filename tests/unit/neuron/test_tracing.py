@@ -4,9 +4,12 @@ one continues the attempt's span and covers the engine's phases."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, cast
 
 import grpc
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from axon.v1 import neuron_pb2 as pb
@@ -59,3 +62,30 @@ def test_a_recorded_call_continues_the_attempt_span(spans: InMemorySpanExporter)
     assert call.parent is not None and format(call.parent.span_id, "016x") == ATTEMPT
     assert all(finished[n].parent == call.context for n in finished if n != "neuron.generate")
     assert call.attributes is not None and call.attributes["neuraxis.request_id"] == "chat-1"
+
+
+@pytest.mark.parametrize("finished", [True, False], ids=["after-the-end", "midway"])
+async def test_a_call_closed_from_another_task_still_ends_its_spans(
+    spans: InMemorySpanExporter, finished: bool
+) -> None:
+    """A Generate its caller abandoned at a yield is closed by asyncio's
+    finalizer in a task of its own, another context than the one the call
+    started in: its spans end all the same, failed only when the caller
+    left before the last output."""
+
+    async def stream() -> AsyncIterator[int]:
+        with tracing.traced("Generate", Context("01").metadata, pb.GenerateRequest()) as trace:
+            assert trace is not None
+            trace.first_output()
+            if finished:
+                trace.finished({"gen_ai.usage.output_tokens": 1})
+            yield 1
+
+    outputs = stream()
+    assert isinstance(outputs, AsyncGenerator)
+    assert await asyncio.create_task(outputs.__anext__()) == 1  # what the call's task did
+    await asyncio.create_task(outputs.aclose())  # what the finalizer does
+    ended = {s.name: s for s in spans.get_finished_spans()}
+    assert set(ended) == {"neuron.generate", "neuron.decode"}
+    attributes = ended["neuron.generate"].attributes or {}
+    assert attributes.get("error.type") == (None if finished else "GeneratorExit")
