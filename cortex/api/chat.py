@@ -27,8 +27,9 @@ from cortex.api.choices import (
 from cortex.api.gateway import gateway_of
 from cortex.api.route import ApiRoute
 from cortex.api.streams import next_message
+from cortex.api.text_chunks import TextChunks
 from cortex.http.disconnect import cancel_on_disconnect
-from cortex.http.sse import chunk_response
+from cortex.http.sse import Chunk, chunk_exclusions, chunk_response
 from cortex.routing.policy import RouteHints
 from cortex.schemas.chat import (
     AssistantMessage,
@@ -190,6 +191,14 @@ class _Chunker:
     def __init__(self, request_id: str, created: int, model: str, include_usage: bool) -> None:
         self._base = {"id": request_id, "created": created, "model": model}
         self.include_usage = include_usage
+        self._texts = TextChunks(
+            lambda index, text: self.choice(index, {"content": text}),
+            chunk_exclusions(include_usage),
+        )
+
+    def content(self, index: int, text: str) -> Chunk:
+        """A token's chunk: its text, nothing else (encoded, text_chunks.py)."""
+        return self._texts.chunk(index, text)
 
     def choice(
         self,
@@ -240,11 +249,11 @@ async def _chunks(
     chunker: _Chunker,
     n: int,
     forced_tools: bool,
-) -> AsyncIterator[list[ChatCompletionChunk]]:
+) -> AsyncIterator[list[Chunk]]:
     """The neuron's stream as chunks, one group per neuron message (written
     in one piece, `sse.py`); errors are the stream wrapper's."""
     opening = {"role": "assistant", "content": None if forced_tools else ""}
-    group = [chunker.choice(index, opening) for index in range(n)]
+    group: list[Chunk] = [chunker.choice(index, opening) for index in range(n)]
     response = first
     while True:
         group += _message_chunks(response, chunker)
@@ -258,16 +267,18 @@ async def _chunks(
     yield group
 
 
-def _message_chunks(response: pb.GenerateResponse, chunker: _Chunker) -> list[ChatCompletionChunk]:
+def _message_chunks(response: pb.GenerateResponse, chunker: _Chunker) -> list[Chunk]:
     """The chunks of one neuron message, in the order OpenAI sends them."""
-    out: list[ChatCompletionChunk] = []
+    out: list[Chunk] = []
     for delta in response.choices:
         if delta.reasoning:
             out.append(chunker.choice(delta.index, {"reasoning_content": delta.reasoning}))
-        if delta.text or delta.logprobs:
+        if delta.logprobs:
             out.append(
                 chunker.choice(delta.index, {"content": delta.text}, logprobs=list(delta.logprobs))
             )
+        elif delta.text:
+            out.append(chunker.content(delta.index, delta.text))
         for call in delta.tool_calls:
             out += [chunker.choice(delta.index, piece) for piece in _tool_call_deltas(call)]
         if delta.finish_reason:

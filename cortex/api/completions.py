@@ -20,8 +20,9 @@ from cortex.api.choices import ChoiceState, collect, finish_reason, usage_of
 from cortex.api.gateway import gateway_of
 from cortex.api.route import ApiRoute
 from cortex.api.streams import merge
+from cortex.api.text_chunks import TextChunks
 from cortex.http.disconnect import cancel_on_disconnect
-from cortex.http.sse import chunk_response
+from cortex.http.sse import Chunk, chunk_exclusions, chunk_response
 from cortex.schemas.completions import (
     Completion,
     CompletionChoice,
@@ -129,7 +130,7 @@ async def _chunks(
     echo: list[str] | None,
     n: int,
     include_usage: bool,
-) -> AsyncIterator[list[Completion]]:
+) -> AsyncIterator[list[Chunk]]:
     """The prompts' streams as completion chunks, one group per neuron
     message (written in one piece, `sse.py`); errors are the stream
     wrapper's."""
@@ -140,9 +141,12 @@ async def _chunks(
         choice = CompletionChoice(index=index, text=text, finish_reason=finish, logprobs=logprobs)
         return base.model_copy(update={"choices": [choice]})
 
+    texts = TextChunks(
+        lambda index, text: chunk(index, text, None, None), chunk_exclusions(include_usage)
+    )
     total = pb.Usage()
     offsets: dict[int, int] = {}
-    group: list[Completion] = []
+    group: list[Chunk] = []
     if echo is not None:
         for p, prompt in enumerate(echo):
             for i in range(n):
@@ -157,8 +161,10 @@ async def _chunks(
             if delta.logprobs:
                 logprobs = _legacy_logprobs(list(delta.logprobs), offsets.get(index, 0))
             offsets[index] = offsets.get(index, 0) + len(delta.text)
-            if delta.text or finish or logprobs:
+            if finish or logprobs:
                 group.append(chunk(index, delta.text, finish, logprobs))
+            elif delta.text:
+                group.append(texts.chunk(index, delta.text))
         if response.HasField("usage"):
             ended += 1
             _count(total, response.usage)

@@ -108,7 +108,12 @@ async def _failed(framing: Framing[T], error: NeuraxisError, request_id: str) ->
         return [framing.last_resort(error)]
 
 
-class ChunkFraming(Framing[BaseModel]):
+# A chunk of a chat or legacy completion stream: its model, or its JSON
+# already encoded (cortex/api/text_chunks.py: the text-only chunk of each token).
+Chunk = BaseModel | bytes
+
+
+class ChunkFraming(Framing[Chunk]):
     """OpenAI's chunk streams (chat and legacy completions): one `data:`
     line per chunk, the error envelope as a chunk, `data: [DONE]` last."""
 
@@ -117,23 +122,30 @@ class ChunkFraming(Framing[BaseModel]):
     def __init__(self, exclude: set[str] | None = None) -> None:
         self._exclude = exclude
 
-    def frame(self, item: BaseModel) -> bytes:
+    def frame(self, item: Chunk) -> bytes:
+        if isinstance(item, bytes):
+            return b"data: " + item + b"\n\n"
         return data_frame(item.model_dump_json(exclude=self._exclude))
 
-    async def failed(self, error: NeuraxisError) -> list[BaseModel]:
+    async def failed(self, error: NeuraxisError) -> list[Chunk]:
         return [error_envelope(error)]
 
     def last_resort(self, error: NeuraxisError) -> bytes:
         return data_frame(error_envelope(error).model_dump_json())
 
 
+def chunk_exclusions(include_usage: bool) -> set[str] | None:
+    """What a stream's chunks leave out: with include_usage every chunk
+    carries "usage": null; without it the key is left out, as OpenAI does."""
+    return None if include_usage else {"usage"}
+
+
 def chunk_response(
-    chunks: AsyncIterator[Sequence[BaseModel]], request_id: str, include_usage: bool
+    chunks: AsyncIterator[Sequence[Chunk]], request_id: str, include_usage: bool
 ) -> StreamingResponse:
     """A streamed chat or legacy completion (chunks grouped per neuron
-    message). With include_usage every chunk carries "usage": null; without
-    it the key is left out, as OpenAI does."""
-    framing = ChunkFraming(exclude=None if include_usage else {"usage"})
+    message; those already encoded made with `chunk_exclusions`)."""
+    framing = ChunkFraming(exclude=chunk_exclusions(include_usage))
     return StreamingResponse(
         sse(chunks, framing, request_id),
         media_type="text/event-stream",

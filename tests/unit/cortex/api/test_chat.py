@@ -15,7 +15,7 @@ from axon.errors import InvalidRequestError, UnavailableError
 from axon.v1 import neuron_pb2 as pb
 from cortex.api.chat import _Chunker, _chunks, to_generate_request
 from cortex.routing.policy import RouteHints
-from cortex.schemas.chat import ChatCompletionRequest
+from cortex.schemas.chat import ChatCompletionChunk, ChatCompletionRequest
 from harness import sse
 from tests.unit.cortex.api.fakes import Script, ScriptedPool
 from tests.unit.cortex.api.fakes import client as client_for
@@ -367,7 +367,16 @@ async def test_each_neuron_message_is_one_group_of_chunks() -> None:
         usage=pb.Usage(prompt_tokens=3, completion_tokens=4),
     )
     chunker = _Chunker("chatcmpl-g", 1, "m", include_usage=True)
-    groups = [g async for g in _chunks(first, _rest(last), chunker, 2, forced_tools=False)]
+    groups = [
+        [
+            ChatCompletionChunk.model_validate_json(
+                c if isinstance(c, bytes) else c.model_dump_json()
+            )
+            for c in g
+        ]
+        async for g in _chunks(first, _rest(last), chunker, 2, forced_tools=False)
+    ]
+    # The tokens' text-only chunks come encoded already (text_chunks.py).
     shapes = [
         [
             (c.choices[0].index, c.choices[0].delta, c.choices[0].finish_reason)

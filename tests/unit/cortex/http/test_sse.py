@@ -11,7 +11,8 @@ import pytest
 from pydantic import BaseModel
 
 from axon.errors import ContextLengthExceededError, NeuraxisError
-from cortex.http.sse import DONE, ChunkFraming, Framing, data_frame, event_frame, sse
+from cortex.http.sse import DONE, ChunkFraming, data_frame, event_frame, sse
+from cortex.http.sse import Chunk as AnyChunk
 
 
 class Chunk(BaseModel):
@@ -19,7 +20,7 @@ class Chunk(BaseModel):
     usage: int | None = None
 
 
-async def _body(*items: Chunk | Exception | list[Chunk]) -> AsyncIterator[list[Chunk]]:
+async def _body(*items: AnyChunk | Exception | list[AnyChunk]) -> AsyncIterator[list[AnyChunk]]:
     """Each item a group of its own, unless it is a list (a group)."""
     for item in items:
         if isinstance(item, Exception):
@@ -27,7 +28,7 @@ async def _body(*items: Chunk | Exception | list[Chunk]) -> AsyncIterator[list[C
         yield item if isinstance(item, list) else [item]
 
 
-async def _frames(body: AsyncIterator[list[Chunk]], framing: Framing[BaseModel]) -> list[bytes]:
+async def _frames(body: AsyncIterator[list[AnyChunk]], framing: ChunkFraming) -> list[bytes]:
     return [frame async for frame in sse(body, framing, "req-42")]
 
 
@@ -39,6 +40,16 @@ def test_frames() -> None:
 async def test_chunks_then_done_with_excluded_keys() -> None:
     frames = await _frames(_body(Chunk(text="a"), Chunk(text="b")), ChunkFraming({"usage"}))
     assert frames == [b'data: {"text":"a"}\n\n', b'data: {"text":"b"}\n\n', DONE]
+
+
+async def test_an_encoded_chunk_is_framed_as_it_is() -> None:
+    """A token's text-only chunk comes encoded (cortex/api/text_chunks.py):
+    framed with no model and no exclusion, in its group's one write."""
+    body = _body([Chunk(text="a", usage=1), b'{"text":"b"}'])
+    assert await _frames(body, ChunkFraming({"usage"})) == [
+        b'data: {"text":"a"}\n\ndata: {"text":"b"}\n\n',
+        DONE,
+    ]
 
 
 async def test_a_group_is_one_write_and_an_empty_group_none() -> None:
@@ -81,7 +92,7 @@ async def test_unexpected_error_is_logged_with_the_request_id_and_framed(
 class _Broken(ChunkFraming):
     """A framing whose terminal objects cannot be made."""
 
-    async def failed(self, error: NeuraxisError) -> list[BaseModel]:
+    async def failed(self, error: NeuraxisError) -> list[AnyChunk]:
         raise RuntimeError("the store is gone")
 
 
@@ -98,7 +109,7 @@ async def test_a_failing_end_still_ends_with_a_terminal_frame(
 
 
 class _Ending(ChunkFraming):
-    async def completed(self) -> list[BaseModel]:
+    async def completed(self) -> list[AnyChunk]:
         return [Chunk(text="end")]
 
 
@@ -108,7 +119,7 @@ async def test_completed_objects_follow_a_normal_body() -> None:
 
 
 class _LongEnding(ChunkFraming):
-    async def completed(self) -> list[BaseModel]:
+    async def completed(self) -> list[AnyChunk]:
         return [Chunk(text="x"), Chunk(text="y")]
 
 
