@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.neuraxis-installed
 
-.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-fairness bench-fairness-cost bench-autoscale bench-store bench-tracing bench-cold-start bench-lora bench-token-stream soak head-restart install clean
+.PHONY: run test unit lint typecheck fuzz proto proto-check bench bench-smoke bench-embeddings bench-metrics bench-responses bench-tool-stream bench-failover bench-auth bench-admission bench-vs-vllm bench-frontend bench-profile bench-routing bench-routing-sim bench-gateway bench-seeded bench-edge bench-fairness bench-fairness-cost bench-autoscale bench-store bench-tracing bench-cold-start bench-lora bench-token-stream soak head-restart install clean
 
 install: $(STAMP)
 
@@ -122,6 +122,12 @@ $(foreach b,$(BENCHES),$(eval $(call bench_rule,$(firstword $(subst :, ,$(b))),$
 # the lock is held from the servers' start to their stop (about 10 minutes).
 bench-vs-vllm: $(STAMP)
 	$(PY) -m bench.vs_vllm --lock /tmp/neuraxis-heavy.lock
+
+# The frontend's CPU a token (cortex, neuron, Ray) against vLLM's API server
+# (issue 29): bench-vs-vllm with the batched token stream.
+bench-frontend: $(STAMP)
+	$(PY) -m bench.vs_vllm --token-stream batched --lock /tmp/neuraxis-heavy.lock \
+		--out bench/results/frontend/vs_vllm.json
 
 # py-spy profiles by stage (CPU µs per output token), neuraxis and vLLM's server.
 bench-profile: $(STAMP)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import statistics
 import sys
@@ -154,6 +155,7 @@ def report(runs: list[dict[str, Any]], plan: Plan, out_dir: Path | None) -> str:
     lines.append(
         plots.markdown_table(["concurrency"] + [label for _, label, _ in METRICS], summary_rows)
     )
+    lines += ["", *_frontend(runs, plan)]
     lines += ["", "CPU ms per output token by process role (last run):", ""]
     role_rows: list[list[object]] = []
     for c in plan.concurrency:
@@ -166,6 +168,47 @@ def report(runs: list[dict[str, Any]], plan: Plan, out_dir: Path | None) -> str:
         plots.write_markdown(out_dir, "vs_vllm", text)
         _plot(runs, plan, out_dir)
     return text
+
+
+# The engine's processes (vLLM's, the same on both sides); everything else is
+# the frontend: cortex, the neuron and Ray against vLLM's API server.
+ENGINE_ROLES = ("engine core", "model worker")
+# `--token-stream`: the neuraxis side's cortex setting, through the environment
+# `neuraxis up` hands its cortex.
+TOKEN_STREAM_ENV = "NEURAXIS_CORTEX_POOL__TOKEN_STREAM"
+# Issue 29's targets: frontend CPU a token against vLLM's API server's.
+FRONTEND_TARGETS = {16: 1.5, 64: 1.0}
+
+
+def frontend_ms(by_role: dict[str, float]) -> float:
+    """CPU ms per output token of every process but the engine's."""
+    return sum(ms for name, ms in by_role.items() if name not in ENGINE_ROLES)
+
+
+def _frontend(runs: list[dict[str, Any]], plan: Plan) -> list[str]:
+    """`make bench-frontend`'s table: per concurrency, the frontend's CPU a
+    token on each side and their ratio, medians over the runs."""
+    rows: list[list[object]] = []
+    for c in plan.concurrency:
+        sides = {
+            side: [frontend_ms(r[str(c)][side]["cpu_ms_per_token_by_role"]) for r in runs]
+            for side in (NEURAXIS, VLLM)
+        }
+        ratios = [a / b if b else float("nan") for a, b in zip(*sides.values(), strict=True)]
+        target = FRONTEND_TARGETS.get(c)
+        rows.append(
+            [
+                c,
+                statistics.median(sides[NEURAXIS]),
+                statistics.median(sides[VLLM]),
+                f"{statistics.median(ratios):.2f}",
+                " / ".join(f"{r:.2f}" for r in ratios),
+                f"<= {target}" if target else "",
+            ]
+        )
+    header = ["concurrency", "neuraxis (ms)", "vLLM API server (ms)", "ratio", "per run", "target"]
+    title = f"Everything but the engine, CPU ms per output token, median of {len(runs)} run(s):"
+    return [title, "", plots.markdown_table(header, rows)]
 
 
 def _plot(runs: list[dict[str, Any]], plan: Plan, out_dir: Path) -> None:
@@ -257,12 +300,20 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument(
         "--profile", action="store_true", help="py-spy both sides by stage after each run"
     )
+    cli.add_argument(
+        "--token-stream",
+        choices=("per-request", "batched"),
+        help="the neuraxis side's [pool] token_stream, for the stack this run starts "
+        "(default: its config's)",
+    )
     cli.add_argument("--lock", type=Path, help="a lock file to hold for each run (flock)")
     cli.add_argument("--logs", default=str(RESULTS / "vs_vllm"), help="where the servers log")
     args = cli.parse_args(argv)
     # A SIGTERM unwinds like Ctrl-C, so that both servers are stopped: they
     # run in sessions of their own and would outlive this process.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if args.token_stream:  # neuraxis up's cortex reads it from its environment
+        os.environ[TOKEN_STREAM_ENV] = args.token_stream
     if args.smoke:
         args.runs, args.requests, args.max_tokens = 1, 2, 4
         args.concurrency, args.no_vllm = [1, 2], True

@@ -76,7 +76,11 @@ def test_vs_vllm_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
     # the settings resolution, the streaming client, the CPU meter, the A/B
     # loop, the table and the plots all run in seconds.
     out = _smoke("bench.vs_vllm", *_against(stack), "--out", str(tmp_path / "v.json"))
-    tables = ("| concurrency | output tokens/s | TTFT p50 (ms) |", "| max_num_seqs |")
+    tables = (
+        "| concurrency | output tokens/s | TTFT p50 (ms) |",
+        "| max_num_seqs |",
+        "| concurrency | neuraxis (ms) | vLLM API server (ms) | ratio | per run | target |",
+    )
     _check_writes(out, tables, tmp_path, ("tokens_per_s.png", "vs_vllm.md"))
 
 
