@@ -27,6 +27,7 @@ from harness.workload import PROMPTS, chat_body, gathered
 # shows apart (the first that matches wins).
 ROLES = (
     ("EngineCor", "engine core"),  # retitled "VLLM::EngineCore", cut to 15 by the kernel
+    ("VLLM::Worker", "model worker"),  # the CPU engine's worker process, retitled
     ("neuron serve", "neuron"),
     ("neuraxis.cli neuron", "neuron"),
     ("cortex", "cortex"),
