@@ -20,8 +20,9 @@ from json.encoder import encode_basestring
 from pydantic import BaseModel
 
 # What the sample chunk carries where a real one has its index and text:
-# values no client can make appear anywhere else in the dump (a model name
-# holding the text mark is found, and that stream is built as models).
+# values nothing else in a dump holds but a model name made to (the client
+# names the model): then a mark is found twice, and that stream's chunks are
+# models.
 _INDEX = 987654321
 _TEXT = "\x00neuraxis text\x01"
 
@@ -32,7 +33,6 @@ class TextChunks:
 
     def __init__(self, sample: Callable[[int, str], BaseModel], exclude: set[str] | None) -> None:
         self._sample = sample
-        self._exclude = exclude
         self._pieces = _pieces(sample(_INDEX, _TEXT).model_dump_json(exclude=exclude))
 
     def chunk(self, index: int, text: str) -> bytes | BaseModel:
