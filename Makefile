@@ -28,10 +28,14 @@ run: $(STAMP)
 
 # Lint and type checks first (a minute at most), then the unit and the
 # real-process integration tests, and every benchmark in smoke mode
-# (tests/bench: a few requests each), in two lanes side by side
-# (harness/lanes.py): the tests on the session's real stack, and the rest.
+# (tests/bench: a few requests each), in four lanes side by side
+# (harness/lanes.py): the tests on the session's real stack, those with
+# engines of their own, those on sim neurons, and the unit-sized ones.
+# PYTHONDONTWRITEBYTECODE (set on some machines) is cleared for the run:
+# without cached bytecode every process compiles the tree's modules again,
+# and pytest rewrites every test module's asserts again in each lane.
 test: lint typecheck
-	$(PY) -m harness.lanes -q -p no:cacheprovider --durations=30
+	PYTHONDONTWRITEBYTECODE= $(PY) -m harness.lanes -q -p no:cacheprovider --durations=30
 
 # schemathesis against cortex's published schema (tests/fuzz): two cortexes
 # (auth off, auth required) in front of sim neurons; `make test` sends 800

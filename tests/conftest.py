@@ -9,24 +9,50 @@ from pathlib import Path
 
 import pytest
 
-from harness.lanes import Turns
+from harness.lanes import LANES, Turns
 from harness.stacks import SimStack, Stack, close_clients, embedded_stack, simulated_stack
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--lane",
-        choices=["stack", "rest"],
-        help="only the tests on the session's real stack (the `stack` fixture), or only "
-        "the others: `make test` runs both side by side (harness/lanes.py)",
+        choices=LANES,
+        help="only one lane's tests (lane_of): `make test` runs every lane side by side "
+        "(harness/lanes.py)",
     )
 
 
-def on_stack(item: pytest.Item) -> bool:
-    """In the stack lane: the tests on the real stack, and those marked
-    `stack_lane` to even out the lanes' times."""
-    uses = "stack" in getattr(item, "fixturenames", ())
-    return uses or item.get_closest_marker("stack_lane") is not None
+# The folders whose tests are unit-sized (no engine, no cluster): their lane.
+UNIT_FOLDERS = ("unit", "contract", "fuzz")
+TESTS = Path(__file__).parent
+
+
+def _in_unit_folder(path: Path) -> bool:
+    parts = path.relative_to(TESTS).parts
+    return bool(parts) and parts[0] in UNIT_FOLDERS
+
+
+def lane_of(item: pytest.Item) -> str:
+    """The lane a test runs in: "unit" for tests/unit, tests/contract and
+    tests/fuzz; the session's real stack's ("stack") for the tests on it;
+    the one a `lane` marker names, for tests with engines or clusters of
+    their own placed to even out the lanes' times; else "sim" (integration
+    tests on sim neurons, the faults, the other benchmark smokes)."""
+    if _in_unit_folder(item.path):
+        return "unit"
+    if "stack" in getattr(item, "fixturenames", ()):
+        return "stack"
+    marker = item.get_closest_marker("lane")
+    return "sim" if marker is None else str(marker.args[0])
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --lane, only the folders that lane's tests can be in: importing
+    the unit folders' 2,000 tests cost every other lane ~10 s of CPU."""
+    lane = config.getoption("--lane")
+    if lane is None or not collection_path.is_relative_to(TESTS) or collection_path == TESTS:
+        return None
+    return True if _in_unit_folder(collection_path) != (lane == "unit") else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -35,8 +61,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     is stable."""
     lane = config.getoption("--lane")
     if lane is not None:
-        kept = [item for item in items if on_stack(item) == (lane == "stack")]
-        dropped = [item for item in items if on_stack(item) != (lane == "stack")]
+        for item in items:
+            if lane_of(item) not in LANES:
+                raise pytest.UsageError(f"{item.nodeid}: no lane {lane_of(item)!r}")
+        kept = [item for item in items if lane_of(item) == lane]
+        dropped = [item for item in items if lane_of(item) != lane]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = kept
