@@ -28,9 +28,8 @@ run: $(STAMP)
 
 # Lint and type checks first (a minute at most), then the unit and the
 # real-process integration tests, and every benchmark in smoke mode
-# (tests/bench: a few requests each), in four lanes side by side
-# (harness/lanes.py): the tests on the session's real stack, those with
-# engines of their own, those on sim neurons, and the unit-sized ones.
+# (tests/bench: a few requests each), in two lanes side by side
+# (harness/lanes.py): the tests on the session's real stack, and the rest.
 # PYTHONDONTWRITEBYTECODE (set on some machines) is cleared for the run:
 # without cached bytecode every process compiles the tree's modules again,
 # and pytest rewrites every test module's asserts again in each lane.

@@ -1,19 +1,18 @@
-"""`make test` as pytest runs side by side, one a lane (tests/conftest.py's
-`lane_of` picks a test's): "stack", the tests on the session's real stack
-(`neuraxis up` with vLLM: the `stack` fixture); "engines", those with
-engines or clusters of their own (marked `lane("engines")`); "sim", the
-integration tests on sim neurons, the faults and the other benchmark
-smokes; "unit", tests/unit, tests/contract and tests/fuzz. Much of a lane's
-time is waiting (engines loading, Ray nodes joining, streams, deadlines),
-which the other lanes fill: the two-lane run kept the machine's two cores
-43 % busy. Each lane starts the session fixtures it uses, once.
+"""`make test` as two pytest runs side by side (tests/conftest.py's `lane_of`
+picks a test's lane): "stack", the tests on the session's real stack
+(`neuraxis up` with vLLM: the `stack` fixture) and those marked
+`lane("stack")`; "rest", every other. Much of a lane's time is waiting
+(engines loading, Ray nodes joining, streams, deadlines), which the other
+lane fills; each lane starts the session fixtures it uses, once. (Four
+lanes, tried on 2026-11-28, kept both cores busy and ended no sooner: 25 min
+for the longest against 26, with the timing tests failing more.)
 
 Each lane writes to a file of its own, printed whole when the lane ends
 (interleaved output would be unreadable); the exit status is the worst
 lane's. A test marked `quiet` (a timing a busy machine would spoil) runs
-alone: the other lanes wait between two tests meanwhile (`lane_turn`;
+alone: the other lane waits between two tests meanwhile (`lane_turn`;
 consecutive quiet tests share one such turn, `Turns`).
-Ctrl-C or SIGTERM interrupts every lane the way Ctrl-C interrupts pytest,
+Ctrl-C or SIGTERM interrupts both lanes the way Ctrl-C interrupts pytest,
 so that their fixtures stop what they started.
 
     python -m harness.lanes [PYTEST ARGS...]
@@ -37,7 +36,7 @@ from types import FrameType
 from harness.ports import PORTS_ENV, share
 from harness.procs import REPO
 
-LANES = ("stack", "engines", "sim", "unit")
+LANES = ("stack", "rest")
 # The lock file whose turns `lane_turn` takes (set by `main` for both lanes).
 LOCK_ENV = "NEURAXIS_LANES_LOCK"
 
@@ -54,9 +53,9 @@ class Lane:
 
 @contextmanager
 def lane_turn(quiet: bool) -> Iterator[None]:
-    """A test's turn: shared with the other lanes' current tests, or, for a
+    """A test's turn: shared with the other lane's current test, or, for a
     test whose figures are timings that a busy neighbour would spoil
-    (`quiet`), alone, while the other lanes wait between two tests. A
+    (`quiet`), alone, while the other lane waits between two tests. A
     turnstile keeps a waiting quiet test from being starved by the other
     lane's next turns. Nothing outside make test's lanes."""
     path = os.environ.get(LOCK_ENV)

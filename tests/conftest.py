@@ -22,7 +22,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-# The folders whose tests are unit-sized (no engine, no cluster): their lane.
+# The folders whose tests are unit-sized (no engine, no cluster): never
+# in the stack lane.
 UNIT_FOLDERS = ("unit", "contract", "fuzz")
 TESTS = Path(__file__).parent
 
@@ -33,26 +34,24 @@ def _in_unit_folder(path: Path) -> bool:
 
 
 def lane_of(item: pytest.Item) -> str:
-    """The lane a test runs in: "unit" for tests/unit, tests/contract and
-    tests/fuzz; the session's real stack's ("stack") for the tests on it;
-    the one a `lane` marker names, for tests with engines or clusters of
-    their own placed to even out the lanes' times; else "sim" (integration
-    tests on sim neurons, the faults, the other benchmark smokes)."""
+    """The lane a test runs in: "stack" for the tests on the session's real
+    stack and those marked `lane("stack")` (engines or clusters of their
+    own, placed there to even out the lanes' times); "rest" for the others,
+    tests/unit, tests/contract and tests/fuzz always."""
     if _in_unit_folder(item.path):
-        return "unit"
+        return "rest"
     if "stack" in getattr(item, "fixturenames", ()):
         return "stack"
     marker = item.get_closest_marker("lane")
-    return "sim" if marker is None else str(marker.args[0])
+    return "rest" if marker is None else str(marker.args[0])
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """With --lane, only the folders that lane's tests can be in: importing
-    the unit folders' 2,000 tests cost every other lane ~10 s of CPU."""
-    lane = config.getoption("--lane")
-    if lane is None or not collection_path.is_relative_to(TESTS) or collection_path == TESTS:
+    """The stack lane does not collect the unit folders: importing their
+    2,000 tests' modules cost it ~10 s of CPU for none of its tests."""
+    if config.getoption("--lane") != "stack" or not collection_path.is_relative_to(TESTS):
         return None
-    return True if _in_unit_folder(collection_path) != (lane == "unit") else None
+    return True if collection_path != TESTS and _in_unit_folder(collection_path) else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -23,9 +23,9 @@ from harness.procs import REPO, child_env
 from harness.stacks import Stack
 
 SMOKE_TIMEOUT_S = 300
-# The benchmarks with engines or clusters of their own: make test's "engines"
-# lane, evening out the lanes' times (tests/conftest.py).
-in_engines_lane = pytest.mark.lane("engines")
+# The benchmarks with processes of their own that run in make test's stack
+# lane all the same, evening out the two lanes' times (tests/conftest.py).
+in_stack_lane = pytest.mark.lane("stack")
 
 
 def _smoke(module: str, *args: str) -> str:
@@ -90,13 +90,13 @@ def test_profile_benchmark_runs(stack: Stack, tmp_path: Path) -> None:
     _check_writes(out, tables, tmp_path, ("cortex.txt",))
 
 
-@in_engines_lane
+@in_stack_lane
 def test_failover_benchmark_runs() -> None:
     out = _smoke("bench.failover")
     assert "| actor killed | 1 |" in out, out
 
 
-@in_engines_lane
+@in_stack_lane
 def test_autoscale_benchmark_runs(tmp_path: Path) -> None:
     # Its own sim Ray cluster: a short trace on the autoscaled and fixed models.
     out = _smoke("bench.autoscale", "--out", str(tmp_path / "autoscale.json"))
@@ -105,7 +105,7 @@ def test_autoscale_benchmark_runs(tmp_path: Path) -> None:
     _check_writes(out, tables, tmp_path, files)
 
 
-@in_engines_lane
+@in_stack_lane
 def test_cold_start_benchmark_runs(tmp_path: Path) -> None:
     # Its own `neuraxis up --deployment` with a sim model at min_replicas 0,
     # woken once: the parts from the controller's status and the neuron's log.
@@ -161,7 +161,7 @@ def test_fairness_cost_benchmark_runs(tmp_path: Path) -> None:
     _check_writes(out, tables, tmp_path, ("fairness_cost.md", "fairness_cost.json"))
 
 
-@in_engines_lane
+@in_stack_lane
 def test_routing_sim_benchmark_runs(tmp_path: Path) -> None:
     out = _smoke("bench.routing_sim", "--out", str(tmp_path))
     tables = ("| groups | prefix_affinity |", "| hot | least_outstanding |")
@@ -169,14 +169,14 @@ def test_routing_sim_benchmark_runs(tmp_path: Path) -> None:
     _check_writes(out, tables, tmp_path, files)
 
 
-@in_engines_lane
+@in_stack_lane
 def test_gateway_capacity_benchmark_runs(tmp_path: Path) -> None:
     out = _smoke("bench.gateway_capacity", "--out", str(tmp_path))
     files = ("gateway.md", "events_per_s.png", "added_itl_p99.png")
     _check_writes(out, ("| 2 workers | 4 |",), tmp_path, files)
 
 
-@in_engines_lane
+@in_stack_lane
 def test_token_stream_benchmark_runs(tmp_path: Path) -> None:
     # Its own sim neuron, a cortex per token stream: a second of load each.
     out = _smoke("bench.token_stream", "--out", str(tmp_path))
@@ -197,7 +197,7 @@ def test_store_benchmark_runs(tmp_path: Path) -> None:
     _check_writes(out, tables, tmp_path, ("store.md",))
 
 
-@in_engines_lane
+@in_stack_lane
 def test_soak_runs(tmp_path: Path) -> None:
     # Three sim neurons behind fault proxies, 20 streams, three faults in ~20 s.
     out = _smoke("bench.soak", "--out", str(tmp_path / "soak.json"))

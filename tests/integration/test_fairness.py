@@ -37,6 +37,10 @@ CAP = 2
 QUEUE = 8
 # Requests that keep the queue full while the test looks at it (1 s each).
 LONG = 100
+# Streams that hold every slot until a request has been seen waiting (10 s
+# each): LONG's ended before the next request came on a loaded machine, which
+# then never waited.
+HELD = 1000
 TENANTS = {
     "light": {"weight": 1},
     "heavy": {"weight": 3},
@@ -288,7 +292,7 @@ def _queue_seconds(stack: Stack, since: int) -> dict[str, tuple[int, float, floa
 async def test_the_ledger_counts_the_seconds_a_request_queued(stack: Stack) -> None:
     since = int(time.time()) - 60
     url = f"{stack.base_url}/v1/chat/completions"
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": LONG}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": HELD}
     body["stream"] = True
     headers = {"Authorization": f"Bearer {stack.keys['bulk']}"}
     log = Log()
@@ -304,7 +308,7 @@ async def test_the_ledger_counts_the_seconds_a_request_queued(stack: Stack) -> N
             running.append(lines)
         waiter = asyncio.create_task(_ask(http, stack, log, "waiter", 2))
         await stack.until_queued(1)
-        for lines in running:  # bulk's streams end (1 s each): a slot frees
+        for lines in running:  # bulk's streams end (10 s each): a slot frees
             async for _ in lines:
                 pass
         assert (await waiter).status == 200

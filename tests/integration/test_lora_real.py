@@ -33,7 +33,7 @@ from harness.polling import wait_until
 from harness.real_gateway import RealGateway, real_gateway
 from harness.stacks import MODEL
 
-pytestmark = pytest.mark.lane("engines")
+pytestmark = pytest.mark.lane("stack")
 
 # Configured on the neuron at start; the others are added at run time from
 # the same directories (same weights: the same answers).

@@ -1,4 +1,4 @@
-"""`make test`'s two lanes: the run's exit status from theirs, and the
+"""`make test`'s lanes: the run's exit status from theirs, and the
 turns their tests take."""
 
 from __future__ import annotations
