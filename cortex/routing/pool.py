@@ -140,6 +140,10 @@ class NeuronPool:
         """Ask each ready neuron for its engine's load, once."""
         await self._roster.refresh_load()
 
+    async def poll_load(self) -> None:
+        """One pass of the periodic Load poll (idle neurons asked less often)."""
+        await self._roster.poll_load()
+
     def served_models(self) -> dict[str, pb.ModelInfo]:
         """Models that at least one ready neuron serves right now."""
         return self._roster.served_models()

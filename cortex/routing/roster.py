@@ -8,7 +8,8 @@ which are ready and which models they serve; one that stops answering the
 poll within its timeout is taken out, its attempts in flight abandoned at
 once (their watchdogs told), unless its streams are flowing. A second task
 polls each ready neuron's `Load` every `load_interval_s` and keeps it,
-stamped with the clock, as the neuron's `load`.
+stamped with the clock, as the neuron's `load` (a neuron idle at its last
+report, with nothing of ours on it, only every IDLE_RECHECK_S).
 
 The roster also knows each replica's concurrency cap (admission.py's
 options over the batch size the neuron reports) and so the slots a model
@@ -35,6 +36,15 @@ from cortex.routing.policy import Candidate, EngineLoad, RoutingPolicy
 from cortex.routing.pool_settings import PoolSettings
 
 log = logging.getLogger("neuraxis.cortex")
+
+# How long an idle neuron's load report is taken as it stands by the periodic
+# Load poll: a report of nothing running or waiting, with nothing of ours on
+# it, is asked again only after this. Each Load call costs cortex and the
+# neuron together ~5 ms of CPU on a small host (grpc.aio), and the poll ran
+# twice a second per neuron with no traffic at all (docs/performance.md,
+# "What an idle stack's CPU is"). Under routing's default 2 s load_max_age_s,
+# so that the idle report stays fresh for the policies.
+IDLE_RECHECK_S = 1.5
 
 ClientFactory = Callable[[str], NeuronConnection]
 
@@ -132,7 +142,7 @@ class Roster:
         await self.refresh_load()
         self._pollers = [
             asyncio.create_task(self._every(self._poll_interval, self.refresh)),
-            asyncio.create_task(self._every(self._load_interval, self.refresh_load)),
+            asyncio.create_task(self._every(self._load_interval, self.poll_load)),
         ]
 
     async def stop(self) -> None:
@@ -255,6 +265,14 @@ class Roster:
         ready = [s for s in self.states if s.ready and not s.retired]
         await asyncio.gather(*(self._load_one(s) for s in ready))
 
+    async def poll_load(self) -> None:
+        """The periodic Load poll: as refresh_load, except for the neurons
+        whose report said idle less than IDLE_RECHECK_S ago and that hold no
+        request of ours now."""
+        now = self._clock()
+        ready = [s for s in self.states if s.ready and not s.retired and not _idle(s, now)]
+        await asyncio.gather(*(self._load_one(s) for s in ready))
+
     @staticmethod
     async def _every(interval_s: float, poll: Callable[[], Awaitable[None]]) -> None:
         while True:
@@ -324,6 +342,19 @@ class Roster:
 
     def _heard_lately(self, state: NeuronState) -> bool:
         return self._clock() - state.last_heard < self._health_timeout
+
+
+def _idle(state: NeuronState, now: float) -> bool:
+    """Whether the neuron's last load report said idle, lately, and it holds
+    no request of ours now."""
+    load = state.load
+    return (
+        load is not None
+        and load.running == 0
+        and load.waiting == 0
+        and state.outstanding == 0
+        and now - load.measured_at < IDLE_RECHECK_S
+    )
 
 
 def _abandon(state: NeuronState) -> None:

@@ -16,6 +16,7 @@ from cortex.routing.factory import PolicyOptions, PolicyTable
 from cortex.routing.policy import EngineLoad, RouteHints
 from cortex.routing.pool import NeuronPool
 from cortex.routing.prefix import PrefixHasher
+from cortex.routing.roster import IDLE_RECHECK_S
 from harness.clock import ManualClock as Clock
 from tests.unit.cortex.routing import pools
 from tests.unit.cortex.routing.fakes import DONE, FakeNeuron, text
@@ -92,11 +93,12 @@ async def test_a_stale_engine_load_no_longer_steers_requests() -> None:
 
 async def test_the_background_poll_keeps_the_engine_load_current() -> None:
     a = FakeNeuron("load-bg:1")
-    policy = pools.Recorder()
-    pool = pools.fake_pool([a], policy=policy, clock=Clock(1.0), load_interval_s=0.01)
+    policy, clock = pools.Recorder(), Clock(1.0)
+    pool = pools.fake_pool([a], policy=policy, clock=clock, load_interval_s=0.01)
     await pool.start()
     try:
         a.waiting = 3
+        clock.now = 1.0 + IDLE_RECHECK_S  # the idle report of the start has aged
         deadline = asyncio.get_running_loop().time() + 5.0
         seen = None
         while asyncio.get_running_loop().time() < deadline:
@@ -105,7 +107,7 @@ async def test_the_background_poll_keeps_the_engine_load_current() -> None:
             if seen is not None and seen.waiting == 3:
                 break
             await asyncio.sleep(0.01)
-        assert seen == EngineLoad(running=0, waiting=3, measured_at=1.0)
+        assert seen == EngineLoad(running=0, waiting=3, measured_at=1.0 + IDLE_RECHECK_S)
     finally:
         await pool.stop()
 
@@ -221,3 +223,36 @@ async def test_a_load_only_policy_counts_balanced_decisions() -> None:
         await pools.texts(pool.generate(pools.request()))
     counts = [_decisions(n.address, "least_outstanding", "balanced") for n in neurons]
     assert counts == [2.0, 2.0]
+
+
+async def test_the_periodic_poll_asks_an_idle_neuron_again_only_once_its_report_ages() -> None:
+    idle, busy = FakeNeuron("load-idle:1"), FakeNeuron("load-busy:1")
+    busy.waiting = 1
+    policy, clock, pool = await _recorded([idle, busy], 10.0)
+    await pool.refresh_load()  # both asked: idle reports nothing, busy one waiting
+    idle.waiting = busy.waiting = 5
+    clock.now = 10.0 + IDLE_RECHECK_S - 0.1
+    await pool.poll_load()  # the idle report is fresh: only busy is asked
+    await pools.texts(pool.generate(pools.request()))
+    assert [c.load.waiting for c in policy.candidates[0] if c.load] == [0, 5]
+    clock.now = 10.0 + IDLE_RECHECK_S
+    await pool.poll_load()  # it has aged: asked again
+    await pools.texts(pool.generate(pools.request()))
+    assert [c.load.waiting for c in policy.candidates[1] if c.load] == [5, 5]
+
+
+async def test_the_periodic_poll_asks_a_neuron_holding_our_request_however_fresh() -> None:
+    a = FakeNeuron("load-held:1")
+    gate = asyncio.Event()
+    a.script = [text("a"), gate, DONE]
+    policy, _, pool = await _recorded([a], 10.0)
+    await pool.refresh_load()  # idle at 10.0
+    stream = pool.generate(pools.request())
+    await anext(aiter(stream))  # the request is on the neuron
+    a.waiting = 2
+    await pool.poll_load()  # same instant, report fresh: asked all the same
+    gate.set()
+    assert await pools.texts(stream) == ["!"]  # the rest: DONE's text
+    await pools.texts(pool.generate(pools.request()))
+    held = EngineLoad(running=1, waiting=2, measured_at=10.0, own=1)
+    assert policy.candidates[-1][0].load == held
