@@ -35,7 +35,9 @@ class PoolSettings(SettingsGroup):
         "connection counts at once)",
     )
     load_interval_s: PositiveFloat = Field(
-        0.5, description="how often each ready neuron's engine load is polled (s)"
+        0.5,
+        description="how often each ready neuron's engine load is polled (s); one idle at "
+        "its last report and holding none of this process's requests, every 1.5 s at most",
     )
     max_retries: NonNegativeInt = Field(
         2, description="attempts on other neurons when one fails before the first token"
