@@ -17,8 +17,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.polling import wait_until
 from harness.ports import free_port
-from harness.procs import Proc, wait_http_ready
+from harness.procs import Proc, cortex_metric, wait_http_ready
 
 # How long a sim stack may take to answer: seconds on an idle machine, much
 # more on two cores shared with a test run.
@@ -164,4 +165,19 @@ def sim_gateway(
         addresses = [n.address for n in neurons] + list(extra_neurons)
         log = logs / f"{name}-cortex.log"
         with running_cortex(log, addresses, *cortex_flags, ready=ready, timeout_s=timeout_s) as c:
+            watched = not c.admin_url.endswith(":0") and "--no-metrics" not in cortex_flags
+            if ready is not None and len(neurons) > 1 and watched:
+                # /readyz wants one ready neuron a model; a test of several
+                # wants them all in rotation. One started late on a loaded
+                # machine missed cortex's first Info poll, and the first
+                # requests had only the others (a 500 where a retry was due).
+                in_rotation = wait_until(lambda: _all_up(c, neurons), timeout_s)
+                assert in_rotation, f"not every sim neuron came up: {c.proc.log_tail()}"
             yield SimGateway(c, neurons)
+
+
+def _all_up(cortex: Cortex, neurons: Sequence[SimNeuron]) -> bool:
+    return all(
+        cortex_metric(cortex.admin_url, "neuraxis_replica_up", replica=n.address) == 1.0
+        for n in neurons
+    )

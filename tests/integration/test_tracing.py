@@ -18,7 +18,6 @@ import pytest
 from harness.gateway import Sim, SimGateway, sim_gateway
 from harness.otlp_receiver import ReceivedSpan, Receiver, otlp_receiver, trace_of
 from harness.polling import wait_until
-from harness.procs import cortex_metric
 
 CHAT = "/v1/chat/completions"
 # Spans leave each process in batches: every 100 ms here instead of 5 s.
@@ -38,19 +37,10 @@ def traced(logs_dir: Path) -> Iterator[tuple[SimGateway, Receiver]]:
         # Ties taken in turn, never ejected: the failing neuron is tried
         # first by one request of every two.
         flags = [*otlp, "--routing", "least_outstanding", "--ejection-consecutive-failures", "1000"]
+        # sim_gateway yields once both neurons are in rotation: with only the
+        # failing one, a request would have nowhere to be retried.
         with sim_gateway(logs_dir, "tracing", *flags, sims=sims) as gateway:
-            # Both neurons in rotation before the first request: with only the
-            # failing one ready (the other's start was late on a loaded
-            # machine) a request has nowhere to be retried and gets a 500.
-            assert wait_until(lambda: _both_up(gateway), 30), "a neuron never came up"
             yield gateway, receiver
-
-
-def _both_up(gateway: SimGateway) -> bool:
-    return all(
-        cortex_metric(gateway.admin_url, "neuraxis_replica_up", replica=n.address) == 1.0
-        for n in gateway.neurons
-    )
 
 
 def _streamed_chat(base_url: str, traceparent: str) -> str:
