@@ -42,8 +42,8 @@ log = logging.getLogger("neuraxis.cortex")
 # it, is asked again only after this. Each Load call costs cortex and the
 # neuron together ~5 ms of CPU on a small host (grpc.aio), and the poll ran
 # twice a second per neuron with no traffic at all (docs/performance.md,
-# "What an idle stack's CPU is"). Under routing's default 2 s load_max_age_s,
-# so that the idle report stays fresh for the policies.
+# "Where an idle stack's fixed CPU goes"). Under routing's default 2 s
+# load_max_age_s, so that the idle report stays fresh for the policies.
 IDLE_RECHECK_S = 1.5
 
 ClientFactory = Callable[[str], NeuronConnection]
